@@ -1,0 +1,68 @@
+"""Run the book's chapters with papermill: the full profile (the notebooks' own defaults) or the
+quick profile (tiny models, small sizes) that the tests use.
+
+    python -m kvutils.chapters 01 [--profile quick] [--results-dir results] [-p name value ...]
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import time
+from pathlib import Path
+
+from .paths import REPO_ROOT
+
+NOTEBOOKS = {"01": "01_cache_exactness"}
+QUICK = {
+    "01_cache_exactness": dict(models="tiny-llama,tiny-gemma3", n_prompts=4, prompt_tokens=16,
+                               new_tokens=8, batch_size=4),
+}
+EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
+
+
+def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "results",
+                output_dir: str | Path = EXECUTED_DIR, parameters: dict | None = None) -> Path:
+    """Execute one chapter notebook; return the executed copy's path. A failing cell raises
+    papermill's PapermillExecutionError, which names the notebook and the cell."""
+    import papermill
+
+    if chapter not in NOTEBOOKS:
+        raise ValueError(f"chapter: {chapter!r} unknown; choose one of {', '.join(NOTEBOOKS)}")
+    if profile not in ("full", "quick"):
+        raise ValueError(f"profile: {profile!r} unknown; choose 'full' or 'quick'")
+    name = NOTEBOOKS[chapter]
+    params = dict(QUICK[name]) if profile == "quick" else {}
+    params.update(parameters or {})
+    params["results_dir"] = str(Path(results_dir).resolve())
+    output = Path(output_dir) / f"{name}.ipynb"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    print(f"== chapter {chapter} ({name}, {profile} profile) ...", flush=True)
+    started = time.time()
+    papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", output, parameters=params,
+                               cwd=REPO_ROOT, kernel_name="python3", progress_bar=False,
+                               log_output=True)
+    print(f"== chapter {chapter} done in {time.time() - started:.0f} s -> {output}", flush=True)
+    return output
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("chapters", nargs="*", default=list(NOTEBOOKS), help="e.g. 01 (default: all)")
+    parser.add_argument("--profile", default="full", choices=["full", "quick"])
+    parser.add_argument("--results-dir", default="results")
+    parser.add_argument("--output-dir", default=str(EXECUTED_DIR))
+    parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                        help="override a notebook parameter (as papermill -p)")
+    args = parser.parse_args(argv)
+    overrides = {}
+    for key, raw in args.p:
+        try:
+            overrides[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            overrides[key] = raw
+    for chapter in args.chapters:
+        run_chapter(chapter, args.profile, args.results_dir, args.output_dir, overrides)
+
+
+if __name__ == "__main__":
+    main()

