@@ -95,7 +95,7 @@ def plot_chapter1(numbers: dict):
     ax.axhline(1e-18, color="grey", linewidth=0.8, linestyle=":")
     ax.text(0.01, 1.4e-18, "bit-identical (0)", fontsize=8, color="grey", transform=ax.get_yaxis_transform())
     ax.set_xlabel("layer depth (layer index / number of layers)")
-    ax.set_ylabel("max |key(prefix alone) − key(prefix inside)| (key units, log scale)")
+    ax.set_ylabel("max |Δ key|, alone vs inside (log scale)")
     ax.set_title("Prefix keys alone vs inside a longer sequence, per layer\n"
                  f"models: {', '.join(numbers)}")
     ax.legend(fontsize=8)

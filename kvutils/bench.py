@@ -1,0 +1,117 @@
+"""Benchmark: ratios measured side by side in one run (never timed tests — these machines are noisy).
+
+    python -m kvutils.bench [--model smollm2-135m] [--repeats 3] [--results-dir results]
+
+Prints and writes results/bench.json:
+- first load (GGUF -> safetensors conversion, in a fresh cache folder) vs a load from the cache;
+- kvutils' cached greedy decoding vs transformers' own cached `generate`, per token;
+- chapter 1's no-cache side: one full forward vs regenerating from scratch at every step;
+- the wall time of every chapter, from its results file, where one exists.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from . import models, results
+from .chapters import NOTEBOOKS
+from .engines import greedy, recompute_logits
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_load(name: str) -> dict:
+    """Time the first load (conversion into an empty cache) against a load from that cache."""
+    previous = os.environ.get("KVUTILS_CACHE")
+    with tempfile.TemporaryDirectory() as fresh:
+        os.environ["KVUTILS_CACHE"] = fresh
+        try:
+            start = time.perf_counter()
+            models.load(name)
+            first = time.perf_counter() - start
+            start = time.perf_counter()
+            models.load(name)
+            cached = time.perf_counter() - start
+        finally:
+            if previous is None:
+                os.environ.pop("KVUTILS_CACHE", None)
+            else:
+                os.environ["KVUTILS_CACHE"] = previous
+    return {"first_load_s": first, "cached_load_s": cached, "speedup": first / cached}
+
+
+@torch.inference_mode()
+def bench_decode(loaded: models.Loaded, prompt_tokens: int, new_tokens: int, repeats: int) -> dict:
+    """Per-token time of kvutils.greedy(use_cache=True) vs transformers' generate on one prompt."""
+    ids = torch.arange(1000, 1000 + prompt_tokens)[None]
+    ours = _median_time(lambda: greedy(loaded, ids, new_tokens, use_cache=True), repeats)
+    theirs = _median_time(lambda: loaded.model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+        do_sample=False, use_cache=True, pad_token_id=0), repeats)
+    return {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
+            "kvutils_ms_per_token": 1e3 * ours / new_tokens, "generate_ms_per_token": 1e3 * theirs / new_tokens,
+            "ratio_kvutils_over_generate": ours / theirs}
+
+
+@torch.inference_mode()
+def bench_recompute(loaded: models.Loaded, prompt_tokens: int, new_tokens: int, repeats: int) -> dict:
+    """Chapter 1's no-cache side: one forward over the final text vs regeneration at every step."""
+    ids = torch.arange(1000, 1000 + prompt_tokens)[None]
+    tokens, _ = greedy(loaded, ids, new_tokens, use_cache=True)
+    sequence = torch.cat([ids, tokens], -1)
+    one_pass = _median_time(lambda: recompute_logits(loaded, sequence, prompt_tokens), repeats)
+    per_step = _median_time(lambda: greedy(loaded, ids, new_tokens, use_cache=False), max(1, repeats // 2))
+    return {"one_pass_s": one_pass, "per_step_s": per_step, "speedup": per_step / one_pass}
+
+
+def chapter_times(results_dir: str | Path) -> dict:
+    out = {}
+    for name in NOTEBOOKS.values():
+        path = results.results_path(results_dir, name)
+        if path.is_file():
+            out[name] = results.load_results(results_dir, name)["wall_time_s"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="an embedded causal model key")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--results-dir", default="results")
+    args = parser.parse_args(argv)
+    if args.model not in models.EMBEDDED or models.EMBEDDED[args.model].family != "causal":
+        parser.error(f"--model: choose one of {[k for k, e in models.EMBEDDED.items() if e.family == 'causal']}")
+    report = {"model": args.model, "load": bench_load(args.model)}
+    loaded = models.load(args.model)
+    report["decode"] = bench_decode(loaded, 32, 64, args.repeats)
+    report["recompute"] = bench_recompute(loaded, 32, 64, args.repeats)
+    report["chapter_wall_time_s"] = chapter_times(args.results_dir)
+    report["machine"] = results.machine()
+    results.write_json_atomic(Path(args.results_dir) / "bench.json", report)
+    d, r, lo = report["decode"], report["recompute"], report["load"]
+    print(f"model: {args.model}")
+    print(f"load: first (GGUF conversion) {lo['first_load_s']:.1f} s, cached {lo['cached_load_s']:.2f} s "
+          f"-> {lo['speedup']:.1f}x faster (target >= 5x)")
+    print(f"decode: kvutils {d['kvutils_ms_per_token']:.1f} ms/token, transformers generate "
+          f"{d['generate_ms_per_token']:.1f} ms/token -> ratio {d['ratio_kvutils_over_generate']:.3f} (target <= 1.05)")
+    print(f"no-cache side of chapter 1: per-step {r['per_step_s']:.2f} s vs one pass {r['one_pass_s']:.3f} s "
+          f"-> {r['speedup']:.1f}x")
+    for chapter, seconds in report["chapter_wall_time_s"].items():
+        print(f"chapter {chapter}: {seconds:.0f} s (from its last results file)")
+
+
+if __name__ == "__main__":
+    main()
