@@ -15,7 +15,7 @@ def test_unknown_model_names_the_parameter_and_the_choices():
 
 
 def test_hub_id_without_local_weights_says_how_to_get_them(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty hub cache
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))  # an empty hub cache
     with pytest.raises(models.ModelNotAvailable, match=r"EleutherAI/pythia-160m.*hf download EleutherAI/pythia-160m"):
         models.resolve("EleutherAI/pythia-160m")
 
