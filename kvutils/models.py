@@ -364,8 +364,37 @@ def load(name: str, dtype: torch.dtype | str = torch.float32, device: str = "cpu
             path, sha = resolved.path, ""
         loaded = _load_dir(name, resolved.family, path, attn_implementation, sha)
     loaded.model.to(device=device, dtype=dtype).eval()
+    if dtype == torch.float64:
+        keep_norms_in_float64(loaded.model)
     loaded.dtype = dtype
     return loaded
+
+
+def keep_norms_in_float64(model: torch.nn.Module) -> int:
+    """Make every RMSNorm of a float64 model compute in float64; returns how many were changed.
+
+    transformers' RMSNorms (Llama, Qwen3, Gemma 3 ...) compute in float32 whatever the model dtype:
+    an upcast meant for fp16/bf16, but a *downcast* for fp64, which puts fp32 rounding back into a
+    "64-bit" run (cached vs recomputed logits then differ by ~1e-6 instead of ~1e-12). The same
+    formula, in the input's dtype: Gemma scales by (1 + weight), the others by weight.
+    """
+    changed = 0
+    for module in model.modules():
+        name = type(module).__name__
+        if not name.endswith("RMSNorm") or getattr(module, "weight", None) is None:
+            continue
+        eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+        if eps is None:
+            continue
+        plus_one = name.startswith("Gemma")
+
+        def forward(x, module=module, eps=eps, plus_one=plus_one):
+            normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+            return normed * ((1.0 + module.weight) if plus_one else module.weight)
+
+        module.forward = forward
+        changed += 1
+    return changed
 
 
 def _load_dir(name: str, family: str, path: Path, attn_implementation: str | None, sha: str) -> Loaded:

@@ -131,3 +131,28 @@ def test_tokenize_pair_keeps_prefix_tokens(pairs):
         plen = ids.prefix.shape[-1]
         for cont in ids.continued:
             assert torch.equal(cont[:, :plen], ids.prefix) and cont.shape[-1] > plen
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
+def test_float64_models_normalise_in_float64(name):
+    """transformers' RMSNorm computes in fp32; kvutils.load(dtype=float64) keeps it in fp64."""
+    loaded = load_cached(name, "float64")
+    norms = [m for m in loaded.model.modules() if type(m).__name__.endswith("RMSNorm")]
+    assert norms
+    x = torch.randn(2, 5, norms[0].weight.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    x = x * 1e3 + 1.0  # large values make fp32 rounding visible
+    out = norms[0](x)
+    weight = norms[0].weight + (1.0 if name == "tiny-gemma3" else 0.0)
+    eps = getattr(norms[0], "variance_epsilon", getattr(norms[0], "eps", None))
+    expected = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, expected, rtol=1e-14, atol=1e-14)
+    assert (type(norms[0]).forward(norms[0], x) - expected).abs().max() > 1e-10  # the fp32 original
+
+
+def test_float64_decoding_stays_exact_over_long_sequences(text_prompts):
+    """64 new tokens after 32: with fp32 norms this residue grew to ~1e-6 on real models."""
+    loaded = load_cached("tiny-qwen3", "float64")
+    prompts = text_prompts(loaded.tokenizer, 2, 32)
+    r = exactness.compare_decoding(loaded, prompts, 64, recompute="one_pass", batch_size=2)
+    assert r["identical"] == 2 and r["max_logit_diff"] <= 1e-9
