@@ -60,7 +60,6 @@ def compare_decoding(loaded: Loaded, prompts: torch.Tensor, new_tokens: int,
         first = _first_divergence(cached_tokens, recompute_tokens).cpu()
         steps = torch.arange(new_tokens)
         common = steps[None, :] <= first[:, None]  # same context in both runs
-        common &= steps[None, :] < new_tokens
         diff = (cached_logits - recompute_step_logits).abs().amax(-1).double().cpu()  # (batch, steps)
         diff = torch.where(common, diff, torch.zeros_like(diff))
         max_diff = max(max_diff, diff.max().item())
