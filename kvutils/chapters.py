@@ -12,10 +12,12 @@ from pathlib import Path
 
 from .paths import REPO_ROOT
 
-NOTEBOOKS = {"01": "01_cache_exactness"}
+NOTEBOOKS = {"01": "01_cache_exactness", "02": "02_bert_contrast", "03": "03_sense_probes"}
 QUICK = {
     "01_cache_exactness": dict(models="tiny-llama,tiny-gemma3", n_prompts=4, prompt_tokens=16,
                                new_tokens=8, batch_size=4),
+    "02_bert_contrast": dict(models="tiny-llama,tiny-gemma3", encoder="tiny-bert"),
+    "03_sense_probes": dict(models="tiny-llama,tiny-gemma3", encoder="tiny-bert"),
 }
 EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
 
@@ -41,8 +43,21 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", output, parameters=params,
                                cwd=REPO_ROOT, kernel_name="python3", progress_bar=False,
                                log_output=True)
+    _drop_widget_state(output)
     print(f"== chapter {chapter} done in {time.time() - started:.0f} s -> {output}", flush=True)
     return output
+
+
+def _drop_widget_state(notebook: Path) -> None:
+    """The book is static: stored ipywidgets state would make its pages load the widget manager
+    from a CDN (and the live controls need a kernel anyway), so the executed copy keeps none."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    if nb.metadata.pop("widgets", None) is not None:
+        tmp = notebook.with_suffix(".tmp")
+        nbformat.write(nb, tmp)
+        tmp.replace(notebook)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -78,7 +78,7 @@ def load_senses(path: str | Path = DEFAULT_SENSES, parameter: str = "senses_file
                   and all(isinstance(r, str) for r in s["references"]))
             if not ok:
                 problems.append(f'{where}: each sense needs "label", a non-empty "continuation" '
-                                'and a list of "references" sentences')
+                                'and a list of at least one "references" sentence')
                 break
             parsed.append(Sense(s["label"], s["continuation"], tuple(s["references"])))
         else:

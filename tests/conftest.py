@@ -32,3 +32,15 @@ def text_prompts():
         return data.prompts_from_corpus(tokenizer, docs, n, length)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def quick_chapters(tmp_path_factory):
+    """Every chapter executed once on the quick profile: (root, {chapter: executed notebook}), with
+    results in root/results and the executed copies in root/book/chapters."""
+    from kvutils import chapters
+
+    root = tmp_path_factory.mktemp("quick")
+    executed = {ch: chapters.run_chapter(ch, "quick", root / "results", root / "book" / "chapters")
+                for ch in chapters.NOTEBOOKS}
+    return root, executed

@@ -1,16 +1,11 @@
 """Chapter 1 end to end: bad parameters fail in the first cell before any model loads; the quick
-profile runs, its results hold the exactness identities, and the book renders the glued numbers."""
+profile runs and its results hold the exactness identities (the book is checked in test_book)."""
 import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import papermill
 import pytest
 
 from kvutils import chapters, exactness, models
-from kvutils.paths import REPO_ROOT
 
 GOOD = dict(models="tiny-llama", dtypes="float64", n_prompts=2, prompt_tokens=8, new_tokens=4,
             recompute="one_pass", batch_size=2, corpus="pydoc", senses_file="data/senses.json",
@@ -24,7 +19,7 @@ def no_model_loads(monkeypatch):
 
 @pytest.mark.parametrize("change, message", [
     (dict(models="gpt-17"), r"models: unknown model 'gpt-17'"),
-    (dict(models="minilm-l6"), r"models: minilm-l6 is an encoder model"),
+    (dict(models="minilm-l6"), r"models: minilm-l6 is a bidirectional encoder"),
     (dict(dtypes="float16"), r"dtypes: 'float16' not allowed"),
     (dict(new_tokens=600), r"models: tiny-llama handles at most 512 tokens.*608"),
     (dict(n_prompts=10_000), r"n_prompts=10000, but the corpus supplies only"),
@@ -57,15 +52,8 @@ def test_notebook_stops_in_its_first_cell_for_an_absent_hub_model(tmp_path, monk
     assert not (tmp_path / "results" / "01_cache_exactness.json").exists()
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ch1")
-    executed = chapters.run_chapter("01", "quick", root / "results", root / "book" / "chapters")
-    return root, executed
-
-
-def test_quick_profile_results_hold_the_identities(quick_run):
-    root, _ = quick_run
+def test_quick_profile_results_hold_the_identities(quick_chapters):
+    root, _ = quick_chapters
     record = json.loads((root / "results" / "01_cache_exactness.json").read_text())
     assert record["parameters"]["models"] == chapters.QUICK["01_cache_exactness"]["models"]
     assert [m["name"] for m in record["models"]] == ["tiny-llama", "tiny-gemma3"]
@@ -80,21 +68,3 @@ def test_quick_profile_results_hold_the_identities(quick_run):
     assert (root / "results" / "figures" / "01_prefix_keys_per_layer.png").stat().st_size > 10_000
 
 
-def test_book_builds_with_the_glued_numbers(quick_run, tmp_path):
-    root, executed = quick_run
-    for name in ("_config.yml", "_toc.yml"):
-        shutil.copy(REPO_ROOT / name, tmp_path / name)
-    shutil.copytree(REPO_ROOT / "book", tmp_path / "book", ignore=shutil.ignore_patterns("chapters"))
-    (tmp_path / "book" / "chapters").mkdir()
-    shutil.copy(executed, tmp_path / "book" / "chapters")
-    jb = [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "--keep-going", str(tmp_path)]
-    build = subprocess.run(jb, capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    page = (tmp_path / "_build" / "html" / "book" / "chapters" / "01_cache_exactness.html").read_text()
-    record = json.loads((root / "results" / "01_cache_exactness.json").read_text())
-    n = record["parameters"]["n_prompts"]
-    assert f"{n}/{n} identical sequences on tiny-llama" in page
-    assert "18/18 bit-identical on tiny-gemma3" in page or "bit-identical on tiny-gemma3" in page
-    assert "Side by side with the article" in page and "article (Pythia)" in page
-    assert '<img alt="../../_images/' in page  # the figure is on the page
-    assert (tmp_path / "_build" / "html" / "book" / "intro.html").is_file()

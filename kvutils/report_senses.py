@@ -1,0 +1,253 @@
+"""What chapters 2 and 3 show: the article's figures beside ours, the per-layer charts, and the
+texts the prose glues in — all built from the results dicts of `senses_study`."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .report import article, fmt
+
+
+def _depth(values: list) -> list[float]:
+    """Depth of each entry of a per-depth list whose first entry is the embeddings (0) and last the
+    final layer (1), so models of 6, 18 and 30 layers share an axis."""
+    n = len(values) - 1
+    return [i / n for i in range(len(values))]
+
+
+def _key_depth(values: list) -> list[float]:
+    """Depth of per-layer key entries (layer 1 .. L) on the same axis as `_depth`."""
+    n = len(values)
+    return [(i + 1) / n for i in range(n)]
+
+
+def _table(rows: dict[str, dict[str, str]]) -> pd.DataFrame:
+    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
+    table.index.name = "metric"
+    return table
+
+
+# --------------------------------------------------------------------------- chapter 2
+
+
+def chapter2_table(numbers: dict) -> pd.DataFrame:
+    """Metric | article | this run (one column per model)."""
+    bert = article()["e2_bert"]
+    rows = {
+        "cosine distance, embeddings": {"article": "0 (identical, BERT-base)"},
+        "cosine distance after layer 1": {"article": f"{fmt(bert['cosine_distance']['layer_1'])} (BERT-base)"},
+        "cosine distance after the last layer": {"article": f"{fmt(bert['cosine_distance']['layer_12'])} (BERT-base, layer 12)"},
+        "‖ΔK‖/‖K‖ in layer 2": {"article": f"{fmt(bert['key_relative_diff']['layer_2'])} (BERT-base)"},
+        "‖ΔK‖/‖K‖ in the last layer": {"article": f"{fmt(bert['key_relative_diff']['layer_12'])} (BERT-base, layer 12)"},
+        "largest cosine distance, any layer": {
+            "article": f"< {fmt(bert['pythia_cosine_distance_bound']['max_below'])} (Pythia)"},
+        "words with bit-identical states in both contexts": {"article": "not reported"},
+    }
+    for model, r in numbers.items():
+        col = f"this run: {model} ({r['family']}, {r['layers']} layers)"
+        dist, keys = r["cosine_distance_mean"], r["key_relative_diff_mean"]
+        ours = {
+            "cosine distance, embeddings": fmt(dist[0]),
+            "cosine distance after layer 1": fmt(dist[1]),
+            "cosine distance after the last layer": fmt(dist[-1]),
+            "‖ΔK‖/‖K‖ in layer 2": fmt(keys[1]) if len(keys) > 1 else "n/a",
+            "‖ΔK‖/‖K‖ in the last layer": fmt(keys[-1]),
+            "largest cosine distance, any layer": fmt(max(r["cosine_distance_max"])),
+            "words with bit-identical states in both contexts": f"{r['states_bit_identical_words']}/{r['n_words']}",
+        }
+        for metric, value in ours.items():
+            rows[metric][col] = value
+    return _table(rows)
+
+
+def plot_chapter2(numbers: dict):
+    """Chart 1: per layer, the word's cosine distance between its two contexts and the prefix's
+    relative key difference, causal models against the encoder(s)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_state, ax_key) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)
+    for model, r in numbers.items():
+        style = dict(marker="o", markersize=3, linestyle="--" if r["family"] == "causal" else "-")
+        label = f"{model} ({r['family']}, {r['layers']} layers)"
+        ax_state.plot(_depth(r["cosine_distance_mean"]), r["cosine_distance_mean"], label=label, **style)
+        ax_key.plot(_key_depth(r["key_relative_diff_mean"]), r["key_relative_diff_mean"], label=label, **style)
+    ax_state.set_title("The word's state: cosine distance between contexts")
+    ax_state.set_xlabel("depth (0 = embeddings, 1 = last layer)")
+    ax_state.set_ylabel("cosine distance (mean over words, unitless)")
+    ax_key.set_title("The prefix's keys: ‖K_a − K_b‖ / ‖K_a‖")
+    ax_key.set_xlabel("depth (layer / number of layers)")
+    ax_key.set_ylabel("relative key difference (mean over words, unitless)")
+    for ax in (ax_state, ax_key):
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_ylim(bottom=-0.02)
+        ax.grid(alpha=0.3)
+    ax_key.legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"Same word, two contexts: causal models stay at exactly 0 — models: {', '.join(numbers)}",
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def chapter2_glue(numbers: dict) -> dict[str, str]:
+    causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
+    encoders = {m: r for m, r in numbers.items() if r["family"] == "encoder"}
+    out = {
+        "causal": "; ".join(
+            f"{m}: largest cosine distance {fmt(max(r['cosine_distance_max']))}, largest relative key "
+            f"difference {fmt(max(r['key_relative_diff_max']))}, states bit-identical for "
+            f"{r['states_bit_identical_words']} of {r['n_words']} words" for m, r in causal.items()) or "none run",
+        "encoder": "; ".join(
+            f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, {fmt(r['cosine_distance_mean'][1])} "
+            f"after layer 1 and {fmt(r['cosine_distance_mean'][-1])} after layer {r['layers']}; relative key "
+            f"difference {fmt(r['key_relative_diff_mean'][1])} in layer 2 and {fmt(r['key_relative_diff_mean'][-1])} "
+            f"in layer {r['layers']}" for m, r in encoders.items()) or "none run",
+        "models": ", ".join(numbers),
+    }
+    return out
+
+
+# --------------------------------------------------------------------------- chapter 3
+
+
+def _peak(values: list[float]) -> tuple[float, list[int]]:
+    best = max(values)
+    return best, [i for i, v in enumerate(values) if v == best]
+
+
+def _first_stays_at(values: list[float], target: float) -> int | None:
+    """The first depth from which every later depth is `target`."""
+    for i in range(len(values)):
+        if all(v == target for v in values[i:]):
+            return i
+    return None
+
+
+def chapter3_table(numbers: dict) -> pd.DataFrame:
+    a = article()
+    pythia, bert, att = a["e3_probe"]["pythia"], a["e3_probe"]["bert"], a["e3_attention"]
+    new = pythia["new_position_acc_pct"]
+    rows = {
+        "(a) old position: accuracy at every depth (%)": {
+            "article": f"{fmt(pythia['old_position_acc_pct_all_depths'])} at all {pythia['n_depths']} depths (Pythia)"},
+        "(b) new position: embeddings (%)": {"article": fmt(new["embedding"])},
+        "(b) new position: after layer 1 (%)": {"article": fmt(new["layer_1"])},
+        "(b) new position: after layer 2 (%)": {"article": fmt(new["layer_2"])},
+        "(b) new position: peak (%) [depths]": {
+            "article": f"{fmt(pythia['new_position_peak_acc_pct'])} {pythia['new_position_peak_layers']}"},
+        "(c) encoder, original position: after layer 1 (%)": {
+            "article": f"{fmt(bert['old_position_acc_pct_from_layer_1'])} (BERT-base)"},
+        "(c) encoder: 100% from depth": {"article": "1 (BERT-base)"},
+        "attention on the continuation, range over layers": {
+            "article": f"{fmt(att['to_continuation_min'])}–{fmt(att['to_continuation_max'])}"},
+        "attention on the first token, largest": {"article": fmt(att["to_first_token_max"])},
+        "attention on the old word, layer 2": {"article": fmt(att["to_old_word_layer_2"])},
+        "attention on the old word, largest from layer 5": {"article": f"< {fmt(att['to_old_word_below_from_layer_5'])}"},
+    }
+    for model, r in numbers.items():
+        col = f"this run: {model} ({r['family']}, {r['layers']} layers)"
+        p = r["probe"]
+        old = p["old_position_pct"]
+        if r["family"] == "encoder":
+            stays = _first_stays_at(old, 100.0)
+            rows["(c) encoder, original position: after layer 1 (%)"][col] = fmt(old[1])
+            rows["(c) encoder: 100% from depth"][col] = "never" if stays is None else str(stays)
+            continue
+        distinct = sorted(set(old))
+        rows["(a) old position: accuracy at every depth (%)"][col] = (
+            f"{fmt(distinct[0])} at all {len(old)} depths" if len(distinct) == 1 else ", ".join(map(fmt, old)))
+        new_ours = p["new_position_pct"]
+        peak, where = _peak(new_ours)
+        rows["(b) new position: embeddings (%)"][col] = fmt(new_ours[0])
+        rows["(b) new position: after layer 1 (%)"][col] = fmt(new_ours[1])
+        rows["(b) new position: after layer 2 (%)"][col] = fmt(new_ours[2]) if len(new_ours) > 2 else "n/a"
+        rows["(b) new position: peak (%) [depths]"][col] = f"{fmt(peak)} {where}"
+        att_ours = r["attention"]
+        rows["attention on the continuation, range over layers"][col] = (
+            f"{fmt(min(att_ours['continuation']), 3)}–{fmt(max(att_ours['continuation']), 3)}")
+        rows["attention on the first token, largest"][col] = f"{fmt(max(att_ours['first_token']), 4)} ({r['first_token']})"
+        rows["attention on the old word, layer 2"][col] = fmt(att_ours["old_word"][1], 4) if len(att_ours["old_word"]) > 1 else "n/a"
+        late = att_ours["old_word"][4:]
+        rows["attention on the old word, largest from layer 5"][col] = fmt(max(late), 4) if late else "n/a"
+    return _table(rows)
+
+
+def plot_chapter3_probe(numbers: dict):
+    """Chart 2: sense-probe accuracy per depth at the old position, the new position and the
+    encoder's original position, against the 50% chance line."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for model, r in numbers.items():
+        p = r["probe"]
+        if r["family"] == "causal":
+            ax.plot(_depth(p["new_position_pct"]), p["new_position_pct"], marker="o", markersize=3,
+                    label=f"(b) {model}: word repeated at a new position")
+            ax.plot(_depth(p["old_position_pct"]), p["old_position_pct"], linestyle="--", marker="x", markersize=4,
+                    label=f"(a) {model}: old cached position")
+        else:
+            ax.plot(_depth(p["old_position_pct"]), p["old_position_pct"], marker="s", markersize=3,
+                    label=f"(c) {model}: encoder, original position")
+    ax.axhline(50, color="grey", linewidth=1, linestyle=":", label="chance (50%)")
+    ax.set_ylim(0, 105)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel("depth (0 = embeddings, 1 = last layer)")
+    ax.set_ylabel("sense-probe accuracy (%)")
+    distance = next(iter(numbers.values()))["probe"]["distance"]
+    ax.set_title(f"Where the sense is readable: nearest-centroid probe ({distance} distance), "
+                 f"{next(iter(numbers.values()))['probe']['n_items']} items\nmodels: {', '.join(numbers)}",
+                 fontsize=10)
+    ax.legend(fontsize=7.5, loc="lower right", ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_chapter3_attention(numbers: dict):
+    """Per layer, where the repeated word's attention goes (mean over heads and items), one panel
+    per causal model, stacked to 1."""
+    import matplotlib.pyplot as plt
+
+    causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
+    fig, axes = plt.subplots(1, len(causal), figsize=(5.5 * len(causal), 4), squeeze=False)
+    parts = (("continuation", "the continuation"), ("first_token", "first token (sink)"),
+             ("old_word", "old copy of the word"), ("rest", "everything else"))
+    for ax, (model, r) in zip(axes[0], causal.items()):
+        att = r["attention"]
+        layers = list(range(1, len(att["continuation"]) + 1))
+        ax.stackplot(layers, *[att[key] for key, _ in parts],
+                     labels=[label if key != "first_token" else f"{label}: {r['first_token']!r}" for key, label in parts],
+                     alpha=0.85)
+        ax.set_xlim(1, layers[-1])
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("layer")
+        ax.set_ylabel("attention weight of the repeated word (sums to 1)")
+        ax.set_title(f"{model}: where the new copy of the word looks", fontsize=10)
+        ax.legend(fontsize=7.5, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def chapter3_glue(numbers: dict) -> dict[str, str]:
+    causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
+    encoders = {m: r for m, r in numbers.items() if r["family"] == "encoder"}
+    out = {"models": ", ".join(numbers)}
+    out["old"] = "; ".join(
+        f"{m}: {', '.join(sorted({fmt(v) for v in r['probe']['old_position_pct']}))}% at all "
+        f"{len(r['probe']['old_position_pct'])} depths" for m, r in causal.items()) or "no causal model run"
+    out["new"] = "; ".join(
+        f"{m}: {fmt(r['probe']['new_position_pct'][1])}% after layer 1, peak {fmt(_peak(r['probe']['new_position_pct'])[0])}% "
+        f"(depths {', '.join(map(str, _peak(r['probe']['new_position_pct'])[1]))})" for m, r in causal.items()) or "no causal model run"
+    out["encoder"] = "; ".join(
+        f"{m}: {fmt(r['probe']['old_position_pct'][1])}% after layer 1, "
+        + (f"100% from depth {s}" if (s := _first_stays_at(r['probe']['old_position_pct'], 100.0)) is not None
+           else f"at most {fmt(max(r['probe']['old_position_pct']))}%")
+        for m, r in encoders.items()) or "no encoder run"
+    out["attention"] = "; ".join(
+        f"{m}: {fmt(min(r['attention']['continuation']), 3)}–{fmt(max(r['attention']['continuation']), 3)} on the "
+        f"continuation, up to {fmt(max(r['attention']['first_token']), 3)} on the first token ({r['first_token']!r}), "
+        f"{fmt(r['attention']['old_word'][1], 3)} on the old word in layer 2 and at most "
+        f"{fmt(max(r['attention']['old_word'][4:] or [0.0]), 3)} from layer 5"
+        for m, r in causal.items()) or "no causal model run"
+    distance = next(iter(numbers.values()))["probe"]["distance"]
+    out["distance"] = distance
+    out["n_items"] = str(next(iter(numbers.values()))["probe"]["n_items"])
+    return out

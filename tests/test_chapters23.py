@@ -1,0 +1,108 @@
+"""Chapters 2 and 3: bad parameters fail in the first cell before any model loads; the quick
+profile's results hold the causal identity and the encoder's contrast."""
+import json
+
+import papermill
+import pytest
+
+from kvutils import chapters, models, senses_study
+
+GOOD = dict(models="tiny-llama", encoder="tiny-bert", senses_file="data/senses.json", device="cpu")
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded during validation"))
+    monkeypatch.setattr(senses_study, "load", lambda *a, **k: pytest.fail("a model loaded during validation"))
+
+
+def _senses_with(tmp_path, change):
+    raw = json.loads(open("data/senses.json").read())
+    change(raw["words"])
+    path = tmp_path / "senses.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def _multi_token_word(words):
+    words[0]["word"] = "riverbankology"
+    for sense in words[0]["senses"]:
+        sense["references"] = [r.replace("bank", "riverbankology") for r in sense["references"]]
+
+
+def _reference_without_word(words):
+    words[1]["senses"][0]["references"][0] = "A small animal flew out of the cave."
+
+
+def _no_reference(words):
+    words[2]["senses"][1]["references"] = []
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(encoder="smollm2-135m"), r"encoder: smollm2-135m is a causal \(left-to-right\) decoder; .* bidirectional encoder"),
+    (dict(models="minilm-l6"), r"models: minilm-l6 is a bidirectional encoder; .* causal"),
+    (dict(encoder="google-bert/bert-large-cased"), r"bert-large-cased"),
+    (dict(repeat_template="{prefix}{continuation} again"), r"repeat_template: .* must contain \{word\}"),
+    (dict(distance="manhattan"), r"distance: 'manhattan' is not allowed; choose one of 'cosine', 'euclidean'"),
+    (dict(batch_size=0), r"batch_size must be >= 1"),
+    (dict(senses_file="nowhere.json"), r"senses_file: file not found"),
+])
+def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    with pytest.raises((ValueError, models.ModelNotAvailable), match=message):
+        senses_study.plan(**{**GOOD, **change})
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_multi_token_word, r"'riverbankology' is \d+ tokens for tiny-llama, not 1"),
+    (_reference_without_word, r"'bat' \(.*\) does not occur as the token 'bat' in the reference 'A small animal"),
+    (_no_reference, r"word 'pitcher': each sense needs .* at least one \"references\" sentence"),
+])
+def test_bad_senses_files_name_the_word(edit, message, no_model_loads, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        senses_study.plan(**{**GOOD, "senses_file": _senses_with(tmp_path, edit)})
+
+
+def test_notebook_stops_in_its_first_cell_on_a_causal_encoder(tmp_path):
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        chapters.run_chapter("03", "quick", tmp_path / "results", tmp_path, {"encoder": "tiny-llama"})
+    assert "encoder: tiny-llama is a causal" in str(err.value)
+    executed = json.loads((tmp_path / "03_sense_probes.ipynb").read_text())
+    failed = [c for c in executed["cells"] if c["cell_type"] == "code"
+              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert len(failed) == 1 and "senses_study.plan(" in "".join(failed[0]["source"])
+
+
+def _record(root, name):
+    return json.loads((root / "results" / f"{name}.json").read_text())
+
+
+def test_chapter2_quick_results_hold_the_contrast(quick_chapters):
+    root, _ = quick_chapters
+    numbers = _record(root, "02_bert_contrast")["numbers"]
+    assert list(numbers) == ["tiny-llama", "tiny-gemma3", "tiny-bert"]
+    for model in ("tiny-llama", "tiny-gemma3"):
+        assert max(numbers[model]["cosine_distance_max"]) == 0.0
+        assert max(numbers[model]["key_relative_diff_max"]) == 0.0
+    bert = numbers["tiny-bert"]
+    assert bert["cosine_distance_mean"][0] == 0.0 and bert["cosine_distance_mean"][-1] > 0
+    assert bert["key_relative_diff_mean"][-1] > 0
+    assert (root / "results" / "figures" / "02_contexts_per_layer.png").stat().st_size > 10_000
+
+
+def test_chapter3_quick_results_hold_the_identity(quick_chapters):
+    root, _ = quick_chapters
+    record = _record(root, "03_sense_probes")
+    numbers = record["numbers"]
+    assert record["parameters"]["distance"] == "cosine"
+    for model in ("tiny-llama", "tiny-gemma3"):
+        probe = numbers[model]["probe"]
+        assert probe["old_position_pct"] == [50.0] * (numbers[model]["layers"] + 1)
+        assert len(probe["new_position_pct"]) == numbers[model]["layers"] + 1
+        split = numbers[model]["attention"]
+        for layer in range(numbers[model]["layers"]):
+            assert abs(sum(split[p][layer] for p in split) - 1) < 1e-5
+    assert numbers["tiny-gemma3"]["first_token"] == "<bos>"
+    assert "new_position_pct" not in numbers["tiny-bert"]["probe"]
+    for figure in ("03_probe_accuracy", "03_attention_split"):
+        assert (root / "results" / "figures" / f"{figure}.png").stat().st_size > 10_000
