@@ -98,9 +98,11 @@ def chapter2_glue(numbers: dict) -> dict[str, str]:
         "encoder": "; ".join(
             f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, {fmt(r['cosine_distance_mean'][1])} "
             f"after layer 1 and {fmt(r['cosine_distance_mean'][-1])} after layer {r['layers']}; relative key "
-            f"difference {fmt(r['key_relative_diff_mean'][1])} in layer 2 and {fmt(r['key_relative_diff_mean'][-1])} "
-            f"in layer {r['layers']}" for m, r in encoders.items()) or "none run",
+            f"difference {fmt(r['key_relative_diff_mean'][0])} in layer 1, {fmt(r['key_relative_diff_mean'][1])} "
+            f"in layer 2 and {fmt(r['key_relative_diff_mean'][-1])} in layer {r['layers']}"
+            for m, r in encoders.items()) or "none run",
         "models": ", ".join(numbers),
+        "n_words": str(next(iter(numbers.values()))["n_words"]),
     }
     return out
 
@@ -207,22 +209,22 @@ def plot_chapter3_attention(numbers: dict):
     import matplotlib.pyplot as plt
 
     causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
-    fig, axes = plt.subplots(1, len(causal), figsize=(5.5 * len(causal), 4), squeeze=False)
-    parts = (("continuation", "the continuation"), ("first_token", "first token (sink)"),
-             ("old_word", "old copy of the word"), ("rest", "everything else"))
+    fig, axes = plt.subplots(1, len(causal), figsize=(5.5 * len(causal), 4.4), squeeze=False)
+    parts = (("continuation", "the continuation"), ("first_token", "the first token (the sink)"),
+             ("old_word", "the old copy of the word"), ("rest", "everything else"))
     for ax, (model, r) in zip(axes[0], causal.items()):
         att = r["attention"]
         layers = list(range(1, len(att["continuation"]) + 1))
-        ax.stackplot(layers, *[att[key] for key, _ in parts],
-                     labels=[label if key != "first_token" else f"{label}: {r['first_token']!r}" for key, label in parts],
-                     alpha=0.85)
+        ax.stackplot(layers, *[att[key] for key, _ in parts], labels=[label for _, label in parts], alpha=0.85)
         ax.set_xlim(1, layers[-1])
         ax.set_ylim(0, 1)
         ax.set_xlabel("layer")
-        ax.set_ylabel("attention weight of the repeated word (sums to 1)")
-        ax.set_title(f"{model}: where the new copy of the word looks", fontsize=10)
-        ax.legend(fontsize=7.5, loc="lower left")
-    fig.tight_layout()
+        ax.set_ylabel("share of the repeated word's attention")
+        ax.set_title(f"{model} (first token: {r['first_token']!r})", fontsize=10)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8.5, frameon=False)
+    fig.suptitle("Where the repeated word looks, per layer (mean over heads and items)", fontsize=11)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
 
 
@@ -249,5 +251,7 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
         for m, r in causal.items()) or "no causal model run"
     distance = next(iter(numbers.values()))["probe"]["distance"]
     out["distance"] = distance
-    out["n_items"] = str(next(iter(numbers.values()))["probe"]["n_items"])
+    n_items = next(iter(numbers.values()))["probe"]["n_items"]
+    out["n_items"] = str(n_items)
+    out["step"] = fmt(100 / n_items)
     return out
