@@ -1,0 +1,236 @@
+"""Teacher-forced scoring and the acceptance test: the fast path against the step-by-step
+reference for every registered operation, the identities that must come out exact, the numbers
+`accept` reports, its input checks and the command line.
+
+fp32 on the tiny models, real English token ids. Tolerances: fast vs step 1e-4 on logits (the
+issue's bound; measured <= 5e-5: rounding of the stored fp16/bf16 copies of entries whose fresh
+values differ in the last bit between the two paths); an identity that only reorders the same
+arithmetic (an operation that should change nothing, against the exact cache) 2e-5, as in
+test_exactness.py.
+"""
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import CAUSAL_TINY, load_cached
+from kvutils import accept as acceptance
+from kvutils import cache, data, models
+from kvutils.cache import Cast, ChunkBlend, Exact, Window
+from kvutils.teacher import score_fast, score_step
+
+PREFILL, DECODE = 20, 12  # 33 tokens: crosses tiny-gemma3's 16-token window; the example windows (10) evict
+FAST_STEP_TOL = 1e-4
+EXACT_TOL = 2e-5
+
+
+@pytest.fixture(scope="module")
+def texts():
+    return [d.text for d in data.load_corpus("pydoc")[:3]]
+
+
+def _ids(loaded, text: str) -> torch.Tensor:
+    return torch.tensor(loaded.tokenizer(text).input_ids[:PREFILL + DECODE + 1])
+
+
+def _exact(loaded, ids):
+    return score_fast(loaded, Exact(), ids, PREFILL, DECODE)
+
+
+# --------------------------------------------------------------------------- the two paths
+
+
+@pytest.mark.parametrize("op", cache.example_ops(), ids=lambda op: op.spec)
+@pytest.mark.parametrize("name", CAUSAL_TINY)
+def test_fast_path_equals_step_path(name, op, texts):
+    loaded = load_cached(name, "float32")
+    ids = _ids(loaded, texts[0])
+    fast = score_fast(loaded, op, ids, PREFILL, DECODE)
+    step = score_step(loaded, op, ids, PREFILL, DECODE)
+    assert fast.shape == (DECODE, len(loaded.tokenizer))
+    assert (fast - step).abs().max() <= FAST_STEP_TOL
+    if op != Exact():  # the comparison is not blind: every example operation changes the logits
+        assert (fast - _exact(loaded, ids)).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("name", CAUSAL_TINY)
+def test_exact_scoring_equals_a_plain_forward(name, texts):
+    loaded = load_cached(name, "float32")
+    ids = _ids(loaded, texts[1])
+    with torch.inference_mode():
+        plain = loaded.model(input_ids=ids[None, :PREFILL + DECODE]).logits[0, PREFILL:]
+    torch.testing.assert_close(_exact(loaded, ids), plain, rtol=0, atol=EXACT_TOL)
+    torch.testing.assert_close(score_step(loaded, Exact(), ids, PREFILL, DECODE), plain, rtol=0, atol=EXACT_TOL)
+
+
+def test_window_keeps_sinks_and_the_most_recent_tokens():
+    kept = Window(10, 2).keeps(torch.arange(30), torch.tensor([25]))[0].nonzero().squeeze(1)
+    assert kept[kept < 25].tolist() == [0, 1, *range(17, 25)]  # 10 entries before the query at 25
+
+
+@pytest.mark.parametrize("reindex", [False, True])
+@pytest.mark.parametrize("name", CAUSAL_TINY)
+def test_window_covering_the_sequence_is_exact(name, reindex, texts):
+    loaded = load_cached(name, "float32")
+    ids = _ids(loaded, texts[0])
+    op = Window(PREFILL + DECODE - 1, 2, reindex)
+    with pytest.warns(UserWarning, match="evicts nothing"):
+        op.check_lengths(PREFILL, DECODE)
+    exact = _exact(loaded, ids)
+    torch.testing.assert_close(score_fast(loaded, op, ids, PREFILL, DECODE), exact, rtol=0, atol=EXACT_TOL)
+    torch.testing.assert_close(score_step(loaded, op, ids, PREFILL, DECODE), exact, rtol=0, atol=EXACT_TOL)
+
+
+@pytest.mark.parametrize("name", CAUSAL_TINY)
+def test_chunk_blend_recomputing_everything_is_exact(name, texts):
+    loaded = load_cached(name, "float32")
+    ids = _ids(loaded, texts[2])
+    exact = _exact(loaded, ids)
+    torch.testing.assert_close(score_fast(loaded, ChunkBlend(1.0, 8), ids, PREFILL, DECODE), exact,
+                               rtol=0, atol=EXACT_TOL)
+    partial = score_fast(loaded, ChunkBlend(0.5, 8), ids, PREFILL, DECODE)
+    reused = score_fast(loaded, cache.ChunkReuse("reindexed", 8), ids, PREFILL, DECODE)
+    assert (partial - exact).abs().max() > 1e-4 and (partial - reused).abs().max() > 1e-4
+
+
+# --------------------------------------------------------------------------- what accept reports
+
+
+def test_accept_exact_gives_zero_kl_full_agreement_and_the_plain_perplexity(texts):
+    loaded = load_cached("tiny-qwen3", "float32")
+    r = acceptance.accept(loaded, "exact", texts, prefill=PREFILL, decode=DECODE, progress=False)
+    assert r["mean_kl"] == 0.0 and r["top1_agreement_pct"] == 100.0
+    nll = []
+    for text in texts:
+        ids = _ids(loaded, text)
+        with torch.inference_mode():
+            logits = loaded.model(input_ids=ids[None, :-1]).logits[0, PREFILL:]
+        nll.append(torch.nn.functional.cross_entropy(logits, ids[PREFILL + 1:], reduction="none"))
+    plain = math.exp(torch.cat(nll).mean().item())
+    assert r["perplexity"] == pytest.approx(plain, rel=1e-5)
+    assert r["exact_perplexity"] == r["perplexity"]
+    assert [d["id"] for d in r["per_document"]] == ["doc0", "doc1", "doc2"]
+
+
+def test_accept_numbers_are_those_of_the_logits(texts):
+    loaded = load_cached("tiny-llama", "float32")
+    op = "quantize_naive:bits=2"
+    r = acceptance.accept(loaded, op, texts[:2], prefill=PREFILL, decode=DECODE, progress=False)
+    kl, agree, nll = [], [], []
+    for text in texts[:2]:
+        ids = _ids(loaded, text)
+        exact, approx = _exact(loaded, ids), score_fast(loaded, cache.parse_op(op), ids, PREFILL, DECODE)
+        p, q = torch.log_softmax(exact.double(), -1), torch.log_softmax(approx.double(), -1)
+        kl.append((p.exp() * (p - q)).sum(-1))
+        agree.append(exact.argmax(-1) == approx.argmax(-1))
+        nll.append(-q[torch.arange(DECODE), ids[PREFILL + 1:]])
+    assert r["mean_kl"] == pytest.approx(torch.cat(kl).mean().item(), rel=1e-9)
+    assert r["mean_kl"] > 1e-5  # random tiny models predict nearly uniformly: small KLs
+    assert r["top1_agreement_pct"] == pytest.approx(100 * torch.cat(agree).double().mean().item())
+    assert r["perplexity"] == pytest.approx(math.exp(torch.cat(nll).mean().item()), rel=1e-9)
+    assert r["per_document"][1]["mean_kl"] == pytest.approx(kl[1].mean().item(), rel=1e-9)
+    assert r["cache_bytes"] < r["exact_cache_bytes"]
+
+
+def test_cast_to_the_models_own_dtype_is_exact(texts):
+    loaded = load_cached("tiny-gemma3", "float32")
+    r = acceptance.accept(loaded, Cast("float32"), texts[:2], prefill=PREFILL, decode=DECODE, progress=False)
+    assert r["mean_kl"] < 1e-9 and r["top1_agreement_pct"] == 100.0
+    assert r["perplexity"] == pytest.approx(r["exact_perplexity"], rel=1e-6)
+
+
+# --------------------------------------------------------------------------- bad input, before any model loads
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the inputs were checked")
+    monkeypatch.setattr(models, "load", refuse)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(ops=["evict_all"]), "unknown operation 'evict_all'; registered: exact, cast"),
+    (dict(ops=["quantize_naive:bits=3"]), "bits must be one of 2, 4, 8"),
+    (dict(ops=["window:size=8,sinks=8"]), "sinks must be smaller than size=8"),
+    (dict(ops=["chunk_blend:recompute_fraction=2"]), "recompute_fraction must be a number between 0 and 1"),
+    (dict(ops=["chunk_reuse:chunk=20"]), "chunk must be smaller than prefill=20"),
+    (dict(prefill=0), "prefill must be >= 1"),
+    (dict(path="slow"), "path: 'slow' is not allowed"),
+    (dict(dtype="float16"), "dtype: unsupported dtype 'float16'"),
+    (dict(n_docs=5), "n_docs=5 asked for, but only 3 of 3 documents have 33 tokens"),
+    (dict(model="tiny-bert"), "tiny-bert is an encoder model"),
+    (dict(docs=["too short", "also short"]), "shorter than prefill + decode + 1 = 33 tokens: doc0 ("),
+])
+def test_bad_input_is_rejected_before_any_model_loads(kwargs, message, texts, no_model_load):
+    args = dict(model="tiny-llama", ops=["exact"], docs=texts, prefill=PREFILL, decode=DECODE, progress=False)
+    args.update(kwargs)
+    with pytest.raises(ValueError) as err:
+        acceptance.accept_many(**args)
+    assert message in str(err.value)
+
+
+def test_a_window_that_evicts_nothing_warns_but_runs(texts):
+    loaded = load_cached("tiny-llama", "float32")
+    with pytest.warns(UserWarning, match="evicts nothing"):
+        r = acceptance.accept(loaded, "window:size=64,sinks=4", texts[:1], prefill=PREFILL, decode=DECODE,
+                              progress=False)
+    assert r["mean_kl"] < 1e-9 and r["top1_agreement_pct"] == 100.0
+
+
+def test_short_documents_are_named_or_skipped(texts):
+    loaded = load_cached("tiny-llama", "float32")
+    docs = ["A few words only.", *texts[:2]]
+    with pytest.raises(ValueError, match=r"doc0 \(\d+ tokens\)"):
+        acceptance.accept(loaded, "exact", docs, prefill=PREFILL, decode=DECODE, progress=False)
+    r = acceptance.accept(loaded, "exact", docs, prefill=PREFILL, decode=DECODE, skip_short=True, progress=False)
+    assert r["documents"] == ["doc1", "doc2"] and [s["id"] for s in r["skipped_short"]] == ["doc0"]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nope", "unknown operation 'nope'; registered: exact, cast, quantize_naive"),
+    ("window:size=4,sinks=4", "sinks must be smaller than size=4"),
+    ("quantize_kivi:bits=two", "bits='two' is not a valid int"),
+])
+def test_cli_rejects_bad_ops_when_parsing(spec, message, capsys, no_model_load):
+    with pytest.raises(SystemExit) as exit_:
+        acceptance.main(["--model", "tiny-llama", "--op", spec, "--docs", "pydoc"])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_end_to_end_on_a_folder_of_text_files(tmp_path, texts, capsys):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in zip("abc", texts):
+        (folder / f"{name}.txt").write_text(text)
+    out = tmp_path / "results" / "accept.json"
+    ops = ["exact", "quantize_naive:bits=2", "window:size=10,sinks=2"]
+    argv = ["--model", "tiny-llama", "--docs", str(folder), "--prefill", str(PREFILL), "--decode", str(DECODE),
+            "--n-docs", "2", "--out", str(out)]
+    for op in ops:
+        argv += ["--op", op]
+    assert acceptance.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "exact perplexity" in printed and all(op in printed for op in ops[1:])
+    run = json.loads(out.read_text())
+    assert run["documents"] == ["a.txt", "b.txt"] and run["model"]["name"] == "tiny-llama"
+    assert list(run["ops"]) == ["exact", "quantize_naive:bits=2", "window:size=10,sinks=2,reindex=false"]
+    assert run["ops"]["exact"]["mean_kl"] == 0.0 and run["ops"]["exact"]["top1_agreement_pct"] == 100.0
+    assert run["ops"]["quantize_naive:bits=2"]["mean_kl"] > 1e-5
+    library = acceptance.accept(load_cached("tiny-llama", "float32"), "window:size=10,sinks=2",
+                                [f"{t}" for t in texts[:2]], prefill=PREFILL, decode=DECODE, progress=False)
+    assert run["ops"]["window:size=10,sinks=2,reindex=false"]["mean_kl"] == pytest.approx(library["mean_kl"], rel=1e-6)
+    assert "packages" in run and not list(out.parent.glob(".*.tmp"))
+
+
+def test_jsonl_documents(tmp_path, texts):
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(json.dumps({"text": t}) for t in texts[:2]) + "\n")
+    r = acceptance.accept(load_cached("tiny-neox", "float32"), "cast:dtype=bfloat16", str(path),
+                          prefill=PREFILL, decode=DECODE, progress=False)
+    assert r["documents"] == ["docs.jsonl:1", "docs.jsonl:2"] and 0 < r["mean_kl"] < 1e-3
