@@ -12,12 +12,20 @@ from pathlib import Path
 
 from .paths import REPO_ROOT
 
-NOTEBOOKS = {"01": "01_cache_exactness", "02": "02_bert_contrast", "03": "03_sense_probes"}
+NOTEBOOKS = {"01": "01_cache_exactness", "02": "02_bert_contrast", "03": "03_sense_probes",
+             "04": "04_cache_approximations"}
 QUICK = {
     "01_cache_exactness": dict(models="tiny-llama,tiny-gemma3", n_prompts=4, prompt_tokens=16,
                                new_tokens=8, batch_size=4),
     "02_bert_contrast": dict(models="tiny-llama,tiny-gemma3", encoder="tiny-bert"),
     "03_sense_probes": dict(models="tiny-llama,tiny-gemma3", encoder="tiny-bert"),
+    "04_cache_approximations": dict(
+        models="tiny-llama,tiny-gemma3", table2_models="tiny-llama,tiny-gemma3", n_docs=2, prefill=64,
+        decode=32, chunk_decode=16, contexts="32,128", timing_repeats=2,
+        ops=("exact; cast:dtype=bfloat16; quantize_naive:bits=4; quantize_kivi:bits=4,group=16,residual=16; "
+             "window:size=16,sinks=4; window:size=16,sinks=0; window:size=16,sinks=4,reindex=true; "
+             "chunk_reuse:positions=reindexed,chunk=32; chunk_reuse:positions=original,chunk=32; "
+             "chunk_blend:recompute_fraction=0.15,chunk=32; chunk_blend:recompute_fraction=1.0,chunk=32")),
 }
 EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from .cache import Exact, kv_shape
+from .cache import cache_bytes as op_cache_bytes
 from .models import Loaded
 
 KIB, GIB = 1024, 1024 ** 3
@@ -38,10 +40,6 @@ def published_bytes(row: dict, bytes_per_value: int = 2) -> int:
     return kv_bytes_per_token(row["layers"], row["kv_heads"], row["head_dim"], bytes_per_value)
 
 
-def _head_dim(config) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-
-
 def _layer_windows(config) -> list[int | None]:
     """Per layer, the attention window (None: the layer attends to every earlier token)."""
     n = config.num_hidden_layers
@@ -51,23 +49,20 @@ def _layer_windows(config) -> list[int | None]:
 
 
 def cache_bytes(config, seq_len: int, dtype: torch.dtype = torch.float32) -> dict:
-    """Bytes a transformers `DynamicCache` holds after `seq_len` tokens, from the configuration.
+    """Bytes of a model's cache after `seq_len` tokens, from its configuration.
 
     `full_model_formula` is the textbook 2 × layers × kv_heads × head_dim × bytes × tokens.
-    `held` counts what each layer really keeps: every token for a global layer, the last
-    `sliding_window − 1` for a sliding-window layer (transformers drops the oldest token before the
-    next one arrives, so the window is full again during attention).
+    `held` is what a transformers `DynamicCache` really keeps (the exact cache operation's bytes):
+    every token for a global layer, the last `sliding_window − 1` for a sliding-window layer.
     """
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    per_token_layer = 2 * kv_heads * _head_dim(config) * torch.empty((), dtype=dtype).element_size()
-    windows = _layer_windows(config)
-    held_tokens = [seq_len if w is None else min(seq_len, w - 1) for w in windows]
+    kv_heads, head_dim = kv_shape(config)
+    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
     return {
         "seq_len": seq_len,
-        "bytes_per_token": per_token_layer * len(windows),
-        "full_model_formula": per_token_layer * len(windows) * seq_len,
-        "held": per_token_layer * sum(held_tokens),
-        "sliding_layers": sum(w is not None for w in windows),
+        "bytes_per_token": per_token,
+        "full_model_formula": per_token * seq_len,
+        "held": int(op_cache_bytes(config, Exact(), seq_len, dtype)),
+        "sliding_layers": sum(w is not None for w in _layer_windows(config)),
     }
 
 
@@ -100,7 +95,7 @@ def step_flops(loaded: Loaded, context: int, cached: bool) -> float:
     """
     config = loaded.config
     layer_weights, head_weights = _matmul_weights(loaded)
-    attn_width = config.num_attention_heads * _head_dim(config)
+    attn_width = config.num_attention_heads * kv_shape(config)[1]
     windows = _layer_windows(config)
     n = context + 1
     positions = [n] if cached else range(1, n + 1)

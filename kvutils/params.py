@@ -58,8 +58,8 @@ FAMILY_EXAMPLES = {"causal": "gemma3-270m, smollm2-135m or EleutherAI/pythia-160
                    "encoder": "minilm-l6 or bert-base-uncased"}
 
 
-def check_models(name: str, value: str, family: str | None = None,
-                 min_context: int = 0) -> list[model_registry.Resolved]:
+def check_models(name: str, value: str, family: str | None = None, min_context: int = 0,
+                 context_from: str = "prompt_tokens + new_tokens") -> list[model_registry.Resolved]:
     """Resolve every model of a comma-separated string without loading weights."""
     resolved = [model_registry.resolve(m, parameter=name) for m in model_registry.parse_model_list(value, name)]
     for r in resolved:
@@ -68,5 +68,16 @@ def check_models(name: str, value: str, family: str | None = None,
                              f"must be {FAMILY_WORDS[family]}, e.g. {FAMILY_EXAMPLES[family]}")
         if r.context < min_context:
             raise ValueError(f"{name}: {r.name} handles at most {r.context} tokens, but the parameters "
-                             f"need {min_context} (prompt_tokens + new_tokens)")
+                             f"need {min_context} ({context_from})")
     return resolved
+
+
+def check_int_list(name: str, value, low: int) -> list[int]:
+    """A comma-separated string of integers, e.g. contexts="128,2000"."""
+    items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else None
+    if not items or not all(v.isdigit() for v in items):
+        raise ValueError(f"{name} must be integers separated by commas, e.g. \"128,2000\"; got {value!r}")
+    numbers = [int(v) for v in items]
+    if min(numbers) < low:
+        raise ValueError(f"{name}: every value must be >= {low}, got {value!r}")
+    return numbers

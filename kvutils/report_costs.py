@@ -96,8 +96,10 @@ def bytes_table(bytes_rows: list[dict]) -> pd.DataFrame:
             "GiB per 128K tokens (formula)": fmt(r["gib_per_128k"], 4),
             "article": fmt(r["article_kib_per_token"]) + " / " + fmt(r["article_gib_per_128k"], 4)
             if r.get("article_kib_per_token") is not None else "—",
-            "real cache, measured (KiB per token)": fmt(r["measured_kib_per_token"], 5)
-            if r.get("measured_kib_per_token") is not None else "—",
+            "fp32 cache check (KiB per token): formula → held → measured":
+                f"{fmt(r['formula_kib_per_token_fp32'], 4)} → {fmt(r['held_kib_per_token_fp32'], 4)} → "
+                f"{fmt(r['measured_kib_per_token'], 4)} at {r['check_tokens']} tokens"
+                if r.get("measured_kib_per_token") is not None else "—",
         }
     return _table(rows, "configuration")
 
@@ -121,3 +123,151 @@ def plot_bytes(bytes_rows: list[dict]):
                  "(blue: published configurations; orange: this book's models, formula at 16 bits)", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------- Table 2: approximations
+
+
+def article_rows_by_spec() -> dict[str, dict]:
+    """The article's Table 2 rows keyed by our spec of the same operation (ARTICLE_OPS is in the
+    article's order)."""
+    from .cache import ARTICLE_OPS, parse_op
+
+    rows = article()["table2_approximations"]
+    return {parse_op(spec).spec: row for spec, row in zip(ARTICLE_OPS, rows)}
+
+
+def _ops(run: dict | None) -> dict:
+    return run["ops"] if run else {}
+
+
+def _triple(r: dict, exact_ppl: float | None = None) -> str:
+    return f"{fmt(r['mean_kl'], 3)} · {r['top1_agreement_pct']:.2f} · {fmt(r['perplexity'], 4)}"
+
+
+def approximations_table(table2: dict) -> pd.DataFrame:
+    """Table 2: per operation, mean KL vs the exact cache (nats) · top-1 agreement (%) ·
+    perplexity, the article's beside each model's. Chunk rows use the shorter chunk decode."""
+    art = article_rows_by_spec()
+    rows: dict[str, dict[str, str]] = {}
+    for model, runs in table2.items():
+        for kind in ("plain", "chunks"):
+            for spec, r in _ops(runs[kind]).items():
+                row = rows.setdefault(spec, {})
+                if spec in art and "article (Pythia-160M)" not in row:
+                    a = art[spec]
+                    ppl = fmt(a["perplexity"], 6) if a["perplexity"] is not None else "n/a"
+                    row["article (Pythia-160M)"] = f"{fmt(a['kl'], 6)} · {a['top1_pct']} · {ppl}"
+                row[f"{model}"] = _triple(r)
+                row[f"{model}: cache KiB"] = fmt(r["cache_bytes"] / 1024, 5)
+    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
+    table.index.name = "operation (KL nats · top-1 % · perplexity)"
+    return table
+
+
+def plot_approximations(table2: dict):
+    """Chart 5: top-1 agreement with the exact cache per operation and model, the article's value
+    marked for the operations it ran."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    art = article_rows_by_spec()
+    specs = list(dict.fromkeys(s for runs in table2.values() for kind in ("plain", "chunks") for s in _ops(runs[kind])))
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(specs) + 1.8))
+    y = np.arange(len(specs))
+    height = 0.8 / max(len(table2), 1)
+    for i, (model, runs) in enumerate(table2.items()):
+        ops = {**_ops(runs["plain"]), **_ops(runs["chunks"])}
+        ax.barh(y + i * height, [ops[s]["top1_agreement_pct"] if s in ops else np.nan for s in specs], height,
+                label=model)
+    marked = [(k, art[s]["top1_pct"]) for k, s in enumerate(specs) if s in art]
+    if marked:
+        ax.scatter([v for _, v in marked], [k + 0.4 - height / 2 for k, _ in marked], marker="|", s=200,
+                   color="black", zorder=3, label="article (Pythia-160M)")
+    ax.set_yticks(y + 0.4 - height / 2, specs, fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 101)
+    ax.set_xlabel("top-1 agreement with the exact cache (%)")
+    ax.set_ylabel("cache operation")
+    ax.set_title(f"What each cache approximation costs: next-token agreement — models: {', '.join(table2)}",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def blend_sweep(table2: dict) -> dict[str, list[tuple[float, float, float]]]:
+    """Per model, (recompute fraction, mean KL, top-1 %) from the reused chunk at corrected
+    positions (fraction 0) through every chunk_blend setting."""
+    out = {}
+    for model, runs in table2.items():
+        points = []
+        for spec, r in _ops(runs["chunks"]).items():
+            if r["name"] == "chunk_reuse" and "positions=reindexed" in spec:
+                points.append((0.0, r["mean_kl"], r["top1_agreement_pct"]))
+            elif r["name"] == "chunk_blend":
+                fraction = float(spec.split("recompute_fraction=")[1].split(",")[0])
+                points.append((fraction, r["mean_kl"], r["top1_agreement_pct"]))
+        if points:
+            out[model] = sorted(points)
+    return out
+
+
+def plot_blend_sweep(table2: dict):
+    """Selective recompute of a reused chunk: how quality returns with the recomputed fraction."""
+    import matplotlib.pyplot as plt
+
+    sweep = blend_sweep(table2)
+    fig, (ax_kl, ax_top) = plt.subplots(1, 2, figsize=(10, 4))
+    for model, points in sweep.items():
+        fractions, kls, tops = zip(*points)
+        ax_kl.plot(fractions, [max(k, 1e-6) for k in kls], marker="o", label=model)
+        ax_top.plot(fractions, tops, marker="o", label=model)
+    ax_kl.set_yscale("log")
+    ax_kl.set_ylabel("mean KL vs the exact cache (nats, log; 1e-6 = exact)")
+    ax_top.set_ylabel("top-1 agreement (%)")
+    for ax in (ax_kl, ax_top):
+        ax.set_xlabel("fraction of the chunk's tokens recomputed in context")
+        ax.grid(alpha=0.3)
+    ax_top.legend(fontsize=8)
+    fig.suptitle(f"CacheBlend-style selective recompute of a reused chunk — models: {', '.join(sweep)}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def chapter4_glue(numbers: dict) -> dict[str, str]:
+    out = {"bandwidth": fmt(numbers["bandwidth_gb_s"], 3)}
+    out["decode"] = "; ".join(
+        f"{m}: " + ", ".join(f"{fmt(s['cached_ms'], 3)} ms with and {fmt(s['uncached_ms'], 4)} ms without the cache at "
+                             f"{s['context']} tokens ({fmt(s['speedup'], 3)}×; analytical {fmt(s['analytical_ratio'], 4)}×; "
+                             f"bandwidth bound {fmt(s['bound_ms'], 3)} ms)" for s in r["steps"])
+        for m, r in numbers["decode"].items())
+    ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
+    out["bytes"] = "; ".join(
+        f"{r['model']}: {fmt(r['kib_per_token'], 4)} KiB per token at 16 bits, {fmt(r['gib_per_128k'], 3)} GiB per 128K tokens"
+        for r in ours)
+    out["bytes_check"] = "; ".join(
+        f"{r['model']}: formula {fmt(r['formula_kib_per_token_fp32'], 4)} KiB/token, held by the cache "
+        f"{fmt(r['held_kib_per_token_fp32'], 4)}, measured {fmt(r['measured_kib_per_token'], 4)} "
+        f"(fp32, {r['check_tokens']} tokens)" for r in ours)
+    headline = (("bf16", "cast:dtype=bfloat16"), ("naive int8", "quantize_naive:bits=8"),
+                ("naive int4", "quantize_naive:bits=4"), ("KIVI int4", "quantize_kivi:bits=4,group=32,residual=128"),
+                ("a 128-token window with 4 sinks", "window:size=128,sinks=4,reindex=false"),
+                ("the same window without sinks", "window:size=128,sinks=0,reindex=false"),
+                ("a chunk reused at corrected positions", "chunk_reuse:positions=reindexed,chunk=128"),
+                ("the chunk at stale positions", "chunk_reuse:positions=original,chunk=128"))
+    parts = []
+    for model, runs in numbers["table2"].items():
+        ops = {**_ops(runs["plain"]), **_ops(runs["chunks"])}
+        tops = [f"{label} {ops[spec]['top1_agreement_pct']:.2f}%" for label, spec in headline if spec in ops]
+        ppl = f"exact perplexity {fmt(runs['plain']['exact_perplexity'], 4)}; " if runs["plain"] else ""
+        parts.append(f"{model}: {ppl}top-1 agreement " + (", ".join(tops) or "for the operations in the table"))
+    out["table2"] = "; ".join(parts) or "not run"
+    first = next(iter(numbers["table2"].values()), None)
+    if first and first["plain"]:
+        out["setup"] = (f"{len(first['plain']['documents'])} documents, {first['plain']['prefill']}-token prefill and "
+                        f"{first['plain']['decode']} teacher-forced tokens"
+                        + (f" ({first['chunks']['decode']} for the chunk rows)" if first["chunks"] else ""))
+    else:
+        out["setup"] = "not run"
+    return out

@@ -65,8 +65,18 @@ def test_chapter3_page(built):
     assert "widget-view" not in page and "html-manager" not in page and "require.min.js" not in page
 
 
+def test_chapter4_page(built):
+    _, html = built
+    page = _page(html, "04_cache_approximations")
+    text = _text(page)
+    assert "tiny-llama: " in text and " ms with and " in text and "without the cache at 128 tokens" in text
+    assert "68.625 / 8.578" in text  # the article's DeepSeek-V3 row, recomputed by the formula
+    assert "0.064307 · 86.3 · 17.8661" in text  # the article's bf16 row beside ours
+    assert page.count('<img alt="../../_images/') == 4
+
+
 def test_every_page_is_in_the_navigation(built):
     _, html = built
     intro = (html / "book" / "intro.html").read_text()
-    for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes"):
+    for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "04_cache_approximations"):
         assert f"chapters/{name}.html" in intro

@@ -1,0 +1,146 @@
+"""Chapter 4: what the exact cache buys (decode-step time, E4), what it costs in memory (bytes per
+token, Table 1), and what each approximation costs in quality (Table 2, by `kvutils.accept`).
+
+`plan()` checks every parameter, parses every cache operation and tokenises every document before
+any model loads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import accept, costs, data, params
+from .cache import ARTICLE_OPS, EXTRA_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
+from .models import load, load_tokenizer
+from .report import article
+
+DEFAULT_OPS = "default"  # the article's twelve rows and this book's additions (cache.ARTICLE_OPS + EXTRA_OPS)
+CHUNK_OPS = (ChunkReuse, ChunkBlend)
+
+
+@dataclass
+class Plan:
+    models: list[str]  # E4 and Table 1
+    table2_models: list[str]  # Table 2 (a subset of models)
+    ops: list[CacheOp]  # scored at prefill + decode
+    chunk_ops: list[CacheOp]  # scored at prefill + chunk_decode (the article's 128 + 128 + 64)
+    docs: dict[str, list]  # per model: [(Document, ids)] long enough for prefill + decode + 1
+    timing_ids: dict[str, torch.Tensor]  # per model, (1, max context) ids of one real document
+    contexts: list[int]
+    prefill: int
+    decode: int
+    chunk_decode: int
+    timing_repeats: int
+    device: str
+
+
+def parse_op_list(value: str, parameter: str = "ops") -> list[CacheOp]:
+    """`"default"`, or operation specs separated by semicolons (a spec's own settings use commas:
+    "window:size=128,sinks=4; quantize_kivi:bits=4")."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f'{parameter}: give "default" or cache-operation specs separated by ";"')
+    specs = ARTICLE_OPS + EXTRA_OPS if value.strip() == DEFAULT_OPS else [s for s in value.split(";") if s.strip()]
+    try:
+        return parse_ops(specs)
+    except ValueError as err:
+        raise ValueError(f"{parameter}: {err}") from None
+
+
+def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int, prefill: int, decode: int,
+         chunk_decode: int, contexts: str, timing_repeats: int, device: str, **_ignored) -> Plan:
+    params.check_device(device)
+    for name, value in (("n_docs", n_docs), ("prefill", prefill), ("decode", decode),
+                        ("chunk_decode", chunk_decode), ("timing_repeats", timing_repeats)):
+        params.check_int(name, value, 1)
+    context_list = params.check_int_list("contexts", contexts, 1)
+    operations = parse_op_list(ops)
+    plain = [op for op in operations if not isinstance(op, CHUNK_OPS)]
+    chunked = [op for op in operations if isinstance(op, CHUNK_OPS)]
+    for op in plain:
+        op.check_lengths(prefill, decode)
+    for op in chunked:
+        op.check_lengths(prefill, chunk_decode)
+    need = max(prefill + max(decode, chunk_decode) + 1, max(context_list) + 1)
+    resolved = params.check_models("models", models, family="causal", min_context=need,
+                                   context_from="prefill + decode + 1, and the longest timed context + 1")
+    names = [r.name for r in resolved]
+    table2 = [r.name for r in params.check_models("table2_models", table2_models, family="causal")]
+    outside = [m for m in table2 if m not in names]
+    if outside:
+        raise ValueError(f"table2_models: {outside} not in models ({', '.join(names)}); Table 2 runs on a subset of them")
+    corpus_docs = data.load_corpus(corpus)
+    docs, timing = {}, {}
+    for name in names:
+        tokenizer = load_tokenizer(name)
+        if name in table2:
+            docs[name], _ = accept.tokenize_documents(tokenizer, corpus_docs, prefill + decode + 1, n_docs,
+                                                      parameter="corpus")
+        longest = max(corpus_docs, key=lambda d: len(d.text))
+        ids = tokenizer(longest.text, add_special_tokens=True).input_ids
+        if len(ids) < max(context_list):
+            raise ValueError(f"contexts: the longest document of {corpus!r} ({longest.id}) has {len(ids)} "
+                             f"tokens for {name}, fewer than {max(context_list)}")
+        timing[name] = torch.tensor([ids[:max(context_list)]])
+    return Plan(names, table2, plain, chunked, docs, timing, context_list, prefill, decode, chunk_decode,
+                timing_repeats, device)
+
+
+def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list[dict]:
+    """Table 1: the article's six configurations, then ours (formula at 16 bits, as the article's,
+    and a real fp32 cache of `check_tokens` tokens against the formula)."""
+    rows = []
+    for r in article()["table1_bytes_per_token"]:
+        per_token = costs.published_bytes(r)
+        rows.append({**{k: r.get(k) for k in ("model", "attention", "layers", "kv_heads", "head_dim")},
+                     "source": "published", "kib_per_token": per_token / costs.KIB,
+                     "gib_per_128k": per_token * costs.SEQUENCE_128K / costs.GIB,
+                     "article_kib_per_token": r["kib_per_token"], "article_gib_per_128k": r["gib_per_128k"]})
+    for name, config in loaded_configs.items():
+        kv_heads, head_dim = costs.kv_shape(config)
+        per_token = costs.kv_bytes_per_token(config.num_hidden_layers, kv_heads, head_dim, 2)
+        fp32 = costs.cache_bytes(config, check_tokens, torch.float32)
+        attention = "GQA" if kv_heads < config.num_attention_heads else "MHA"
+        if fp32["sliding_layers"]:
+            attention += f", {fp32['sliding_layers']} of {config.num_hidden_layers} layers windowed"
+        rows.append({"model": f"{name} (this book)", "attention": attention, "layers": config.num_hidden_layers,
+                     "kv_heads": kv_heads, "head_dim": head_dim, "source": "ours",
+                     "kib_per_token": per_token / costs.KIB,
+                     "gib_per_128k": per_token * costs.SEQUENCE_128K / costs.GIB,
+                     "check_tokens": check_tokens,
+                     "formula_kib_per_token_fp32": fp32["full_model_formula"] / check_tokens / costs.KIB,
+                     "held_kib_per_token_fp32": fp32["held"] / check_tokens / costs.KIB,
+                     "measured_kib_per_token": measured[name] / check_tokens / costs.KIB})
+    return rows
+
+
+def run(p: Plan) -> tuple[dict, list[dict]]:
+    """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "bytes": [...], "table2": {model: {"plain":
+    accept run, "chunks": accept run}}}."""
+    bandwidth = costs.memory_bandwidth()
+    numbers = {"bandwidth_gb_s": bandwidth / 1e9, "decode": {}, "table2": {}}
+    described, configs, measured = [], {}, {}
+    check_tokens = max(p.contexts)
+    for name in p.models:
+        loaded = load(name, "float32", device=p.device)
+        described.append(loaded.describe())
+        steps = []
+        for context in p.contexts:
+            t = costs.decode_step_times(loaded, p.timing_ids[name][:, :context], p.timing_repeats)
+            steps.append({"context": context, "cached_ms": t.cached_ms, "uncached_ms": t.uncached_ms,
+                          "speedup": t.speedup,
+                          "analytical_ratio": costs.step_flops(loaded, context, False) / costs.step_flops(loaded, context, True),
+                          "bound_ms": costs.bandwidth_bound_ms(loaded, context, bandwidth)})
+        numbers["decode"][name] = {"steps": steps}
+        configs[name] = loaded.config
+        measured[name] = costs.real_cache_bytes(loaded, p.timing_ids[name][:, :check_tokens])
+        if name in p.table2_models:
+            texts = [doc for doc, _ in p.docs[name]]
+            numbers["table2"][name] = {
+                "plain": accept.accept_many(loaded, p.ops, texts, p.prefill, p.decode) if p.ops else None,
+                "chunks": accept.accept_many(loaded, p.chunk_ops, texts, p.prefill, p.chunk_decode)
+                if p.chunk_ops else None,
+            }
+        del loaded
+    numbers["bytes"] = _bytes_rows(configs, check_tokens, measured)
+    return numbers, described
