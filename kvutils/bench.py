@@ -6,6 +6,8 @@ Prints and writes results/bench.json:
 - first load (GGUF -> safetensors conversion, in a fresh cache folder) vs a load from the cache;
 - kvutils' cached greedy decoding vs transformers' own cached `generate`, per token;
 - chapter 1's no-cache side: one full forward vs regenerating from scratch at every step;
+- chapter 4's teacher-forced scoring: the fast path vs the step-by-step reference path;
+- one decode step with vs without the cache at 2,000 tokens of context;
 - the wall time of every chapter, from its results file, where one exists.
 """
 from __future__ import annotations
@@ -77,6 +79,39 @@ def bench_recompute(loaded: models.Loaded, prompt_tokens: int, new_tokens: int, 
     return {"one_pass_s": one_pass, "per_step_s": per_step, "speedup": per_step / one_pass}
 
 
+def bench_teacher(loaded: models.Loaded, prefill: int, decode: int, op: str = "quantize_naive:bits=4") -> dict:
+    """Chapter 4's scoring of one cache operation on one real document: the fast path (one forward
+    with a 4-D mask) against the step-by-step reference path, and how far apart their logits are."""
+    from . import data
+    from .accept import tokenize_documents
+    from .cache import parse_op
+    from .teacher import kv_forward, score_fast, score_step
+
+    used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, 1)
+    doc, ids = used[0]
+    cache_op = parse_op(op)
+    exact_kv = kv_forward(loaded, ids[None, :prefill])
+    start = time.perf_counter()
+    fast = score_fast(loaded, cache_op, ids, prefill, decode, exact_kv)
+    fast_s = time.perf_counter() - start
+    start = time.perf_counter()
+    step = score_step(loaded, cache_op, ids, prefill, decode, exact_kv)
+    step_s = time.perf_counter() - start
+    return {"op": cache_op.spec, "document": doc.id, "prefill": prefill, "decode": decode, "fast_s": fast_s,
+            "step_s": step_s, "speedup": step_s / fast_s, "max_logit_diff": (fast - step).abs().max().item()}
+
+
+def bench_step_at(loaded: models.Loaded, context: int, repeats: int) -> dict:
+    """One decode step with and without the cache at a long context (chapter 4's E4)."""
+    from . import data
+    from .costs import decode_step_times
+
+    longest = max(data.load_corpus(), key=lambda d: len(d.text))
+    ids = loaded.tokenizer(longest.text, return_tensors="pt").input_ids[:, :context]
+    t = decode_step_times(loaded, ids, repeats)
+    return {"context": ids.shape[-1], "cached_ms": t.cached_ms, "uncached_ms": t.uncached_ms, "speedup": t.speedup}
+
+
 def chapter_times(results_dir: str | Path) -> dict:
     out = {}
     for name in NOTEBOOKS.values():
@@ -98,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     loaded = models.load(args.model)
     report["decode"] = bench_decode(loaded, 32, 64, args.repeats)
     report["recompute"] = bench_recompute(loaded, 32, 64, args.repeats)
+    report["teacher"] = bench_teacher(loaded, 256, 64)
+    report["step_2000"] = bench_step_at(loaded, 2000, args.repeats)
     report["chapter_wall_time_s"] = chapter_times(args.results_dir)
     report["machine"] = results.machine()
     results.write_json_atomic(Path(args.results_dir) / "bench.json", report)
@@ -109,6 +146,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{d['generate_ms_per_token']:.1f} ms/token -> ratio {d['ratio_kvutils_over_generate']:.3f} (target <= 1.05)")
     print(f"no-cache side of chapter 1: per-step {r['per_step_s']:.2f} s vs one pass {r['one_pass_s']:.3f} s "
           f"-> {r['speedup']:.1f}x")
+    t, s2k = report["teacher"], report["step_2000"]
+    print(f"teacher-forced scoring ({t['op']}, {t['prefill']}+{t['decode']} tokens): fast {t['fast_s']:.2f} s vs "
+          f"step-by-step {t['step_s']:.2f} s -> {t['speedup']:.1f}x (target >= 10x); max logit diff {t['max_logit_diff']:.2e}")
+    print(f"decode step at {s2k['context']} tokens: cached {s2k['cached_ms']:.1f} ms vs recompute "
+          f"{s2k['uncached_ms']:.0f} ms -> {s2k['speedup']:.1f}x")
     times = report["chapter_wall_time_s"]
     for chapter, seconds in times.items():
         print(f"chapter {chapter}: {seconds:.0f} s (from its last results file)")
