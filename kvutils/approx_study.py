@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import accept, costs, data, params
+from . import costs, data, params
+from .accept import accept_many, tokenize_documents
 from .cache import ARTICLE_OPS, EXTRA_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
 from .models import load, load_tokenizer
 from .report import article
@@ -26,6 +27,7 @@ class Plan:
     ops: list[CacheOp]  # scored at prefill + decode
     chunk_ops: list[CacheOp]  # scored at prefill + chunk_decode (the article's 128 + 128 + 64)
     docs: dict[str, list]  # per model: [(Document, ids)] long enough for prefill + decode + 1
+    skipped: dict[str, list]  # per model: [(document id, tokens)] left out as too short
     timing_ids: dict[str, torch.Tensor]  # per model, (1, max context) ids of one real document
     contexts: list[int]
     prefill: int
@@ -48,8 +50,11 @@ def parse_op_list(value: str, parameter: str = "ops") -> list[CacheOp]:
 
 
 def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int, prefill: int, decode: int,
-         chunk_decode: int, contexts: str, timing_repeats: int, device: str, **_ignored) -> Plan:
+         chunk_decode: int, contexts: str, timing_repeats: int, device: str, skip_short: bool = True,
+         **_ignored) -> Plan:
     params.check_device(device)
+    if not isinstance(skip_short, bool):
+        raise ValueError(f"skip_short must be True or False, got {skip_short!r}")
     for name, value in (("n_docs", n_docs), ("prefill", prefill), ("decode", decode),
                         ("chunk_decode", chunk_decode), ("timing_repeats", timing_repeats)):
         params.check_int(name, value, 1)
@@ -70,20 +75,20 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
     if outside:
         raise ValueError(f"table2_models: {outside} not in models ({', '.join(names)}); Table 2 runs on a subset of them")
     corpus_docs = data.load_corpus(corpus)
-    docs, timing = {}, {}
+    docs, skipped, timing = {}, {}, {}
     for name in names:
         tokenizer = load_tokenizer(name)
         if name in table2:
-            docs[name], _ = accept.tokenize_documents(tokenizer, corpus_docs, prefill + decode + 1, n_docs,
-                                                      parameter="corpus")
+            docs[name], skipped[name] = tokenize_documents(
+                tokenizer, corpus_docs, prefill + decode + 1, n_docs, skip_short=skip_short, parameter="corpus")
         longest = max(corpus_docs, key=lambda d: len(d.text))
         ids = tokenizer(longest.text, add_special_tokens=True).input_ids
         if len(ids) < max(context_list):
             raise ValueError(f"contexts: the longest document of {corpus!r} ({longest.id}) has {len(ids)} "
                              f"tokens for {name}, fewer than {max(context_list)}")
         timing[name] = torch.tensor([ids[:max(context_list)]])
-    return Plan(names, table2, plain, chunked, docs, timing, context_list, prefill, decode, chunk_decode,
-                timing_repeats, device)
+    return Plan(names, table2, plain, chunked, docs, skipped, timing, context_list, prefill, decode,
+                chunk_decode, timing_repeats, device)
 
 
 def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list[dict]:
@@ -137,8 +142,9 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
         if name in p.table2_models:
             texts = [doc for doc, _ in p.docs[name]]
             numbers["table2"][name] = {
-                "plain": accept.accept_many(loaded, p.ops, texts, p.prefill, p.decode) if p.ops else None,
-                "chunks": accept.accept_many(loaded, p.chunk_ops, texts, p.prefill, p.chunk_decode)
+                "skipped_short": [{"id": i, "tokens": n} for i, n in p.skipped[name]],
+                "plain": accept_many(loaded, p.ops, texts, p.prefill, p.decode) if p.ops else None,
+                "chunks": accept_many(loaded, p.chunk_ops, texts, p.prefill, p.chunk_decode)
                 if p.chunk_ops else None,
             }
         del loaded

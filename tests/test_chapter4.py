@@ -28,6 +28,8 @@ def no_model_loads(monkeypatch):
     (dict(contexts="128,lots"), r"contexts must be integers separated by commas"),
     (dict(models="minilm-l6"), r"models: minilm-l6 is a bidirectional encoder"),
     (dict(n_docs=0), r"n_docs must be >= 1"),
+    (dict(skip_short=False, prefill=400, decode=100, n_docs=16), r"corpus: documents shorter than prefill \+ decode \+ 1 = 501 tokens: pydoc:"),
+    (dict(skip_short="yes"), r"skip_short must be True or False"),
 ])
 def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads):
     with pytest.raises(ValueError, match=message):
