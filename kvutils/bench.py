@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -23,16 +22,8 @@ import torch
 
 from . import models, results
 from .chapters import NOTEBOOKS
+from .costs import median_seconds
 from .engines import greedy, recompute_logits
-
-
-def _median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def bench_load(name: str) -> dict:
@@ -59,8 +50,8 @@ def bench_load(name: str) -> dict:
 def bench_decode(loaded: models.Loaded, prompt_tokens: int, new_tokens: int, repeats: int) -> dict:
     """Per-token time of kvutils.greedy(use_cache=True) vs transformers' generate on one prompt."""
     ids = torch.arange(1000, 1000 + prompt_tokens)[None]
-    ours = _median_time(lambda: greedy(loaded, ids, new_tokens, use_cache=True), repeats)
-    theirs = _median_time(lambda: loaded.model.generate(
+    ours = median_seconds(lambda: greedy(loaded, ids, new_tokens, use_cache=True), repeats)
+    theirs = median_seconds(lambda: loaded.model.generate(
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
         do_sample=False, use_cache=True, pad_token_id=0), repeats)
     return {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
@@ -74,8 +65,8 @@ def bench_recompute(loaded: models.Loaded, prompt_tokens: int, new_tokens: int, 
     ids = torch.arange(1000, 1000 + prompt_tokens)[None]
     tokens, _ = greedy(loaded, ids, new_tokens, use_cache=True)
     sequence = torch.cat([ids, tokens], -1)
-    one_pass = _median_time(lambda: recompute_logits(loaded, sequence, prompt_tokens), repeats)
-    per_step = _median_time(lambda: greedy(loaded, ids, new_tokens, use_cache=False), max(1, repeats // 2))
+    one_pass = median_seconds(lambda: recompute_logits(loaded, sequence, prompt_tokens), repeats)
+    per_step = median_seconds(lambda: greedy(loaded, ids, new_tokens, use_cache=False), max(1, repeats // 2))
     return {"one_pass_s": one_pass, "per_step_s": per_step, "speedup": per_step / one_pass}
 
 

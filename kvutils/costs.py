@@ -107,7 +107,7 @@ def step_flops(loaded: Loaded, context: int, cached: bool) -> float:
 # --------------------------------------------------------------------------- time
 
 
-def _median_seconds(fn, repeats: int) -> float:
+def median_seconds(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -149,7 +149,7 @@ def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> St
         start = time.perf_counter()
         cached_step(cache)
         times.append(time.perf_counter() - start)
-    uncached = _median_seconds(lambda: model(input_ids=full, use_cache=False, logits_to_keep=1), repeats)
+    uncached = median_seconds(lambda: model(input_ids=full, use_cache=False, logits_to_keep=1), repeats)
     return StepTimes(context, 1e3 * statistics.median(times), 1e3 * uncached)
 
 
