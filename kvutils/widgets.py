@@ -103,7 +103,12 @@ def _tick_labels(tokens: list[str], span: tuple[int, int], limit: int = 40) -> t
     else:
         step = max(len(tokens) // 20, 1)
         ticks = sorted({0, span[0], max(span[1] - 1, 0), len(tokens) - 1, *range(0, len(tokens), step)})
-    return ticks, [tokens[i].replace("Ġ", "␣").replace("▁", "␣") for i in ticks]
+    return ticks, [_readable(tokens[i]) for i in ticks]
+
+
+def _readable(token: str) -> str:
+    """A token as it reads, with the tokenizers' space markers (GPT-2's Ġ, SentencePiece's ▁) as ␣."""
+    return token.replace("Ġ", "␣").replace("▁", "␣")
 
 
 def draw(view: View, titles: tuple[str, str] = ("context A", "context B")):
@@ -118,7 +123,7 @@ def draw(view: View, titles: tuple[str, str] = ("context A", "context B")):
         heat, bars = axes[0, col], axes[1, col]
         sns.heatmap(cv.window.numpy(), ax=heat, cmap="viridis", vmin=0, cbar=col == 1,
                     cbar_kws={"label": "attention weight"} if col == 1 else None,
-                    yticklabels=[cv.tokens[i] for i in range(cv.window_start, cv.query + 1)])
+                    yticklabels=[_readable(cv.tokens[i]) for i in range(cv.window_start, cv.query + 1)])
         heat.set_xticks([t + 0.5 for t in ticks], labels, rotation=90, fontsize=7)
         heat.tick_params(axis="y", labelsize=7, rotation=0)
         heat.set_xlabel("key token (context position)")
@@ -133,7 +138,7 @@ def draw(view: View, titles: tuple[str, str] = ("context A", "context B")):
         bars.set_ylim(0, max(float(cv.row.max()) * 1.15, 0.05))
         bars.set_xlabel("key token (orange: where the texts differ; red: first token, the sink)")
         bars.set_ylabel("attention weight")
-        bars.set_title(f"query {cv.tokens[cv.query]!r} (token {cv.query}): "
+        bars.set_title(f"query {_readable(cv.tokens[cv.query])!r} (token {cv.query}): "
                        f"{float(cv.row[cv.span[0]:cv.span[1]].sum()):.3f} on the differing span, "
                        f"{float(cv.row[0]):.3f} on the first token", fontsize=9)
     fig.suptitle(f"Attention of one query token — {view.model}, layer {view.layer + 1}, {head}", fontsize=11)
