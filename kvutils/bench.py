@@ -8,6 +8,7 @@ Prints and writes results/bench.json:
 - chapter 1's no-cache side: one full forward vs regenerating from scratch at every step;
 - chapter 4's teacher-forced scoring: the fast path vs the step-by-step reference path;
 - one decode step with vs without the cache at 2,000 tokens of context;
+- chapter 5's switch to a LoRA tail: tail patch vs full recompute of the prefix, per k;
 - the wall time of every chapter, from its results file, where one exists.
 """
 from __future__ import annotations
@@ -126,6 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     report["recompute"] = bench_recompute(loaded, 32, 64, args.repeats)
     report["teacher"] = bench_teacher(loaded, 256, 64)
     report["step_2000"] = bench_step_at(loaded, 2000, args.repeats)
+    del loaded
+    from .switch import bench as switch_bench
+
+    report["switch"] = switch_bench(args.model, "1,2,4,L", 256, args.repeats)
     report["chapter_wall_time_s"] = chapter_times(args.results_dir)
     report["machine"] = results.machine()
     results.write_json_atomic(Path(args.results_dir) / "bench.json", report)
@@ -142,6 +147,10 @@ def main(argv: list[str] | None = None) -> None:
           f"step-by-step {t['step_s']:.2f} s -> {t['speedup']:.1f}x (target >= 10x); max logit diff {t['max_logit_diff']:.2e}")
     print(f"decode step at {s2k['context']} tokens: cached {s2k['cached_ms']:.1f} ms vs recompute "
           f"{s2k['uncached_ms']:.0f} ms -> {s2k['speedup']:.1f}x")
+    for k, row in report["switch"].items():
+        print(f"LoRA-tail switch, k={k}: tail patch {row['tail_patch_ms']:.0f} ms vs full recompute "
+              f"{row['recompute_ms']:.0f} ms -> {row['time_fraction']:.3f} of it (k/L = {row['k_over_L']:.3f}, "
+              f"FLOPs {row['flops_fraction']:.3f})")
     times = report["chapter_wall_time_s"]
     for chapter, seconds in times.items():
         print(f"chapter {chapter}: {seconds:.0f} s (from its last results file)")

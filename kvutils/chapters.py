@@ -13,7 +13,7 @@ from pathlib import Path
 from .paths import REPO_ROOT
 
 NOTEBOOKS = {"01": "01_cache_exactness", "02": "02_bert_contrast", "03": "03_sense_probes",
-             "04": "04_cache_approximations"}
+             "04": "04_cache_approximations", "05": "05_qwen3_switch"}
 QUICK = {
     "01_cache_exactness": dict(models="tiny-llama,tiny-gemma3", n_prompts=4, prompt_tokens=16,
                                new_tokens=8, batch_size=4),
@@ -26,6 +26,9 @@ QUICK = {
              "window:size=16,sinks=4; window:size=16,sinks=0; window:size=16,sinks=4,reindex=true; "
              "chunk_reuse:positions=reindexed,chunk=32; chunk_reuse:positions=original,chunk=32; "
              "chunk_blend:recompute_fraction=0.15,chunk=32; chunk_blend:recompute_fraction=1.0,chunk=32")),
+    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", activated_k=2, patch_k=2, rank=4, alpha=8,
+                            steps=3, batch_size=8, train_words="bank,bat,pitcher", heldout_words="key,cell",
+                            patch_layer_groups=2, bench_tokens=32, timing_repeats=1),
 }
 EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
 

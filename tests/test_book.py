@@ -75,8 +75,18 @@ def test_chapter4_page(built):
     assert page.count('<img alt="../../_images/') == 4
 
 
+def test_chapter5_page(built):
+    _, html = built
+    page = _page(html, "05_qwen3_switch")
+    text = _text(page)
+    assert "tiny-qwen3: largest |logit difference| of the tail patch 0 (k = 1)" in text
+    assert "0.0423106 / 91.11" in text
+    assert page.count('<img alt="../../_images/') == 4
+
+
 def test_every_page_is_in_the_navigation(built):
     _, html = built
     intro = (html / "book" / "intro.html").read_text()
-    for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "04_cache_approximations"):
+    for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "04_cache_approximations",
+                 "05_qwen3_switch"):
         assert f"chapters/{name}.html" in intro

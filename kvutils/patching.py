@@ -1,0 +1,257 @@
+"""Cache patching: overwrite cached K/V at chosen positions × layers (from another run, or with
+anything a setter computes), run the model on, and measure what changes.
+
+The shape follows TransformerLens' activation patching: one generic function (`patch_cache`)
+that visits the chosen slices of a transformers `Cache`, and small *setters* that say what each
+slice becomes (`copy_source`, `zero`). `patched(...)` is the context-manager form: the cache is
+restored in `finally`, so a failed forward inside the block never leaves a patched cache behind.
+`patch_grid` evaluates many single patches at once, one per batch row of an expanded cache, beside
+an unpatched row of the same batch; `answer_map` builds chapter 5's positions × layers map on it.
+
+Positions are absolute token positions. A sliding-window layer may hold only its most recent
+entries; patching a position it no longer holds is an error, not a silent no-op.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+PARTS = ("keys", "values")
+
+# A setter gets the current slice and the source's slice (None without a source), both
+# (rows, kv_heads, positions, head_dim), and returns the new slice.
+Setter = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+def copy_source(current: torch.Tensor, source: torch.Tensor | None) -> torch.Tensor:
+    """The source run's entries (activation patching)."""
+    if source is None:
+        raise ValueError("copy_source needs a source cache")
+    return source.expand_as(current)
+
+
+def zero(current: torch.Tensor, source: torch.Tensor | None) -> torch.Tensor:
+    """Zeros (ablation)."""
+    return torch.zeros_like(current)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Which slices to overwrite: absolute positions × layers, optionally only some batch rows."""
+
+    layers: tuple[int, ...]
+    positions: tuple[int, ...]
+    rows: tuple[int, ...] | None = None  # batch rows of the target (None: every row)
+    parts: tuple[str, ...] = PARTS
+
+    def __post_init__(self):
+        if not self.layers or not self.positions:
+            raise ValueError("a Patch needs at least one layer and one position")
+        bad = [p for p in self.parts if p not in PARTS]
+        if bad or not self.parts:
+            raise ValueError(f"Patch.parts: {bad or 'nothing'} not allowed; choose from {PARTS}")
+
+
+def _slots(layer, seq_len: int, positions: Sequence[int], layer_idx: int) -> torch.Tensor:
+    """Indices into a layer's held entries for absolute positions (sliding layers hold the last ones)."""
+    held = layer.keys.shape[-2]
+    first = seq_len - held
+    slots = [p - first for p in positions]
+    if any(s < 0 or s >= held for s in slots):
+        raise ValueError(f"layer {layer_idx} holds positions {first}..{seq_len - 1}; cannot patch {list(positions)}")
+    return torch.tensor(slots, device=layer.keys.device)
+
+
+def _source_slice(source, layer_idx: int, part: str, positions: Sequence[int], rows) -> torch.Tensor:
+    layer = source.layers[layer_idx]
+    seq_len = source.get_seq_length()
+    tensor = getattr(layer, part)[:, :, _slots(layer, seq_len, positions, layer_idx)]
+    if rows is not None and tensor.shape[0] > 1:
+        tensor = tensor[list(rows)]
+    return tensor
+
+
+def patch_cache(cache, patches: Sequence[Patch], source=None, setter: Setter = copy_source,
+                saved: list | None = None) -> list:
+    """Apply `patches` to `cache` in place and return what undoes them (see `restore`).
+
+    For every patch, layer and part, the slice [rows, :, positions, :] becomes
+    setter(current slice, source slice). The source is a cache of the same model whose batch is 1 or
+    the target's; its entries are read at the same absolute positions. Every slice is saved before
+    it is written, into `saved` if given, so a failure half-way can still be undone.
+    """
+    saved = [] if saved is None else saved
+    seq_len = cache.get_seq_length()
+    for patch in patches:
+        for layer_idx in patch.layers:
+            layer = cache.layers[layer_idx]
+            slots = _slots(layer, seq_len, patch.positions, layer_idx)
+            rows = torch.arange(layer.keys.shape[0]) if patch.rows is None else torch.tensor(patch.rows)
+            index = (rows[:, None], slice(None), slots[None, :])  # (rows, heads, positions, dim)
+            for part in patch.parts:
+                tensor = getattr(layer, part)  # (batch, kv_heads, seq, head_dim)
+                current = tensor[:, :, slots][rows]
+                src = None if source is None else _source_slice(source, layer_idx, part, patch.positions, patch.rows)
+                new = setter(current, src)
+                saved.append((tensor, index, current.clone()))
+                tensor[index] = _assign(tensor, new)
+    return saved
+
+
+def _assign(tensor: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """`new` (rows, kv_heads, positions, head_dim) as the value of `tensor[rows[:, None], :,
+    slots[None, :]] = ...`: the advanced indices on dims 0 and 2 come first in that view, which is
+    (rows, positions, kv_heads, head_dim)."""
+    return new.permute(0, 2, 1, 3).to(tensor.dtype)
+
+
+def restore(saved: list) -> None:
+    """Undo `patch_cache`, newest write first."""
+    for tensor, index, original in reversed(saved):
+        tensor[index] = _assign(tensor, original)
+    saved.clear()
+
+
+@contextmanager
+def patched(cache, patches: Sequence[Patch], source=None, setter: Setter = copy_source) -> Iterator:
+    """`with patched(cache, [Patch(layers=(3,), positions=(5,))], source):` — inside the block the
+    cache holds the patched entries; afterwards (even after an exception) the original ones.
+    Forwards inside the block must not append to the cache (pass a copy; see `expand`)."""
+    saved: list = []
+    try:
+        patch_cache(cache, patches, source, setter, saved)
+        yield cache
+    finally:
+        restore(saved)
+
+
+def expand(cache, batch: int):
+    """A new cache of the same layers with every entry repeated `batch` times along the batch
+    axis (fresh tensors, so patching or appending to it leaves `cache` untouched)."""
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in cache.layers:
+        twin = copy.copy(layer)
+        twin.keys = layer.keys.repeat(batch, 1, 1, 1)  # (batch, kv_heads, held, head_dim)
+        twin.values = layer.values.repeat(batch, 1, 1, 1)
+        out.layers.append(twin)
+    return out
+
+
+def patch_grid(cache, source, cells: Sequence[Patch], evaluate: Callable[[object, int], torch.Tensor],
+               chunk: int = 64, setter: Setter = copy_source) -> tuple[torch.Tensor, torch.Tensor]:
+    """Evaluate each single patch of `cells` (their `rows` ignored) on its own batch row.
+
+    `cache` and `source` have batch 1. For each chunk of cells the cache is expanded to 1 + one row
+    per cell; row 0 stays unpatched and cell i is written into row i + 1 only; `evaluate(cache,
+    rows)` returns one result per row (e.g. the answer's logits after the next tokens) and may
+    append to that temporary cache. Returns (patched results in cell order, the unpatched row of
+    each cell's own batch): compare within a batch, because a forward's rounding can depend on the
+    batch size, and an unchanged entry must give exactly the unpatched answer.
+    """
+    results, baselines = [], []
+    for start in range(0, len(cells), chunk):
+        part = cells[start:start + chunk]
+        grid = expand(cache, len(part) + 1)
+        patches = [Patch(c.layers, c.positions, (i + 1,), c.parts) for i, c in enumerate(part)]
+        with patched(grid, patches, source, setter):
+            out = evaluate(grid, len(part) + 1)
+        results.append(out[1:])
+        baselines.append(out[:1].expand(len(part), *out.shape[1:]))
+    return torch.cat(results), torch.cat(baselines)
+
+
+# --------------------------------------------------------------------------- a map of answer changes
+
+
+def runs(items, n: int) -> list[list]:
+    """`n` contiguous runs of `items`, as even as possible (none empty if len(items) >= n)."""
+    items = list(items)
+    bounds = [round(i * len(items) / n) for i in range(n + 1)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@torch.no_grad()
+def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], int, int]],
+               marker_ids: Sequence[int], prefix_len: int, cols: Sequence[tuple[int, ...]], bins: int,
+               device: str = "cpu", chunk: int = 64) -> dict:
+    """Where an adapter reads its answer from: for each pair (target ids, source ids, target's
+    answer token, the other answer token), the adapter's own cache of the target, patched from the
+    source's, cell by cell; the adapter then reads the marker.
+
+    Both caches are built as a server with prefix caching would: the shared first `prefix_len`
+    tokens prefilled once, then each continuation appended. Rows: each of those shared tokens (the
+    control: the very same entries in both caches, so copying them must change nothing), `bins` contiguous runs of the rest (copied from the same
+    absolute positions, up to the shorter context's end), and all of the rest; columns: `cols`
+    (tuples of layers). Returns per cell the share of answers that flip (own token above the other
+    or not) and the mean change of the answer's log-odds, with the control's largest change and
+    the largest difference of the shared prefix's entries between the two caches (0 by construction).
+    A patch in layers ≥ s cannot change the marker's states below layer s, so each column runs the
+    marker from its first patched layer, starting from the clean run's hidden states there.
+    """
+    from . import lora
+
+    m = len(marker_ids)
+    marker = torch.tensor([list(marker_ids)], device=device)  # (1, m)
+    n_rows = prefix_len + bins + 1
+    flips, delta, count = (torch.zeros(n_rows, len(cols), dtype=torch.float64) for _ in range(3))
+    control = prefix_gap = 0.0
+    clean_right = 0
+    for target_ids, source_ids, own, other in tqdm(pairs, desc="patching", unit="context"):
+        caches = _shared_prefix_caches(model, adapter, prefix_len, target_ids, source_ids, device)
+        length, n = len(target_ids), min(len(target_ids), len(source_ids))
+        prefix_gap = max(prefix_gap, max(lora.layer_differences(caches[0], caches[1], prefix_len)))
+        with lora.active_adapter(model, adapter):
+            clean = model(input_ids=marker, cache=lora.copy_cache(caches[0]), use_cache=True, output_hidden_states=True)
+        clean_right += int(clean.logits[0, -1, own] > clean.logits[0, -1, other])
+        marker_positions = torch.arange(length, length + m, device=device)[None]  # (1, m)
+        spans = [(p,) for p in range(prefix_len)] + [tuple(r) for r in runs(range(prefix_len, n), bins)]
+        spans.append(tuple(range(prefix_len, n)))
+        for col, layers in enumerate(cols):
+            start = layers[0]
+            states = clean.hidden_states[start]  # (1, m, hidden) entering the first patched layer
+
+            def answer(cache, rows, start=start, states=states):
+                with lora.active_adapter(model, adapter), lora.skip_lower_layers(model, start):
+                    out = model(inputs_embeds=states.expand(rows, -1, -1), cache=cache, use_cache=True,
+                                position_ids=marker_positions.expand(rows, -1), logits_to_keep=1)
+                logits = out.logits[:, -1]
+                return logits[:, own] - logits[:, other]  # (rows,) the answer's log-odds
+
+            after, before = patch_grid(caches[0], caches[1], [Patch(layers, span) for span in spans], answer, chunk)
+            for row, x, y in zip(range(n_rows), after.tolist(), before.tolist()):
+                flips[row, col] += (x > 0) != (y > 0)
+                delta[row, col] += x - y
+                count[row, col] += 1
+                if row < prefix_len:
+                    control = max(control, abs(x - y))
+    seen = count > 0
+    return {"flip_pct": torch.where(seen, 100 * flips / count.clamp(min=1), torch.nan).tolist(),
+            "delta_logodds_mean": torch.where(seen, delta / count.clamp(min=1), torch.nan).tolist(),
+            "count": count.tolist(), "control_rows": prefix_len, "control_max_abs_delta": control,
+            "prefix_kv_max_diff": prefix_gap, "clean_sense_pct": 100 * clean_right / len(pairs),
+            "n_contexts": len(pairs)}
+
+
+def _shared_prefix_caches(model, adapter: str, prefix_len: int, target_ids, source_ids, device: str) -> list:
+    """The adapter's caches of two contexts that share their first `prefix_len` tokens: the prefix
+    prefilled once, each rest appended to its own copy (the adapter's full recompute, chunked)."""
+    from . import lora
+
+    if target_ids[:prefix_len] != source_ids[:prefix_len]:
+        raise ValueError("the two contexts do not share their first prefix_len tokens")
+    run = lora.decoder(model)
+    with lora.active_adapter(model, adapter):
+        prefix = lora.new_cache(model)
+        run(input_ids=torch.tensor([target_ids[:prefix_len]], device=device), cache=prefix, use_cache=True)
+        caches = []
+        for ids in (target_ids, source_ids):
+            cache = lora.copy_cache(prefix)
+            run(input_ids=torch.tensor([ids[prefix_len:]], device=device), cache=cache, use_cache=True)
+            caches.append(cache)
+    return caches

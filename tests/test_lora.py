@@ -1,0 +1,178 @@
+"""The LoRA tail and the switch policies on tiny random models of three families: what stays
+exact, what goes stale, and that training through the tail alone learns.
+
+Tolerances: float64 runs compare the tail patch with the full recompute at ≤ 1e-9 (the theorem;
+in practice the two are bit-identical); bit-identity claims (lower layers, the activated
+adapter's prefix) are asserted as a max |difference| of exactly 0. Every adapter here starts random
+(`random_init=True`), so "stale" really differs.
+"""
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+import kvutils
+from conftest import load_cached
+from kvutils import lora
+
+FAMILIES = ["tiny-qwen3", "tiny-llama", "tiny-gemma3"]
+TEXT = "The bank of the river was muddy after the heavy storm."
+MARKER = "\nSense:"
+
+
+def _fresh(name: str, dtype: str):
+    """A private copy of the session's tiny model (peft modifies the model it wraps)."""
+    shared = load_cached(name, dtype)
+    return dataclasses.replace(shared, model=copy.deepcopy(shared.model))
+
+
+def _adapted(name: str, k: int, dtype: str = "float64", targets: str = "q,k,v,o,mlp", activated: bool = False):
+    """A fresh model with one random tail adapter."""
+    loaded = _fresh(name, dtype)
+    marker = lora.invocation_tokens(loaded.tokenizer, MARKER) if activated else None
+    model = lora.lora_tail(loaded.model, k, 4, 8, targets, adapter_name="ad", invocation_tokens=marker,
+                           random_init=True, seed=1)
+    return loaded, model
+
+
+def _ids(loaded, text=TEXT):
+    return loaded.tokenizer(text, return_tensors="pt").input_ids  # (1, seq)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_tail_patch_equals_recompute_and_stale_differs_only_in_the_tail(name):
+    loaded, model = _adapted(name, k=2)
+    n_layers = loaded.n_layers
+    ids = _ids(loaded)
+    marker = _ids(loaded, MARKER)[:, -len(lora.invocation_tokens(loaded.tokenizer, MARKER)):]
+    prefilled = lora.base_prefill(model, ids, [n_layers - 2])
+    caches = {p: lora.switch_cache(model, p, prefilled, ids, "ad", 2) for p in ("recompute", "stale", "tail_patch")}
+    length = ids.shape[-1]
+    stale = lora.layer_differences(caches["stale"], caches["recompute"], length)
+    patch = lora.layer_differences(caches["tail_patch"], caches["recompute"], length)
+    assert stale[:n_layers - 2] == [0.0] * (n_layers - 2)  # lower layers: bit-identical to the base cache
+    assert all(d > 1e-3 for d in stale[n_layers - 2:])  # the tail: stale
+    assert max(patch) <= 1e-9
+    logits = {p: lora.answer_logits(model, "ad", lora.copy_cache(c), marker) for p, c in caches.items()}
+    assert (logits["tail_patch"] - logits["recompute"]).abs().max() <= 1e-9
+    assert (logits["stale"] - logits["recompute"]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_lower_layer_kv_bit_identical_between_base_and_tail_adapted(name):
+    loaded, model = _adapted(name, k=1, dtype="float32")
+    ids = _ids(loaded)
+    base = lora.base_prefill(model, ids, []).cache
+    adapted = lora.switch_cache(model, "recompute", None, ids, "ad", 1)
+    diffs = lora.layer_differences(base, adapted, ids.shape[-1])
+    assert diffs[:-1] == [0.0] * (loaded.n_layers - 1) and diffs[-1] > 0
+
+
+def test_full_adapter_makes_every_layer_stale():
+    loaded, model = _adapted("tiny-qwen3", k=4)
+    ids = _ids(loaded)
+    base = lora.base_prefill(model, ids, [0])
+    recompute = lora.switch_cache(model, "recompute", base, ids, "ad", 4)
+    patch = lora.switch_cache(model, "tail_patch", base, ids, "ad", 4)  # k = L: from the embeddings
+    assert all(d > 0 for d in lora.layer_differences(base.cache, recompute, ids.shape[-1]))
+    assert max(lora.layer_differences(patch, recompute, ids.shape[-1])) <= 1e-9
+
+
+def test_an_adapter_without_k_v_leaves_its_first_layer_exact():
+    loaded, model = _adapted("tiny-qwen3", k=2, targets="q,o,mlp")
+    ids = _ids(loaded)
+    base = lora.base_prefill(model, ids, [])
+    diffs = lora.layer_differences(base.cache, lora.switch_cache(model, "recompute", base, ids, "ad", 2), ids.shape[-1])
+    first = lora.first_changed_layer(4, 2, ["q", "o", "mlp"], lora.FAMILIES["qwen3"])
+    assert first == 3 and diffs[:first] == [0.0] * first and diffs[first] > 0
+    assert lora.first_changed_layer(4, 2, ["q"], lora.FAMILIES["gpt_neox"]) == 2  # q, k, v fused
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_activated_adapter_leaves_the_prefix_kv_of_the_base(name):
+    loaded, model = _adapted(name, k=loaded_layers(name), activated=True)
+    full = _ids(loaded, TEXT + MARKER)  # one pass over prefix + marker
+    prefix_len = _ids(loaded).shape[-1]
+    from transformers import DynamicCache
+
+    caches = {}
+    for adapter in (None, "ad"):
+        cache = DynamicCache(config=model.config)
+        with lora.active_adapter(model, adapter), torch.no_grad():
+            model(input_ids=full, cache=cache, use_cache=True)
+        caches[adapter] = cache
+    prefix = lora.layer_differences(caches[None], caches["ad"], prefix_len)
+    assert prefix == [0.0] * loaded.n_layers
+    whole = lora.layer_differences(caches[None], caches["ad"], full.shape[-1])
+    assert whole[-1] > 0  # the marker's own entries do see the adapter
+
+
+def loaded_layers(name):
+    return {"tiny-qwen3": 4, "tiny-llama": 2, "tiny-gemma3": 6}[name]
+
+
+def test_skipping_lower_layers_from_the_boundary_gives_the_same_logits():
+    loaded, model = _adapted("tiny-gemma3", k=3)
+    ids, mask = lora.left_pad([[5, 6, 7, 8, 9], [11, 12, 13]], 0)
+    full = lora.tail_logits(model, model.get_input_embeddings()(ids), mask, 0)
+    boundary = lora.boundary_states(model, ids, mask, [3])[3]
+    model.set_adapter("ad")
+    tail = lora.tail_logits(model, boundary, mask, 3)
+    assert (tail - full).abs().max() <= 1e-9
+
+
+def test_training_the_tail_reduces_the_loss():
+    """A toy task on the tiny Qwen3, fixed seed: only the tail runs, the loss falls."""
+    loaded = _fresh("tiny-qwen3", "float32")
+    model = lora.lora_tail(loaded.model, 2, 4, 8, "q,k,v,o,mlp", adapter_name="t", seed=0)
+    rows = [[10 + i, 20 + i, 30 + i, 7, 8] for i in range(8)]
+    ids, mask = lora.left_pad(rows, 0)
+    batch = lora.Batch(ids, mask, torch.tensor([100 + i % 2 for i in range(8)]), 2)
+    boundary = lora.boundary_states(model, ids, mask, [2])[2]
+    losses = lora.train_adapter(model, "t", boundary, batch, 2, steps=15, lr=3e-2, batch_size=4, seed=3)
+    # a random tiny model's frozen head bounds how far the loss can fall (~10.8 -> ~10 nats)
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.4
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable == []  # gradients are switched off again after training
+
+
+def test_training_is_seeded():
+    def run():
+        loaded = _fresh("tiny-llama", "float32")
+        model = lora.lora_tail(loaded.model, 1, 2, 4, "q,v", adapter_name="t", seed=0)
+        ids, mask = lora.left_pad([[3, 4, 5], [6, 7, 8, 9]], 0)
+        boundary = lora.boundary_states(model, ids, mask, [1])[1]
+        return lora.train_adapter(model, "t", boundary, lora.Batch(ids, mask, torch.tensor([1, 2]), 1), 1,
+                                  steps=3, lr=1e-2, batch_size=1, seed=5)
+    assert run() == run()
+
+
+def test_family_mapping_covers_neox_and_names_unknown_architectures():
+    loaded = _fresh("tiny-neox", "float32")
+    model = lora.lora_tail(loaded.model, 1, 2, 4, "k,o", adapter_name="t")
+    wrapped = [n for n, _ in model.named_modules() if n.endswith("lora_A.t")]
+    assert wrapped and all(".layers.1." in n for n in wrapped)
+    assert {n.split(".")[-3] for n in wrapped} == {"query_key_value", "dense"}
+    with pytest.raises(ValueError, match=r"architecture 'mamba'.*known architectures: llama, qwen3"):
+        lora.family_of("mamba", "state-spaces/mamba-130m")
+
+
+@pytest.mark.parametrize("k", [0, 5])
+def test_k_outside_the_layers_is_refused(k):
+    loaded = _fresh("tiny-qwen3", "float32")
+    with pytest.raises(ValueError, match=rf"k={k} is not allowed .* 4 layers; k must be an integer from 1 to 4"):
+        lora.lora_tail(loaded.model, k, 4, 8)
+
+
+def test_rank_below_one_is_refused():
+    loaded = _fresh("tiny-qwen3", "float32")
+    with pytest.raises(ValueError, match=r"rank: r=0 is not allowed"):
+        lora.lora_tail(loaded.model, 1, 0, 8)
+
+
+def test_a_marker_that_merges_with_the_text_is_explained():
+    tokenizer = kvutils.models.load_tokenizer("tiny-qwen3")
+    assert lora.check_marker(tokenizer, [TEXT], MARKER) == lora.invocation_tokens(tokenizer, MARKER)
+    with pytest.raises(ValueError, match=r"marker: '\.\.Sense:' tokenises differently .* never find its invocation"):
+        lora.check_marker(tokenizer, [TEXT], "..Sense:")

@@ -1,0 +1,104 @@
+"""Cache patching: the generic patch, its setters, the context manager's restore-on-error, and
+the built-in control — entries identical in both runs change nothing when copied."""
+import pytest
+import torch
+from transformers import DynamicCache
+
+from conftest import load_cached
+from kvutils import lora, patching
+
+A = "The bank of the river was muddy after the heavy storm."
+B = "The bank approved the loan for the new house last week."
+MARKER = "\nSense:"
+
+
+def _prefill(loaded, text):
+    ids = loaded.tokenizer(text, return_tensors="pt").input_ids
+    cache = DynamicCache(config=loaded.model.config)
+    with torch.no_grad():
+        loaded.model(input_ids=ids, cache=cache, use_cache=True)
+    return cache
+
+
+def _snapshot(cache):
+    return [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+
+
+def _same(cache, snapshot):
+    return all(torch.equal(layer.keys, k) and torch.equal(layer.values, v)
+               for layer, (k, v) in zip(cache.layers, snapshot))
+
+
+def _marker(loaded):
+    return torch.tensor([lora.invocation_tokens(loaded.tokenizer, MARKER)])
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-gemma3"])
+def test_patching_the_shared_prefix_changes_nothing(name):
+    loaded = load_cached(name, "float32")
+    target, source = _prefill(loaded, A), _prefill(loaded, B)
+    prefix_len = len(loaded.tokenizer("The bank").input_ids)
+    cells = [patching.Patch(layers=tuple(range(loaded.n_layers)), positions=tuple(range(prefix_len))),
+             patching.Patch(layers=(0,), positions=(prefix_len,))]  # a continuation token: changes
+    before = _snapshot(target)
+    out, clean = patching.patch_grid(
+        target, source, cells, lambda cache, n: lora.answer_logits(loaded.model, None, cache, _marker(loaded).repeat(n, 1)))
+    assert torch.equal(out[0], clean[0])  # the control: bit-identical entries, bit-identical answer
+    assert (out[1] - clean[1]).abs().max() > 0
+    assert _same(target, before)
+
+
+def test_copy_then_restore_and_the_setters():
+    loaded = load_cached("tiny-qwen3", "float32")
+    target, source = _prefill(loaded, A), _prefill(loaded, B)
+    before = _snapshot(target)
+    patch = patching.Patch(layers=(1, 3), positions=(4, 6), parts=("keys",))
+    with patching.patched(target, [patch], source):
+        for layer in (1, 3):
+            assert torch.equal(target.layers[layer].keys[:, :, [4, 6]], source.layers[layer].keys[:, :, [4, 6]])
+            assert torch.equal(target.layers[layer].values, before[layer][1])  # values untouched
+        assert torch.equal(target.layers[0].keys, before[0][0])
+    assert _same(target, before)
+    with patching.patched(target, [patching.Patch(layers=(2,), positions=(0,))], setter=patching.zero):
+        assert target.layers[2].keys[:, :, 0].abs().max() == 0
+    assert _same(target, before)
+
+
+def test_the_cache_is_restored_after_an_exception():
+    loaded = load_cached("tiny-llama", "float32")
+    target, source = _prefill(loaded, A), _prefill(loaded, B)
+    before = _snapshot(target)
+    with pytest.raises(RuntimeError, match="boom"):
+        with patching.patched(target, [patching.Patch(layers=(0, 1), positions=(3, 4, 5))], source):
+            assert not _same(target, before)
+            raise RuntimeError("boom")
+    assert _same(target, before)
+
+
+def test_a_failing_patch_half_way_is_undone():
+    loaded = load_cached("tiny-llama", "float32")
+    target, source = _prefill(loaded, A), _prefill(loaded, B)
+    before = _snapshot(target)
+    good = patching.Patch(layers=(0,), positions=(2,))
+    beyond = patching.Patch(layers=(1,), positions=(500,))
+    with pytest.raises(ValueError, match=r"layer 1 holds positions 0\.\.\d+; cannot patch \[500\]"):
+        with patching.patched(target, [good, beyond], source):
+            pass
+    assert _same(target, before)
+
+
+def test_rows_patch_only_their_batch_row():
+    loaded = load_cached("tiny-qwen3", "float32")
+    target, source = _prefill(loaded, A), _prefill(loaded, B)
+    grid = patching.expand(target, 3)
+    patching.patch_cache(grid, [patching.Patch(layers=(2,), positions=(5,), rows=(1,))], source)
+    keys = grid.layers[2].keys
+    assert torch.equal(keys[1, :, 5], source.layers[2].keys[0, :, 5])
+    assert torch.equal(keys[0], target.layers[2].keys[0]) and torch.equal(keys[2], target.layers[2].keys[0])
+
+
+def test_bad_patches_are_refused():
+    with pytest.raises(ValueError, match="at least one layer and one position"):
+        patching.Patch(layers=(), positions=(1,))
+    with pytest.raises(ValueError, match=r"Patch.parts: \['queries'\] not allowed"):
+        patching.Patch(layers=(0,), positions=(1,), parts=("queries",))
