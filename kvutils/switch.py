@@ -503,9 +503,8 @@ def bench(model: str = "smollm2-135m", k_values: str = "1,2,4,L", tokens: int = 
 def check_exactness(numbers: dict, dtype: str) -> None:
     """The chapter's theorems, asserted on the run's numbers: tail patch == recompute within the
     dtype's tolerance; stale reuse exact below the tail and off inside it; the activated adapter's
-    prefix K/V identical to the base's; the patch map's control rows exactly zero (both caches share
-    the prefix's entries; were they computed apart, fp32 kernels could round them differently for
-    different sequence lengths — chapter 1 — and the tolerance would apply)."""
+    prefix K/V identical to the base's; the patch map's control rows copy bit-identical entries (both
+    caches share the prefix's), so the answer may move only by the rounding of a batch row."""
     tol, problems = TOLERANCE[dtype], []
     for model, r in numbers.items():
         for k in r["k_values"]:
@@ -524,8 +523,9 @@ def check_exactness(numbers: dict, dtype: str) -> None:
         if any(d != 0 for d in prefix if d == d):
             problems.append(f"{model}: the activated adapter changed the prefix's K/V: {prefix}")
         patch = r["patching"]
-        exact = patch["prefix_kv_max_diff"] == 0  # then the control must be exactly 0
-        if patch["control_max_abs_delta"] > (0 if exact else tol):
+        # the control copies bit-identical entries; the answer may still move by rounding, because a
+        # batched forward need not round every batch row the same way on multi-threaded CPUs
+        if patch["prefix_kv_max_diff"] != 0 or patch["control_max_abs_delta"] > tol:
             problems.append(f"{model}: patching the shared prefix moved the answer by "
                             f"{patch['control_max_abs_delta']} (its entries differ by {patch['prefix_kv_max_diff']})")
     if problems:

@@ -94,7 +94,7 @@ def test_chapter5_quick_results_hold_the_identities(quick_chapters):
         assert cost["tail_flops_fraction"] == pytest.approx(k / n_layers, rel=0.2)
         assert cost["stale"]["flops"] == 0
     assert all(d == 0 for d in r["switch"]["cache_layers"]["activated"]["prefix_vs_base"] if d is not None)
-    assert r["patching"]["prefix_kv_max_diff"] == 0 and r["patching"]["control_max_abs_delta"] == 0
+    assert r["patching"]["prefix_kv_max_diff"] == 0 and r["patching"]["control_max_abs_delta"] <= 1e-5
     assert r["patching"]["row_labels"][:2] == ["The", "⟨word⟩"]
     for name, adapter in r["training"]["adapters"].items():
         assert len(adapter["losses"]) == record["parameters"]["steps"]

@@ -20,6 +20,24 @@ def _prefill(loaded, text):
     return cache
 
 
+def _prefill_sharing_the_prefix(loaded, prefix, texts):
+    """The shared prefix prefilled once, each text's rest appended to a copy (as a server with prefix
+    caching does): the prefix entries are then the same bits in every cache. Prefilled apart, fp32
+    kernels may round them differently for different lengths (chapter 1)."""
+    prefix_ids = loaded.tokenizer(prefix, return_tensors="pt").input_ids
+    shared = DynamicCache(config=loaded.model.config)
+    caches = []
+    with torch.no_grad():
+        loaded.model(input_ids=prefix_ids, cache=shared, use_cache=True)
+        for text in texts:
+            ids = loaded.tokenizer(text, return_tensors="pt").input_ids
+            assert torch.equal(ids[:, :prefix_ids.shape[1]], prefix_ids)
+            cache = lora.copy_cache(shared)
+            loaded.model(input_ids=ids[:, prefix_ids.shape[1]:], cache=cache, use_cache=True)
+            caches.append(cache)
+    return caches
+
+
 def _snapshot(cache):
     return [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
 
@@ -36,15 +54,17 @@ def _marker(loaded):
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-gemma3"])
 def test_patching_the_shared_prefix_changes_nothing(name):
     loaded = load_cached(name, "float32")
-    target, source = _prefill(loaded, A), _prefill(loaded, B)
+    target, source = _prefill_sharing_the_prefix(loaded, "The bank", [A, B])
     prefix_len = len(loaded.tokenizer("The bank").input_ids)
     cells = [patching.Patch(layers=tuple(range(loaded.n_layers)), positions=tuple(range(prefix_len))),
              patching.Patch(layers=(0,), positions=(prefix_len,))]  # a continuation token: changes
     before = _snapshot(target)
     out, clean = patching.patch_grid(
         target, source, cells, lambda cache, n: lora.answer_logits(loaded.model, None, cache, _marker(loaded).repeat(n, 1)))
-    assert torch.equal(out[0], clean[0])  # the control: bit-identical entries, bit-identical answer
-    assert (out[1] - clean[1]).abs().max() > 0
+    # the control copies bit-identical entries: the answer moves at most by the rounding of a batch
+    # row (multi-threaded CPU kernels need not round every row of a batch the same way)
+    assert (out[0] - clean[0]).abs().max() <= 1e-5
+    assert (out[1] - clean[1]).abs().max() > 1e-3
     assert _same(target, before)
 
 
