@@ -27,6 +27,8 @@ def fmt(value, digits: int = 6) -> str:
         return str(value)
     if value == 0:
         return "0"
+    if 1e4 <= abs(value) < 1e12:  # 13,860 reads better than 1.386e+04
+        return f"{value:,.0f}"
     return f"{value:.{digits}g}"
 
 
