@@ -66,12 +66,17 @@ def cache_bytes(config, seq_len: int, dtype: torch.dtype = torch.float32) -> dic
     }
 
 
+def held_bytes(cache) -> int:
+    """Bytes of the keys and values a filled cache holds."""
+    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+
+
 @torch.inference_mode()
 def real_cache_bytes(loaded: Loaded, ids: torch.Tensor) -> int:
     """Bytes of the keys and values a real forward pass leaves in the cache."""
     cache = DynamicCache(config=loaded.model.config)
     loaded.model(input_ids=ids.to(loaded.device), cache=cache, use_cache=True, logits_to_keep=1)
-    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    return held_bytes(cache)
 
 
 # --------------------------------------------------------------------------- compute
@@ -121,6 +126,7 @@ class StepTimes:
     context: int
     cached_ms: float
     uncached_ms: float
+    cache_bytes: int  # what the prefilled cache of the context really held
 
     @property
     def speedup(self) -> float:
@@ -150,7 +156,7 @@ def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> St
         cached_step(cache)
         times.append(time.perf_counter() - start)
     uncached = median_seconds(lambda: model(input_ids=full, use_cache=False, logits_to_keep=1), repeats)
-    return StepTimes(context, 1e3 * statistics.median(times), 1e3 * uncached)
+    return StepTimes(context, 1e3 * statistics.median(times), 1e3 * uncached, held_bytes(prefilled))
 
 
 def memory_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:

@@ -44,3 +44,38 @@ def quick_chapters(tmp_path_factory):
     executed = {ch: chapters.run_chapter(ch, "quick", root / "results", root / "book" / "chapters")
                 for ch in chapters.NOTEBOOKS}
     return root, executed
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Fail the test if validation loads a model: `kvutils.models.load` and every kvutils module's
+    imported reference to it are replaced."""
+    import sys
+
+    from kvutils import models
+
+    def fail(*args, **kwargs):
+        pytest.fail("a model loaded during validation")
+
+    real = models.load
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] == "kvutils" and getattr(module, "load", None) is real:
+            monkeypatch.setattr(module, "load", fail)
+
+
+def run_failing_chapter(chapter: str, tmp_path, overrides: dict) -> tuple[str, str]:
+    """Run a chapter on the quick profile that must fail; return (the error, the source of the one
+    cell that failed), so a test can check it stopped in its validation cell."""
+    import json
+
+    import papermill
+
+    from kvutils import chapters
+
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        chapters.run_chapter(chapter, "quick", tmp_path / "results", tmp_path, overrides)
+    executed = json.loads((tmp_path / f"{chapters.NOTEBOOKS[chapter]}.ipynb").read_text())
+    failed = [c for c in executed["cells"] if c["cell_type"] == "code"
+              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert len(failed) == 1, f"{len(failed)} cells failed"
+    return str(err.value), "".join(failed[0]["source"])

@@ -2,19 +2,14 @@
 profile runs and its results hold the exactness identities (the book is checked in test_book)."""
 import json
 
-import papermill
 import pytest
+from conftest import run_failing_chapter
 
-from kvutils import chapters, exactness, models
+from kvutils import chapters, exactness
 
 GOOD = dict(models="tiny-llama", dtypes="float64", n_prompts=2, prompt_tokens=8, new_tokens=4,
             recompute="one_pass", batch_size=2, corpus="pydoc", senses_file="data/senses.json",
             garden_paths_file="data/garden_paths.json", results_dir="results", device="cpu")
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded during validation"))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -41,14 +36,9 @@ def test_plan_prepares_prompts_without_loading(no_model_loads):
 
 def test_notebook_stops_in_its_first_cell_for_an_absent_hub_model(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
-    with pytest.raises(papermill.PapermillExecutionError) as err:
-        chapters.run_chapter("01", "quick", tmp_path / "results", tmp_path,
-                             {"models": "EleutherAI/pythia-160m"})
-    assert "ModelNotAvailable" in str(err.value) and "hf download EleutherAI/pythia-160m" in str(err.value)
-    executed = json.loads((tmp_path / "01_cache_exactness.ipynb").read_text())
-    failed = [c for c in executed["cells"] if c["cell_type"] == "code"
-              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
-    assert len(failed) == 1 and "ch1.plan(" in "".join(failed[0]["source"])
+    error, cell = run_failing_chapter("01", tmp_path, {"models": "EleutherAI/pythia-160m"})
+    assert "ModelNotAvailable" in error and "hf download EleutherAI/pythia-160m" in error
+    assert "ch1.plan(" in cell
     assert not (tmp_path / "results" / "01_cache_exactness.json").exists()
 
 

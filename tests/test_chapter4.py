@@ -5,17 +5,10 @@ import warnings
 
 import pytest
 
-from kvutils import approx_study, chapters, models
+from kvutils import approx_study, chapters
 
 QUICK = chapters.QUICK["04_cache_approximations"]
 GOOD = dict(QUICK, corpus="pydoc", device="cpu")
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    fail = lambda *a, **k: pytest.fail("a model loaded during validation")  # noqa: E731
-    monkeypatch.setattr(models, "load", fail)
-    monkeypatch.setattr(approx_study, "load", fail)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -1,25 +1,17 @@
 """Chapter 5: bad parameters fail in the first cell before any model loads; the quick profile's
 results hold the switch identities (tail patch == recompute, stale only in the tail, the activated
-adapter's exact prefix, the patch map's zero control)."""
+adapter's exact prefix, the patch map's control)."""
 import json
 
-import papermill
 import pytest
+from conftest import run_failing_chapter
 
-from kvutils import chapters, models, switch
+from kvutils import models, switch
 
 GOOD = dict(models="tiny-qwen3", k_values="1,2,L", activated_k=2, rank=4, alpha=8, targets="q,k,v,o,mlp",
             steps=2, lr=1e-2, batch_size=4, train_words="bank,bat", heldout_words="key", seed=0,
             marker="\nSense:", patch_k=2, patch_layer_groups=2, bench_tokens=16, timing_repeats=1,
             dtype="float32", senses_file="data/senses.json", device="cpu")
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    def fail(*args, **kwargs):
-        pytest.fail("a model loaded during validation")
-    monkeypatch.setattr(models, "load", fail)
-    monkeypatch.setattr(switch, "load", fail)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -67,13 +59,8 @@ def test_the_plan_knows_l_from_the_config():
 
 
 def test_notebook_stops_in_its_first_cell_on_a_bad_k(tmp_path):
-    with pytest.raises(papermill.PapermillExecutionError) as err:
-        chapters.run_chapter("05", "quick", tmp_path / "results", tmp_path, {"k_values": "1,9"})
-    assert "k_values: k=9 is not allowed" in str(err.value)
-    executed = json.loads((tmp_path / "05_qwen3_switch.ipynb").read_text())
-    failed = [c for c in executed["cells"] if c["cell_type"] == "code"
-              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
-    assert len(failed) == 1 and "switch.plan(" in "".join(failed[0]["source"])
+    error, cell = run_failing_chapter("05", tmp_path, {"k_values": "1,9"})
+    assert "k_values: k=9 is not allowed" in error and "switch.plan(" in cell
 
 
 def test_chapter5_quick_results_hold_the_identities(quick_chapters):

@@ -2,18 +2,12 @@
 profile's results hold the causal identity and the encoder's contrast."""
 import json
 
-import papermill
 import pytest
+from conftest import run_failing_chapter
 
-from kvutils import chapters, models, senses_study
+from kvutils import models, senses_study
 
 GOOD = dict(models="tiny-llama", encoder="tiny-bert", senses_file="data/senses.json", device="cpu")
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded during validation"))
-    monkeypatch.setattr(senses_study, "load", lambda *a, **k: pytest.fail("a model loaded during validation"))
 
 
 def _senses_with(tmp_path, change):
@@ -64,13 +58,8 @@ def test_bad_senses_files_name_the_word(edit, message, no_model_loads, tmp_path)
 
 
 def test_notebook_stops_in_its_first_cell_on_a_causal_encoder(tmp_path):
-    with pytest.raises(papermill.PapermillExecutionError) as err:
-        chapters.run_chapter("03", "quick", tmp_path / "results", tmp_path, {"encoder": "tiny-llama"})
-    assert "encoder: tiny-llama is a causal" in str(err.value)
-    executed = json.loads((tmp_path / "03_sense_probes.ipynb").read_text())
-    failed = [c for c in executed["cells"] if c["cell_type"] == "code"
-              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
-    assert len(failed) == 1 and "senses_study.plan(" in "".join(failed[0]["source"])
+    error, cell = run_failing_chapter("03", tmp_path, {"encoder": "tiny-llama"})
+    assert "encoder: tiny-llama is a causal" in error and "senses_study.plan(" in cell
 
 
 def _record(root, name):

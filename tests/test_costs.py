@@ -54,6 +54,7 @@ def test_decode_step_times_and_the_bandwidth_bound_are_measured():
     ids = torch.arange(1000, 1064)[None]
     times = costs.decode_step_times(loaded, ids, repeats=3)
     assert times.context == 64 and times.cached_ms > 0 and times.uncached_ms > 0
+    assert times.cache_bytes == costs.cache_bytes(loaded.config, 64)["held"]
     bandwidth = costs.memory_bandwidth(megabytes=64, repeats=2)
     assert 1e8 < bandwidth < 1e13  # bytes per second, anything from a slow VM to HBM
     bound = costs.bandwidth_bound_ms(loaded, 64, bandwidth)
