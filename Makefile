@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: setup test book chapter bench clean
+.PHONY: setup browser test book chapter bench clean
 
 setup: $(STAMP)
 
@@ -22,21 +22,41 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m kvutils.install
 	touch $(STAMP)
 
-test: setup
+# Debian's Chromium for the browser test (tests/test_browser.py). Where it cannot be installed the
+# reason goes to $(BROWSER_NOTE) and that one test skips, printing it.
+BROWSER_NOTE := $(VENV)/chromium-unavailable.txt
+browser: setup
+	@rm -f $(BROWSER_NOTE)
+	@if command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's chromium for the browser test ..."; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
+	    > $(VENV)/apt-chromium.log 2>&1 \
+	  || echo "apt-get install chromium failed (see $(VENV)/apt-chromium.log)" > $(BROWSER_NOTE); \
+	else echo "chromium is not installed, and installing it needs root and apt-get (apt-get install chromium)" \
+	  > $(BROWSER_NOTE); fi
+
+test: setup browser
 	$(PY) -m pytest -q
 
-# all chapters on the full profile, then the HTML book (-W: a warning fails the build)
-book: setup
-	$(PY) -m kvutils.chapters --profile full --results-dir results
+# all chapters on the full profile, the benchmark, the summary pages (conclusions, appendices),
+# then the HTML book (-W: a warning fails the build). The set-up's time goes to the appendix.
+book:
+	@mkdir -p results; started=$$(date +%s); $(MAKE) --no-print-directory setup \
+	  && echo $$(( $$(date +%s) - started )) > results/setup_seconds.txt
+	$(PY) -m kvutils.chapters --profile full --results-dir results --no-pages
+	$(PY) -m kvutils.bench --results-dir results
+	$(PY) -m kvutils.chapters pages --results-dir results
 	$(VENV)/bin/jupyter-book build -W --keep-going .
 
-# rerun one chapter and rebuild the book: make chapter N=01 PARAMS="-p models smollm2-135m"
+# rerun one chapter (then the summary pages) and rebuild the book; needs a `make book` before it:
+# make chapter N=01 PARAMS="-p models smollm2-135m"
 chapter: setup
 	$(PY) -m kvutils.chapters $(N) --profile full --results-dir results $(PARAMS)
 	$(VENV)/bin/jupyter-book build -W --keep-going .
 
 bench: setup
-	$(PY) -m kvutils.bench
+	$(PY) -m kvutils.bench --results-dir results
 
 clean:
 	rm -rf _build results book/chapters

@@ -2,6 +2,10 @@
 quick profile (tiny models, small sizes) that the tests use.
 
     python -m kvutils.chapters 01 [--profile quick] [--results-dir results] [-p name value ...]
+
+After the chapters it runs, it re-runs the summary pages (conclusions and appendices), which read
+every chapter's results file and results/bench.json; they load no model and take seconds.
+`python -m kvutils.chapters pages` runs only those.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ QUICK = {
                             steps=3, batch_size=8, train_words="bank,bat,pitcher", heldout_words="key,cell",
                             patch_layer_groups=2, bench_tokens=32, timing_repeats=1),
 }
+# Pages that summarise the results files; their only parameter is results_dir.
+PAGES = {"06": "06_conclusions", "A": "appendix_a_reproducibility", "B": "appendix_b_performance"}
 EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
 
 
@@ -39,12 +45,13 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     papermill's PapermillExecutionError, which names the notebook and the cell."""
     import papermill
 
-    if chapter not in NOTEBOOKS:
-        raise ValueError(f"chapter: {chapter!r} unknown; choose one of {', '.join(NOTEBOOKS)}")
+    everything = {**NOTEBOOKS, **PAGES}
+    if chapter not in everything:
+        raise ValueError(f"chapter: {chapter!r} unknown; choose one of {', '.join(everything)}")
     if profile not in ("full", "quick"):
         raise ValueError(f"profile: {profile!r} unknown; choose 'full' or 'quick'")
-    name = NOTEBOOKS[chapter]
-    params = dict(QUICK[name]) if profile == "quick" else {}
+    name = everything[chapter]
+    params = dict(QUICK.get(name, {})) if profile == "quick" else {}
     params.update(parameters or {})
     params["results_dir"] = str(Path(results_dir).resolve())
     output = Path(output_dir) / f"{name}.ipynb"
@@ -73,10 +80,12 @@ def _drop_widget_state(notebook: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("chapters", nargs="*", default=list(NOTEBOOKS), help="e.g. 01 (default: all)")
+    parser.add_argument("chapters", nargs="*", default=list(NOTEBOOKS),
+                        help="e.g. 01 (default: all); 'pages' runs only the summary pages")
     parser.add_argument("--profile", default="full", choices=["full", "quick"])
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--output-dir", default=str(EXECUTED_DIR))
+    parser.add_argument("--no-pages", action="store_true", help="do not re-run the summary pages afterwards")
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="override a notebook parameter (as papermill -p)")
     args = parser.parse_args(argv)
@@ -86,8 +95,11 @@ def main(argv: list[str] | None = None) -> None:
             overrides[key] = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
             overrides[key] = raw
-    for chapter in args.chapters:
+    chapters = [c for c in args.chapters if c not in PAGES and c != "pages"]
+    for chapter in chapters:
         run_chapter(chapter, args.profile, args.results_dir, args.output_dir, overrides)
+    for page in [] if args.no_pages else PAGES:
+        run_chapter(page, args.profile, args.results_dir, args.output_dir)
 
 
 if __name__ == "__main__":

@@ -36,14 +36,41 @@ def text_prompts():
 
 @pytest.fixture(scope="session")
 def quick_chapters(tmp_path_factory):
-    """Every chapter executed once on the quick profile: (root, {chapter: executed notebook}), with
-    results in root/results and the executed copies in root/book/chapters."""
-    from kvutils import chapters
+    """Every chapter executed once on the quick profile, then the benchmark on a tiny model (quick
+    sizes) and the summary pages: (root, {chapter or page: executed notebook}), with results in
+    root/results and the executed copies in root/book/chapters."""
+    from kvutils import bench, chapters
 
     root = tmp_path_factory.mktemp("quick")
-    executed = {ch: chapters.run_chapter(ch, "quick", root / "results", root / "book" / "chapters")
-                for ch in chapters.NOTEBOOKS}
+    results, out = root / "results", root / "book" / "chapters"
+    executed = {ch: chapters.run_chapter(ch, "quick", results, out) for ch in chapters.NOTEBOOKS}
+    bench.main(["--model", "tiny-llama", "--repeats", "1", "--quick", "--results-dir", str(results)])
+    executed.update({page: chapters.run_chapter(page, "quick", results, out) for page in chapters.PAGES})
     return root, executed
+
+
+@pytest.fixture(scope="session")
+def built_book(quick_chapters, tmp_path_factory):
+    """The book built (-W) from the quick run's executed notebooks: (root of the quick run, html folder)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kvutils.paths import REPO_ROOT
+
+    root, executed = quick_chapters
+    site = tmp_path_factory.mktemp("book")
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy(REPO_ROOT / name, site / name)
+    shutil.copytree(REPO_ROOT / "book", site / "book", ignore=shutil.ignore_patterns("chapters"))
+    (site / "book" / "chapters").mkdir()
+    for notebook in executed.values():
+        shutil.copy(notebook, site / "book" / "chapters")
+    jb = [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "--keep-going", str(site)]
+    build = subprocess.run(jb, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return root, site / "_build" / "html"
 
 
 @pytest.fixture

@@ -1,32 +1,17 @@
 """The book builds (-W: a warning fails) from the quick profile's executed chapters, with the glued
 numbers, the figures and the side-by-side tables on every chapter page, and no widget manager or
 other script fetched from a CDN for the explorer."""
+import html as html_lib
 import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from kvutils.paths import REPO_ROOT
-
 
 @pytest.fixture(scope="module")
-def built(quick_chapters, tmp_path_factory):
-    root, executed = quick_chapters
-    site = tmp_path_factory.mktemp("book")
-    for name in ("_config.yml", "_toc.yml"):
-        shutil.copy(REPO_ROOT / name, site / name)
-    shutil.copytree(REPO_ROOT / "book", site / "book", ignore=shutil.ignore_patterns("chapters"))
-    (site / "book" / "chapters").mkdir()
-    for notebook in executed.values():
-        shutil.copy(notebook, site / "book" / "chapters")
-    jb = [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "--keep-going", str(site)]
-    build = subprocess.run(jb, capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    return root, site / "_build" / "html"
+def built(built_book):
+    return built_book
 
 
 def _page(html: Path, name: str) -> str:
@@ -34,7 +19,7 @@ def _page(html: Path, name: str) -> str:
 
 
 def _text(page: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+    return html_lib.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))).replace("’", "'")
 
 
 def test_chapter1_page(built):
@@ -90,3 +75,63 @@ def test_every_page_is_in_the_navigation(built):
     for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "04_cache_approximations",
                  "05_qwen3_switch"):
         assert f"chapters/{name}.html" in intro
+
+
+def test_conclusions_page_answers_from_the_results(built):
+    from kvutils import report_conclusions as rc
+
+    root, html = built
+    page = _page(html, "06_conclusions")
+    text = _text(page)
+    glue = rc.conclusions_glue(rc.load_chapters(root / "results"))
+    for key in ("rq1_verdict", "rq2_verdict", "rq3_eviction", "rq4_verdict"):
+        assert _text(glue[key]) in text, key
+    assert text.count("article (Pythia-160M)") == 3  # the article's column beside ours for RQ1-3
+    assert "article (%), Pythia-160M" in text and "LoRA switch, tail patch (ch. 5, tiny-qwen3, k = 4)" in text
+    assert page.count('<img alt="../../_images/') == 1  # the decision guide, drawn by the build
+
+
+def test_appendices_show_provenance_and_the_benchmark(built):
+    root, html = built
+    repro = _text(_page(html, "appendix_a_reproducibility"))
+    results = json.loads((root / "results" / "01_cache_exactness.json").read_text())
+    assert results["git_commit"] in repro and results["packages"]["torch"] in repro
+    assert 'make chapter N=05 PARAMS="-p models Qwen/Qwen3-0.6B"' in repro
+    assert "EleutherAI/pythia-160m" in repro and "bert-base-uncased" in repro
+    perf = _page(html, "appendix_b_performance")
+    bench = json.loads((root / "results" / "bench.json").read_text())
+    assert "cached decode per token: kvutils ÷ transformers" in _text(perf)
+    assert f"{bench['decode']['ratio_kvutils_over_generate']:.3g}" in _text(perf)
+    assert perf.count('<img alt="../../_images/') == 1
+
+
+def test_the_site_needs_no_network(built):
+    """MathJax is served from the site itself and no page refers a script or style to a CDN."""
+    _, html = built
+    assert (html / "_static" / "mathjax" / "tex-mml-chtml.js").stat().st_size > 100_000
+    assert any((html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+    for page in html.rglob("*.html"):
+        source = page.read_text()
+        external = re.findall(r'<(?:script|link|img)[^>]+(?:src|href)="(https?://[^"]+)"', source)
+        assert not external, f"{page.name}: {external}"
+        assert "unpkg.com" not in source and "cdn.jsdelivr" not in source, page.name
+
+
+# Digits a summary page's own words may contain: section and chapter numbers, names of models,
+# number formats and hashes.
+_ALLOWED_NUMBERS = re.compile(r"RQ\d|fp32|fp64|bf16|top-1|sha256|Pythia-160M|BERT-base|Qwen3-0\.6B|chapters? [\d, and]+|Appendix [AB]|"
+                              r"smollm2-135m|bits=4,group=32,residual=128|--prefill 256 --decode 256|mathjax@\d")
+
+
+@pytest.mark.parametrize("name", ["06_conclusions", "appendix_a_reproducibility", "appendix_b_performance"])
+def test_summary_pages_type_no_result_number(name):
+    """Every number in these pages' prose arrives by glue from the results files."""
+    from kvutils.paths import REPO_ROOT
+
+    notebook = json.loads((REPO_ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        prose = re.sub(r"\{glue:text\}`[^`]+`", "", "".join(cell["source"]))
+        prose = _ALLOWED_NUMBERS.sub("", prose)
+        assert not re.findall(r"\d", prose), f"{name}: a typed number in {prose!r}"

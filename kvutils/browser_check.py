@@ -1,0 +1,221 @@
+"""Read the built book in a real browser, offline, and list everything a reader would see broken.
+
+    python -m kvutils.browser_check [_build/html]
+
+The folder is served on 127.0.0.1 and headless Chromium (Debian's, driven by Playwright; no
+browser download) opens every page. Any request to another host is blocked and reported, so a
+page that needs the network fails. On each page it checks: no console error or uncaught
+exception, no failed request or HTTP error, every image loaded with a non-zero size, every
+formula typeset by MathJax without error, at least one table on each chapter page, no table cell
+cut short, and every
+internal link pointing at a page (and anchor) that exists. Search is run once offline.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import os
+import re
+import shutil
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+# Chromium on a machine with no network: without these it keeps trying to reach Google's hosts
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SKIPPED_DIRS = ("_static", "_sources", "_images", ".pytest_cache")
+SEARCH_TERM = "cache"
+
+
+@dataclass
+class PageCheck:
+    """What the browser saw on one page."""
+    problems: list[str] = field(default_factory=list)
+    images: int = 0
+    formulas: int = 0
+    tables: int = 0
+
+
+class BrowserUnavailable(RuntimeError):
+    """No Chromium or no Playwright here; the message says which and how to install it."""
+
+
+def chromium_path() -> str:
+    path = os.environ.get("KVUTILS_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        raise BrowserUnavailable("no chromium executable on PATH (and KVUTILS_CHROMIUM is not set): "
+                                 "apt-get install chromium")
+    return path
+
+
+def html_pages(html_dir: Path) -> list[str]:
+    """Every page of the site, as paths relative to its root ('book/intro.html')."""
+    return sorted(p.relative_to(html_dir).as_posix() for p in html_dir.rglob("*.html")
+                  if not p.relative_to(html_dir).parts[0] in SKIPPED_DIRS)
+
+
+@contextmanager
+def serve(html_dir: Path):
+    """Serve the folder on 127.0.0.1 (a free port) for the duration; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(html_dir))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def broken_links(html_dir: Path, page: str, hrefs: list[str]) -> list[str]:
+    """Internal links of one page whose target file, or anchor in it, does not exist."""
+    problems = []
+    for href in hrefs:
+        parts = urlsplit(href)
+        if parts.scheme or parts.netloc or href.startswith(("mailto:", "javascript:")):
+            continue
+        target = urljoin("/" + page, parts.path).lstrip("/") if parts.path else page
+        path = html_dir / unquote(target)
+        if path.is_dir():
+            path = path / "index.html"
+        if not path.is_file():
+            problems.append(f"link {href!r} -> {target} does not exist")
+        elif parts.fragment and path.suffix == ".html":
+            anchor = unquote(parts.fragment)
+            if not re.search(rf'id="{re.escape(anchor)}"', path.read_text(errors="replace")):
+                problems.append(f"link {href!r}: no anchor #{anchor} in {target}")
+    return problems
+
+
+# Runs in the page: what a reader sees of images, formulas and tables.
+_PAGE_STATE = """async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const images = [...document.querySelectorAll('img')].map(i => ({
+    src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0 && i.naturalHeight > 0}));
+  const maths = [...document.querySelectorAll('.math')];
+  return {
+    images,
+    maths: maths.length,
+    typeset: maths.filter(m => m.querySelector('mjx-container')).length,
+    mathErrors: document.querySelectorAll('mjx-merror').length,
+    tables: document.querySelectorAll('article table, main table').length,
+    truncated: [...document.querySelectorAll('td')].filter(td => td.textContent.trim().endsWith('...')).length,
+    hrefs: [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href')),
+  };
+}"""
+
+
+def check_site(html_dir: str | Path, chapter_dir: str = "book/chapters/") -> dict[str, PageCheck]:
+    """Open every page of the built site in headless Chromium, then run a search; return what was
+    seen on each (the search under the key 'search.html?q=cache')."""
+    html_dir = Path(html_dir)
+    pages = html_pages(html_dir)
+    if not pages:
+        raise ValueError(f"html_dir: {html_dir} holds no .html pages; build the book first")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as err:
+        raise BrowserUnavailable("playwright is not installed: pip install playwright") from err
+    executable = chromium_path()
+    report: dict[str, PageCheck] = {}
+    with serve(html_dir) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context()
+            context.route("**/*", functools.partial(_only_local, base))
+            for page_path in _progress(pages):
+                check, shown, hrefs = _check_page(context, base, page_path, page_path.startswith(chapter_dir))
+                check.problems += broken_links(html_dir, shown, hrefs)
+                report[page_path] = check
+            report["search.html?q=" + SEARCH_TERM] = PageCheck(_check_search(context, base))
+        finally:
+            browser.close()
+    return report
+
+
+def _progress(pages: list[str]):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return pages
+    return tqdm(pages, desc="pages in Chromium", unit="page", file=sys.stderr)
+
+
+def _only_local(base: str, route) -> None:
+    if route.request.url.startswith(base) or route.request.url.startswith("data:"):
+        route.continue_()
+    else:
+        route.abort("blockedbyclient")
+
+
+def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[PageCheck, str, list[str]]:
+    """(what one page showed, the page finally shown (index.html redirects), its links' hrefs)."""
+    problems: list[str] = []
+    page = context.new_page()
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"uncaught exception: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
+    page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    try:
+        page.goto(base + page_path, wait_until="load")
+        page.wait_for_load_state("networkidle")
+        state = page.evaluate(_PAGE_STATE)
+        shown = page.url.removeprefix(base).split("#")[0].split("?")[0]
+    finally:
+        page.close()
+    problems += [f"image not loaded or zero-sized: {i['src']}" for i in state["images"] if not i["ok"]]
+    if state["typeset"] < state["maths"]:
+        problems.append(f"{state['maths'] - state['typeset']} of {state['maths']} formulas not typeset by MathJax")
+    if state["mathErrors"]:
+        problems.append(f"{state['mathErrors']} MathJax errors")
+    if state["truncated"]:
+        problems.append(f"{state['truncated']} table cells cut short ('...'): set pandas' display.max_colwidth")
+    if is_chapter and state["tables"] == 0:
+        problems.append("a chapter page without a table")
+    check = PageCheck(problems, len(state["images"]), state["maths"], state["tables"])
+    return check, shown, state["hrefs"]
+
+
+def _check_search(context, base: str) -> list[str]:
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    try:
+        page.goto(f"{base}search.html?q={SEARCH_TERM}", wait_until="load")
+        try:
+            page.wait_for_selector("#search-results li", timeout=15_000)
+        except Exception:  # noqa: BLE001 -- playwright's TimeoutError; reported, not raised
+            problems.append(f"searching for {SEARCH_TERM!r} found no page")
+    finally:
+        page.close()
+    return problems
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("html_dir", nargs="?", default="_build/html")
+    args = parser.parse_args(argv)
+    report = check_site(args.html_dir)
+    for page, check in report.items():
+        print(f"{page}: {check.images} images, {check.formulas} formulas, {check.tables} tables")
+        for problem in check.problems:
+            print(f"  - {problem}")
+    bad = [page for page, check in report.items() if check.problems]
+    print(f"{len(report)} pages checked in Chromium, offline: "
+          + ("no problem" if not bad else f"{len(bad)} with problems"))
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

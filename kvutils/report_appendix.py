@@ -1,0 +1,187 @@
+"""The two appendices: how the pages were produced (models with hashes, packages, parameters, git
+commit, machine, wall time per chapter, commands to rerun on the article's models) and the
+performance report rendered from `results/bench.json`."""
+from __future__ import annotations
+
+import shlex
+
+import pandas as pd
+
+from .chapters import NOTEBOOKS
+from .report import fmt
+from .results import load_results, results_path
+
+# The models the article used (and chapter 5's intended one), per chapter and parameter: hub ids
+# that run where their weights are on the machine (local Hugging Face cache or a local folder).
+ARTICLE_MODELS = {
+    "01": {"models": "EleutherAI/pythia-160m"},
+    "02": {"models": "EleutherAI/pythia-160m", "encoder": "bert-base-uncased"},
+    "03": {"models": "EleutherAI/pythia-160m", "encoder": "bert-base-uncased"},
+    "04": {"models": "EleutherAI/pythia-160m", "table2_models": "EleutherAI/pythia-160m"},
+    "05": {"models": "Qwen/Qwen3-0.6B"},
+}
+BOOK_TARGET_S = 30 * 60
+
+
+def rerun_commands() -> pd.DataFrame:
+    """Per chapter, the two ways to rerun it on the article's models."""
+    rows = []
+    for n, params in ARTICLE_MODELS.items():
+        flags = " ".join(f"-p {k} {shlex.quote(v)}" for k, v in params.items())
+        rows.append({"chapter": f"{n} {NOTEBOOKS[n]}", "models": ", ".join(dict.fromkeys(params.values())),
+                     "rerun and rebuild the book": f'make chapter N={n} PARAMS="{flags}"',
+                     "papermill alone": f"papermill notebooks/{NOTEBOOKS[n]}.ipynb out.ipynb {flags}"})
+    return pd.DataFrame(rows).set_index("chapter")
+
+
+def available_runs(results_dir) -> dict[str, dict]:
+    """The chapters' results files that exist (a chapter never run is simply absent)."""
+    return {name: load_results(results_dir, name) for name in NOTEBOOKS.values()
+            if results_path(results_dir, name).is_file()}
+
+
+def models_table(runs: dict) -> pd.DataFrame:
+    """Every model any chapter loaded: class, size, dtype and the sha256 of its weight file."""
+    rows: dict[tuple, dict] = {}
+    for chapter, run in runs.items():
+        for m in run["models"]:
+            key = (m["name"], m.get("source_sha256"))
+            row = rows.setdefault(key, {"model": m["name"], "class": m.get("class", "—"), "layers": m.get("layers"),
+                                        "parameters": fmt(m.get("parameters")), "dtypes": set(), "chapters": [],
+                                        "weights sha256": m.get("source_sha256") or "— (random, seeded)"})
+            row["dtypes"].add(m.get("dtype", "—"))
+            row["chapters"].append(chapter[:2])
+    table = pd.DataFrame([{**r, "dtypes": ", ".join(sorted(r["dtypes"])), "chapters": ", ".join(dict.fromkeys(r["chapters"]))}
+                          for r in rows.values()])
+    return table.set_index("model")
+
+
+def packages_table(runs: dict) -> pd.DataFrame:
+    """Package versions; a package whose version differed between chapters shows each."""
+    versions: dict[str, dict[str, list[str]]] = {}
+    for chapter, run in runs.items():
+        for package, version in run["packages"].items():
+            versions.setdefault(package, {}).setdefault(version, []).append(chapter[:2])
+    rows = [{"package": p, "version": next(iter(v)) if len(v) == 1 else
+             "; ".join(f"{ver} (chapters {', '.join(chs)})" for ver, chs in v.items())} for p, v in versions.items()]
+    return pd.DataFrame(rows).set_index("package")
+
+
+def runs_table(runs: dict) -> pd.DataFrame:
+    """Per chapter: wall time, when it finished, the git commit, and the machine's cores/threads."""
+    rows = [{"chapter": chapter, "wall time (s)": fmt(run["wall_time_s"], 4), "finished": run["finished"],
+             "git commit": run["git_commit"], "cores": run["machine"]["cores"],
+             "torch threads": run["machine"]["torch_threads"]} for chapter, run in runs.items()]
+    return pd.DataFrame(rows).set_index("chapter")
+
+
+def parameters_table(runs: dict) -> pd.DataFrame:
+    """Every parameter of every chapter as it ran (results_dir is where the run wrote, so left out)."""
+    rows = [{"chapter": chapter, "parameter": k, "value": repr(v)} for chapter, run in runs.items()
+            for k, v in run["parameters"].items() if k != "results_dir"]
+    return pd.DataFrame(rows).set_index(["chapter", "parameter"])
+
+
+def machine_text(runs: dict) -> str:
+    machines = {tuple(sorted(r["machine"].items())) for r in runs.values()}
+    parts = []
+    for m in machines:
+        m = dict(m)
+        parts.append(f"{m['platform']}, {m['processor']}, {m['cores']} cores, Python {m['python']}")
+    return "; ".join(parts) if parts else "no chapter has run"
+
+
+def reproducibility_glue(runs: dict) -> dict[str, str]:
+    commits = sorted({r["git_commit"] for r in runs.values()})
+    total = sum(r["wall_time_s"] for r in runs.values())
+    return {"commits": ", ".join(commits) or "none", "n_commits": str(len(commits)),
+            "machine": machine_text(runs), "total_s": fmt(total, 4), "total_min": fmt(total / 60, 3),
+            "n_chapters": str(len(runs))}
+
+
+# --- the performance report (results/bench.json) ---
+
+def performance_rows(bench: dict) -> list[dict]:
+    """Each measured ratio beside its target, from one run of `python -m kvutils.bench`."""
+    lo, d, r, t, s = bench["load"], bench["decode"], bench["recompute"], bench["teacher"], bench["step_2000"]
+    rows = [
+        {"measure": "model load: first (GGUF conversion) ÷ from the converted cache" if lo["converts"] else
+         "model load: first ÷ second (a tiny model: nothing to convert)",
+         "measured": f"{fmt(lo['first_load_s'], 3)} s ÷ {fmt(lo['cached_load_s'], 3)} s", "ratio": lo["speedup"],
+         "target": "a cached load takes a few seconds", "met": lo["cached_load_s"] < 10},
+        {"measure": "cached decode per token: kvutils ÷ transformers' generate",
+         "measured": f"{fmt(d['kvutils_ms_per_token'], 3)} ms ÷ {fmt(d['generate_ms_per_token'], 3)} ms",
+         "ratio": d["ratio_kvutils_over_generate"], "target": "≤ 1.05", "met": d["ratio_kvutils_over_generate"] <= 1.05},
+        {"measure": "no-cache side of chapter 1: regenerate every step ÷ one forward",
+         "measured": f"{fmt(r['per_step_s'], 3)} s ÷ {fmt(r['one_pass_s'], 3)} s", "ratio": r["speedup"],
+         "target": "—", "met": None},
+        {"measure": f"teacher forcing ({t['op']}): step-by-step ÷ fast path",
+         "measured": f"{fmt(t['step_s'], 3)} s ÷ {fmt(t['fast_s'], 3)} s; max |Δlogit| {fmt(t['max_logit_diff'], 2)}",
+         "ratio": t["speedup"], "target": "≥ 10, |Δlogit| ≤ 1e-4",
+         "met": t["speedup"] >= 10 and t["max_logit_diff"] <= 1e-4},
+        {"measure": f"decode step at {s['context']} tokens: recompute ÷ cached",
+         "measured": f"{fmt(s['uncached_ms'], 4)} ms ÷ {fmt(s['cached_ms'], 3)} ms", "ratio": s["speedup"],
+         "target": "—", "met": None},
+    ]
+    if "bound_ms" in s:
+        rows.append({"measure": f"cached decode step at {s['context']} tokens ÷ memory-bandwidth bound",
+                     "measured": f"{fmt(s['cached_ms'], 3)} ms ÷ {fmt(s['bound_ms'], 3)} ms "
+                                 f"({fmt(bench['bandwidth_gb_s'], 3)} GB/s measured)",
+                     "ratio": s["cached_ms"] / s["bound_ms"], "target": "reported (1 = bandwidth-bound)", "met": None})
+    for k, row in bench["switch"].items():
+        rows.append({"measure": f"LoRA-tail switch, k = {k}: tail patch ÷ full recompute",
+                     "measured": f"{fmt(row['tail_patch_ms'], 3)} ms ÷ {fmt(row['recompute_ms'], 3)} ms",
+                     "ratio": row["time_fraction"], "target": f"FLOPs share {fmt(row['flops_fraction'], 3)}",
+                     "met": None})
+    return rows
+
+
+def performance_table(bench: dict) -> pd.DataFrame:
+    rows = [{**r, "ratio": fmt(r["ratio"], 3), "met": {True: "yes", False: "no", None: "—"}[r["met"]]}
+            for r in performance_rows(bench)]
+    return pd.DataFrame(rows).set_index("measure")
+
+
+def book_times_table(bench: dict, runs: dict) -> pd.DataFrame:
+    """Wall time of every step of `make book` that is on record, and the total against the target."""
+    rows = [{"step": f"chapter {c}", "seconds": run["wall_time_s"]} for c, run in runs.items()]
+    if "wall_time_s" in bench:
+        rows.append({"step": "benchmark (python -m kvutils.bench)", "seconds": bench["wall_time_s"]})
+    if "setup_s" in bench:
+        rows.insert(0, {"step": "set-up (venv, packages, models, conversion)", "seconds": bench["setup_s"]})
+    total = sum(r["seconds"] for r in rows)
+    rows.append({"step": "total on record", "seconds": total})
+    table = pd.DataFrame(rows)
+    table["minutes"] = [fmt(s / 60, 3) for s in table["seconds"]]
+    table["seconds"] = [fmt(s, 4) for s in table["seconds"]]
+    return table.set_index("step")
+
+
+def plot_performance(bench: dict):
+    """Each speed ratio of the benchmark on one log axis, the targets drawn where there is one."""
+    import matplotlib.pyplot as plt
+
+    rows = performance_rows(bench)
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.6))
+    colours = ["#2a9d8f" if r["met"] else "#e76f51" if r["met"] is False else "#8d99ae" for r in rows]
+    ax.barh(range(len(rows)), [r["ratio"] for r in rows], color=colours)
+    ax.set_xscale("log")
+    ax.axvline(1, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), [r["measure"] for r in rows], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio (log scale; 1 = equal time)")
+    ax.set_ylabel("measurement")
+    ax.set_title(f"Benchmark ratios, measured side by side in one run — model: {bench['model']}, "
+                 f"{bench['machine']['cores']} cores", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def performance_glue(bench: dict, runs: dict) -> dict[str, str]:
+    times = book_times_table(bench, runs)
+    total_s = float(sum(r["wall_time_s"] for r in runs.values()) + bench.get("wall_time_s", 0) + bench.get("setup_s", 0))
+    met = [r for r in performance_rows(bench) if r["met"] is not None]
+    return {"model": bench["model"], "total_min": fmt(total_s / 60, 3),
+            "target_min": fmt(BOOK_TARGET_S / 60), "within": "within" if total_s <= BOOK_TARGET_S else "over",
+            "n_met": f"{sum(bool(r['met']) for r in met)} of {len(met)}", "n_steps": str(len(times) - 1),
+            "cores": str(bench["machine"]["cores"]), "threads": str(bench["machine"]["torch_threads"])}

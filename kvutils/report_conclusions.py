@@ -1,0 +1,343 @@
+"""The conclusions page: the article's research questions answered from our five results files,
+the article's figure beside ours, the reason where they differ, and the practitioner's decision
+guide (a table and a figure). Every number and every verdict is computed here from results."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .chapters import NOTEBOOKS
+from .report import article, fmt, fraction
+from .results import load_results, results_path
+
+ARTICLE_MODEL = "Pythia-160M"
+# |logit difference| below which fp64 decoding counts as equal up to rounding (the theorem's test)
+FP64_TOLERANCE = 1e-9
+
+
+def load_chapters(results_dir) -> dict[str, dict]:
+    """Every chapter's results file; a missing one is an error naming it and how to produce it."""
+    missing = [(n, name) for n, name in NOTEBOOKS.items() if not results_path(results_dir, name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            "results_dir: no results for " + ", ".join(f"chapter {n} ({name}.json)" for n, name in missing)
+            + f" in {results_dir}; run them first, e.g. make chapter N={missing[0][0]}")
+    return {name: load_results(results_dir, name) for name in NOTEBOOKS.values()}
+
+
+def _numbers(runs: dict, n: str) -> dict:
+    return runs[NOTEBOOKS[n]]["numbers"]
+
+
+def _causal(numbers: dict) -> dict:
+    return {m: r for m, r in numbers.items() if r.get("family", "causal") == "causal"}
+
+
+def _encoders(numbers: dict) -> dict:
+    return {m: r for m, r in numbers.items() if r.get("family") == "encoder"}
+
+
+def _table(rows: dict[str, dict[str, str]]) -> pd.DataFrame:
+    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
+    table.index.name = "finding"
+    return table
+
+
+def _ops_of(run: dict) -> dict:
+    """One Table-2 model's operations, the plain and the chunk rows together."""
+    return {**(run["plain"] or {}).get("ops", {}), **(run["chunks"] or {}).get("ops", {})}
+
+
+def rq1_table(runs: dict) -> pd.DataFrame:
+    """RQ1: is the cache an exact substitute for recomputation; how does an encoder differ?"""
+    a = article()
+    e1, e2, bert = a["e1_decode"], a["e2_prefix"], a["e2_bert"]
+    rows = {
+        "fp64: identical greedy sequences, cache vs recompute": {
+            f"article ({ARTICLE_MODEL})": fraction(e1["fp64"]["pythia-160m"]["identical"], e1["fp64"]["pythia-160m"]["n"])},
+        "fp64: largest |logit difference|": {f"article ({ARTICLE_MODEL})": fmt(e1["fp64"]["pythia-160m"]["max_logit_diff"])},
+        "fp32: largest |logit difference|": {f"article ({ARTICLE_MODEL})": fmt(e1["fp32"]["pythia-160m"]["max_logit_diff"])},
+        "fp32: median logit std (the scale rounding acts on)": {
+            f"article ({ARTICLE_MODEL})": fmt(e1["fp32"]["pythia-160m"]["median_logit_std"])},
+        "prefixes whose K/V are bit-identical under both continuations (fp32)": {
+            f"article ({ARTICLE_MODEL})": fraction(e2["fp32"]["bit_identical"], e2["n_prefixes"])},
+        "fp64: largest K/V difference of a prefix across continuations (rounding)": {
+            f"article ({ARTICLE_MODEL})": fmt(e2["fp64"]["residue"])},
+        "same word, two contexts: cosine distance of the state, last layer": {
+            f"article ({ARTICLE_MODEL})": f"{fmt(bert['cosine_distance']['layer_12'])} (BERT-base, encoder)"},
+    }
+    for model, by_dtype in _numbers(runs, "01").items():
+        col = f"ours: {model}"
+        for dtype, tag in (("float64", "fp64"), ("float32", "fp32")):
+            if dtype in by_dtype:
+                d = by_dtype[dtype]["decode"]
+                rows[f"{tag}: largest |logit difference|"][col] = fmt(d["max_logit_diff"])
+                if tag == "fp64":
+                    rows["fp64: identical greedy sequences, cache vs recompute"][col] = fraction(d["identical"], d["n_prompts"])
+                    rows["fp64: largest K/V difference of a prefix across continuations (rounding)"][col] = fmt(
+                        by_dtype[dtype]["prefixes"]["max_diff_across_continuations"])
+                else:
+                    rows["fp32: median logit std (the scale rounding acts on)"][col] = fmt(d["median_logit_std"], 4)
+                    x = by_dtype[dtype]["prefixes"]
+                    rows["prefixes whose K/V are bit-identical under both continuations (fp32)"][col] = (
+                        fraction(x["bit_identical"], x["n_prefixes"]))
+    for model, r in _numbers(runs, "02").items():
+        kind = "encoder" if r["family"] == "encoder" else "causal"
+        rows["same word, two contexts: cosine distance of the state, last layer"][f"ours: {model}"] = (
+            f"{fmt(r['cosine_distance_mean'][-1])} ({kind})")
+    return _table(rows)
+
+
+def rq2_table(runs: dict) -> pd.DataFrame:
+    """RQ2: where is an earlier word re-interpreted, if its cached state never changes?"""
+    from .report_senses import _first_stays_at, _peak
+
+    a = article()
+    probe, attention = a["e3_probe"]["pythia"], a["e3_attention"]
+    rows = {
+        "sense probe at the old (cached) position": {
+            f"article ({ARTICLE_MODEL})": f"{fmt(probe['old_position_acc_pct_all_depths'])}% at all {probe['n_depths']} depths"},
+        "sense probe at a new position: peak % [depths]": {
+            f"article ({ARTICLE_MODEL})": f"{fmt(probe['new_position_peak_acc_pct'])} {probe['new_position_peak_layers']}"},
+        "attention from the new position on the disambiguating text": {
+            f"article ({ARTICLE_MODEL})": f"{fmt(attention['to_continuation_min'])}–{fmt(attention['to_continuation_max'])}"},
+        "encoder: sense probe at the original position": {
+            f"article ({ARTICLE_MODEL})": f"{fmt(a['e3_probe']['bert']['old_position_acc_pct_from_layer_1'])}% from layer 1 (BERT-base)"},
+    }
+    numbers = _numbers(runs, "03")
+    for model, r in _causal(numbers).items():
+        col = f"ours: {model}"
+        old, new = r["probe"]["old_position_pct"], r["probe"]["new_position_pct"]
+        rows["sense probe at the old (cached) position"][col] = (
+            f"{fmt(old[0])}% at all {len(old)} depths" if len(set(old)) == 1 else f"{fmt(min(old))}–{fmt(max(old))}%")
+        best, where = _peak(new)
+        rows["sense probe at a new position: peak % [depths]"][col] = f"{fmt(best)} {where}"
+        cont = r["attention"]["continuation"]
+        rows["attention from the new position on the disambiguating text"][col] = f"{fmt(min(cont), 3)}–{fmt(max(cont), 3)}"
+    for model, r in _encoders(numbers).items():
+        old = r["probe"]["old_position_pct"]
+        full = _first_stays_at(old, 100.0)
+        rows["encoder: sense probe at the original position"][f"ours: {model}"] = (
+            f"100% from depth {full}" if full is not None else f"peak {fmt(max(old))}%")
+    return _table(rows)
+
+
+# (our spec, the label the conclusions use): the article's headline rows for RQ3
+RQ3_OPS = (("cast:dtype=bfloat16", "bf16 cache"), ("quantize_naive:bits=4", "int4 cache, per token and head"),
+           ("window:size=128,sinks=4,reindex=false", "window of 128 with 4 sink tokens"),
+           ("window:size=128,sinks=0,reindex=false", "window of 128, no sinks"),
+           ("chunk_reuse:positions=reindexed,chunk=128", "chunk cached alone, positions corrected"),
+           ("chunk_reuse:positions=original,chunk=128", "chunk cached alone, stale positions"))
+
+
+def rq3_table(runs: dict) -> pd.DataFrame:
+    """RQ3: which cache operations break exactness, by how much, against what the exact cache buys."""
+    from .report_costs import article_rows_by_spec
+
+    art = article_rows_by_spec()
+    e4 = article()["e4_decode_time"]
+    numbers = _numbers(runs, "04")
+    rows = {f"top-1 agreement (%): {label}": {f"article ({ARTICLE_MODEL})": fmt(art[spec]["top1_pct"])}
+            for spec, label in RQ3_OPS}
+    speed = "exact cache: decode-step speed-up at the longest context"
+    rows[speed] = {f"article ({ARTICLE_MODEL})": f"{fmt(e4['ctx_2000']['speedup'])}× at 2000 tokens"}
+    for model, run in numbers["table2"].items():
+        ops = _ops_of(run)
+        for spec, label in RQ3_OPS:
+            if spec in ops:
+                rows[f"top-1 agreement (%): {label}"][f"ours: {model}"] = fmt(ops[spec]["top1_agreement_pct"], 4)
+    for model, d in numbers["decode"].items():
+        longest = max(d["steps"], key=lambda s: s["context"])
+        rows[speed][f"ours: {model}"] = f"{fmt(longest['speedup'], 3)}× at {longest['context']} tokens"
+    return _table(rows)
+
+
+def rq4_table(runs: dict) -> pd.DataFrame:
+    """Beyond the article: what stays exact when a LoRA adapter on the last k layers takes over."""
+    rows: dict[str, dict[str, str]] = {"tail patch vs full recompute: largest |logit difference|": {},
+                                       "stale cache: top-1 agreement (%), largest k": {},
+                                       "tail patch time ÷ full recompute time, per k": {}}
+    for model, r in _numbers(runs, "05").items():
+        col = f"ours: {model}"
+        scores, per_k = r["switch"]["scores"], r["cost"]["per_k"]
+        rows["tail patch vs full recompute: largest |logit difference|"][col] = fmt(
+            max(scores[f"tail{k}"]["tail_patch"]["max_abs_logit_diff"] for k in r["k_values"]))
+        k_max = max(r["k_values"])
+        rows["stale cache: top-1 agreement (%), largest k"][col] = (
+            f"{fmt(scores[f'tail{k_max}']['stale']['top1_agree_pct'], 4)} (k = {k_max})")
+        rows["tail patch time ÷ full recompute time, per k"][col] = ", ".join(
+            f"k={k}: {fmt(per_k[str(k)]['tail_time_fraction'], 3)}" for k in r["k_values"])
+    return _table(rows)
+
+
+def conclusions_glue(runs: dict) -> dict[str, str]:
+    """The verdicts and the reasons for every difference from the article, as sentences."""
+    a = article()
+    out: dict[str, str] = {}
+    ch1 = _numbers(runs, "01")
+    fp64 = {m: r["float64"]["decode"] for m, r in ch1.items() if "float64" in r}
+    fp32 = {m: r["float32"]["decode"] for m, r in ch1.items() if "float32" in r}
+    exact = all(d["max_logit_diff"] <= FP64_TOLERANCE and d["identical"] == d["n_prompts"] for d in fp64.values())
+    out["rq1_verdict"] = (
+        f"Yes: in fp64 every cached greedy run matched recomputation on {', '.join(fp64)} (largest |logit "
+        f"difference| {fmt(max(d['max_logit_diff'] for d in fp64.values()), 3)}, below our {FP64_TOLERANCE:g} "
+        "tolerance for rounding)" if exact and fp64 else
+        "Not shown by this run: " + ("fp64 was not run" if not fp64 else "an fp64 run exceeded the rounding tolerance"))
+    art_std = a["e1_decode"]["fp32"]["pythia-160m"]["median_logit_std"]
+    art_diff = a["e1_decode"]["fp32"]["pythia-160m"]["max_logit_diff"]
+    if fp32:
+        parts = [f"{m}: {fmt(d['max_logit_diff'], 3)} at a median logit std of {fmt(d['median_logit_std'], 3)}"
+                 for m, d in fp32.items()]
+        smaller = all(d["max_logit_diff"] < art_diff for d in fp32.values())
+        out["rq1_fp32_reason"] = (
+            f"fp32 residue — {'; '.join(parts)} — against {ARTICLE_MODEL}'s {fmt(art_diff)} at {fmt(art_std, 3)}. "
+            + ("Ours is smaller: rounding error scales with the size of the numbers rounded, and our models' logits are "
+               "far smaller." if smaller else "Rounding error scales with the size of the logits; compare the two stds."))
+    enc = _encoders(_numbers(runs, "02"))
+    bert = a["e2_bert"]["cosine_distance"]["layer_12"]
+    out["rq1_encoder"] = "; ".join(
+        f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, {fmt(r['cosine_distance_mean'][-1], 3)} at its "
+        f"last layer ({r['layers']} layers), against BERT-base's {fmt(bert)} at layer 12" for m, r in enc.items())
+    ch3 = _numbers(runs, "03")
+    chance = all(set(r["probe"]["old_position_pct"]) == {50.0} for r in _causal(ch3).values())
+    out["rq2_verdict"] = (
+        "At new positions: a probe on the old cached state of the word stays at chance (50%) at every depth "
+        f"of {', '.join(_causal(ch3))}, while the same probe on a later copy of the word reaches "
+        + ", ".join(f"{fmt(max(r['probe']['new_position_pct']))}% ({m})" for m, r in _causal(ch3).items())
+        if chance else "This run does not show the old position at chance on every model; see chapter 3")
+    first = {m: max(r["attention"]["first_token"]) for m, r in _causal(ch3).items() if "first_token" in r["attention"]}
+    if first:
+        out["rq2_attention_reason"] = (
+            "Our models send less attention to the disambiguating text than Pythia because they park much of it on the "
+            "first token: up to " + ", ".join(f"{fmt(v, 3)} ({m}, token {ch3[m]['first_token']!r})" for m, v in first.items())
+            + f", against {fmt(a['e3_attention']['to_first_token_max'])} for {ARTICLE_MODEL}")
+    ch4 = _numbers(runs, "04")
+    table2 = ch4["table2"]
+    bf16 = {m: _ops_of(r)["cast:dtype=bfloat16"] for m, r in table2.items() if "cast:dtype=bfloat16" in _ops_of(r)}
+    stds = [d["median_logit_std"] for d in fp32.values()]
+    out["rq3_precision_reason"] = ("; ".join(
+        f"{m}: a bf16 cache keeps {fmt(r['top1_agreement_pct'], 4)}% top-1 agreement (KL {fmt(r['mean_kl'], 3)} nats)"
+        for m, r in bf16.items()) + (
+        f", against {fmt(article_rows()['cast:dtype=bfloat16']['top1_pct'])}% for {ARTICLE_MODEL}. Its logits have a "
+        f"median std of {fmt(art_std, 3)}" + (f", ours {fmt(min(stds), 3)}–{fmt(max(stds), 3)}" if stds else "")
+        + ": the same relative rounding of the cache moves large logits further") if bf16 else
+        "bf16 was not among chapter 4's operations in this run")
+    pairs = []
+    for spec, label in RQ3_OPS[2:]:
+        ours = [f"{fmt(_ops_of(r)[spec]['top1_agreement_pct'], 4)}% ({m})" for m, r in table2.items() if spec in _ops_of(r)]
+        if ours:
+            pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's {fmt(article_rows()[spec]['top1_pct'])}%")
+    out["rq3_eviction"] = "; ".join(pairs) or "not run (no window or chunk operation in chapter 4's ops)"
+    longest = {m: max(d["steps"], key=lambda s: s["context"]) for m, d in ch4["decode"].items()}
+    machine = runs[NOTEBOOKS["04"]]["machine"]
+    out["rq3_speed_reason"] = (
+        "Speed-up of the exact cache at the longest context: " + ", ".join(
+            f"{fmt(s['speedup'], 3)}× ({m}, {s['context']} tokens)" for m, s in longest.items())
+        + f" on {machine['cores']} cores and {machine['torch_threads']} torch thread(s), against "
+        f"{fmt(a['e4_decode_time']['ctx_2000']['speedup'])}× for {ARTICLE_MODEL} on the article's 6-core CPU. "
+        "The ratio grows with context because recomputation grows with it and a cached step barely does; its size "
+        "depends on the machine and on how much of the model's cost is fixed per step (output head, windowed layers)")
+    ch5 = _numbers(runs, "05")
+    worst = max(r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]
+                for r in ch5.values() for k in r["k_values"])
+    out["rq4_verdict"] = (
+        f"Everything below the adapter: the tail patch matched a full recompute to {fmt(worst)} (largest |logit "
+        f"difference|) on {', '.join(ch5)}, at every k" if worst <= FP64_TOLERANCE else
+        f"The tail patch differed from recompute by {fmt(worst, 3)}; see chapter 5")
+    return out
+
+
+def article_rows() -> dict[str, dict]:
+    from .report_costs import article_rows_by_spec
+
+    return article_rows_by_spec()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    label: str
+    colour: str
+
+
+EXACT = Verdict("exact", "exact (to rounding): adopt as a pure saving", "#2a9d8f")
+NEAR = Verdict("near-exact", "near-exact here: confirm on your model", "#e9c46a")
+COSTLY = Verdict("costly", "costs quality: measure before buying", "#e76f51")
+
+
+def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
+    """One row per cache operation, for the first Table-2 model: verdict, our top-1 agreement and KL,
+    the article's top-1, cache bytes relative to the exact cache, and how it is checked."""
+    if not 0 < near_exact_pct <= 100:
+        raise ValueError(f"near_exact_pct: {near_exact_pct} must be in (0, 100]")
+    ch1, ch4, ch5 = _numbers(runs, "01"), _numbers(runs, "04"), _numbers(runs, "05")
+    model, run = next(iter(ch4["table2"].items()))
+    art = article_rows()
+    rows = []
+    decode = [r[d]["decode"] for r in ch1.values() for d in r]
+    rows.append(dict(operation="exact cache vs recomputation (ch. 1)", verdict=EXACT,
+                     top1=min(d["argmax_agreement_pct"] for d in decode), kl=None, article_top1=100.0, bytes_pct=100.0,
+                     check="theorem; tested on every architecture"))
+    # the theorem is about the computation, so it is judged in fp64, where rounding is far below the tolerance
+    fp64 = [r["float64"]["prefixes"] for r in ch1.values() if "float64" in r]
+    exact_prefix = (all(p["max_diff_across_continuations"] <= FP64_TOLERANCE for p in fp64) if fp64 else
+                    all(r[d]["prefixes"]["bit_identical"] == r[d]["prefixes"]["n_prefixes"] for r in ch1.values() for d in r))
+    rows.append(dict(operation="prefix reuse across continuations (ch. 1)", verdict=EXACT if exact_prefix else NEAR,
+                     top1=100.0, kl=None, article_top1=None, bytes_pct=100.0,
+                     check="theorem; tested on every architecture"))
+    for m, r in ch5.items():
+        k = max(r["k_values"])
+        for policy, name in (("tail_patch", "LoRA switch, tail patch"), ("stale", "LoRA switch, stale cache")):
+            s = r["switch"]["scores"][f"tail{k}"][policy]
+            verdict = EXACT if s["max_abs_logit_diff"] <= FP64_TOLERANCE else (
+                NEAR if s["top1_agree_pct"] >= near_exact_pct else COSTLY)
+            rows.append(dict(operation=f"{name} (ch. 5, {m}, k = {k})", verdict=verdict, top1=s["top1_agree_pct"],
+                             kl=s["kl_mean"], article_top1=None, bytes_pct=100.0,
+                             check="theorem (tail patch); chapter 5" if policy == "tail_patch" else "chapter 5"))
+    exact_bytes = run["plain"]["exact_cache_bytes"] if run["plain"] else None
+    for spec, o in _ops_of(run).items():
+        if o["name"] == "exact":
+            continue
+        verdict = EXACT if o["mean_kl"] == 0 else (NEAR if o["top1_agreement_pct"] >= near_exact_pct else COSTLY)
+        bytes_pct = 100.0 * o["cache_bytes"] / exact_bytes if exact_bytes and o["name"] not in (
+            "chunk_reuse", "chunk_blend") else 100.0
+        rows.append(dict(operation=spec, verdict=verdict, top1=o["top1_agreement_pct"], kl=o["mean_kl"],
+                         article_top1=art[spec]["top1_pct"] if spec in art else None, bytes_pct=bytes_pct,
+                         check="acceptance test (kvutils.accept)"))
+    return rows
+
+
+def decision_table(rows: list[dict]) -> pd.DataFrame:
+    table = pd.DataFrame([{
+        "operation": r["operation"], "verdict": r["verdict"].name, "top-1 agreement (%)": fmt(r["top1"], 4),
+        f"article (%), {ARTICLE_MODEL}": fmt(r["article_top1"]) if r["article_top1"] is not None else "—",
+        "mean KL (nats)": fmt(r["kl"], 3) if r["kl"] is not None else "—",
+        "cache size vs exact (%)": fmt(r["bytes_pct"], 3), "checked by": r["check"]} for r in rows])
+    return table.set_index("operation")
+
+
+def plot_decision_guide(rows: list[dict], model: str):
+    """The decision guide: every operation's top-1 agreement with exact decoding, coloured by
+    verdict, the article's value marked, the cache size it leaves written at the bar's end."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, ax = plt.subplots(figsize=(10, 0.3 * len(rows) + 2.4))
+    y = range(len(rows))
+    ax.barh(list(y), [r["top1"] for r in rows], color=[r["verdict"].colour for r in rows])
+    for i, r in enumerate(rows):
+        ax.text(min(r["top1"], 100) + 1, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=7)
+    marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
+    ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=3)
+    ax.set_yticks(list(y), [r["operation"] for r in rows], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 118)
+    ax.set_xlabel("top-1 agreement with exact decoding (%); label: cache size as % of the exact cache")
+    ax.set_ylabel("cache operation")
+    ax.set_title(f"Decision guide: which cache operations are free — model: {model} (chapters 1, 4, 5)", fontsize=10)
+    handles = [Patch(color=v.colour, label=v.label) for v in (EXACT, NEAR, COSTLY)]
+    handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.4, -0.09), ncol=2)
+    fig.tight_layout()
+    return fig
