@@ -39,12 +39,13 @@ browser: setup
 test: setup browser
 	$(PY) -m pytest -q
 
-# all chapters on the full profile, the benchmark, the summary pages (conclusions, appendices),
-# then the HTML book (-W: a warning fails the build). The set-up's time goes to the appendix.
+# all chapters on the full profile (two one-thread lanes side by side), the benchmark (alone, on
+# every core), the summary pages (conclusions, appendices), then the HTML book (-W: a warning fails
+# the build). The set-up's time goes to the appendix.
 book:
 	@mkdir -p results; started=$$(date +%s); $(MAKE) --no-print-directory setup \
 	  && echo $$(( $$(date +%s) - started )) > results/setup_seconds.txt
-	$(PY) -m kvutils.chapters --profile full --results-dir results --no-pages
+	$(PY) -m kvutils.chapters --profile full --results-dir results --no-pages --lanes
 	$(PY) -m kvutils.bench --results-dir results
 	$(PY) -m kvutils.chapters pages --results-dir results
 	$(VENV)/bin/jupyter-book build -W --keep-going .

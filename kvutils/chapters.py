@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +40,10 @@ QUICK = {
 # Pages that summarise the results files; their only parameter is results_dir.
 PAGES = {"06": "06_conclusions", "A": "appendix_a_reproducibility", "B": "appendix_b_performance"}
 EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
+# `--lanes`: the chapters split into two queues of about equal length on the full profile, one per
+# core, each kernel on one thread. On 2 cores this beats one queue on two threads: these small models
+# keep two threads only partly busy. Timings inside a chapter are then taken beside the other lane.
+LANES = (("04", "02", "03"), ("01", "05"))
 
 
 def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "results",
@@ -66,6 +73,22 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     return output
 
 
+def run_lanes(lanes, profile: str, results_dir: str, output_dir: str) -> None:
+    """Run each lane's chapters in its own process on one thread, the lanes side by side; wait for
+    all, then fail naming every lane that failed (its chapter's own error is printed above)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    started = time.time()
+    procs = [(lane, subprocess.Popen([sys.executable, "-m", "kvutils.chapters", *lane, "--no-pages", "--profile",
+                                      profile, "--results-dir", results_dir, "--output-dir", output_dir], env=env))
+             for lane in lanes]
+    failed = [(lane, p.wait()) for lane, p in procs]
+    failed = [(lane, code) for lane, code in failed if code != 0]
+    if failed:
+        raise SystemExit("chapters failed: " + "; ".join(f"lane {', '.join(lane)} exited with {code}"
+                                                          for lane, code in failed))
+    print(f"== all lanes done in {time.time() - started:.0f} s", flush=True)
+
+
 def _drop_widget_state(notebook: Path) -> None:
     """The book is static: stored ipywidgets state would make its pages load the widget manager
     from a CDN (and the live controls need a kernel anyway), so the executed copy keeps none."""
@@ -86,6 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--output-dir", default=str(EXECUTED_DIR))
     parser.add_argument("--no-pages", action="store_true", help="do not re-run the summary pages afterwards")
+    parser.add_argument("--lanes", action="store_true",
+                        help="all chapters in two one-thread queues side by side: " + " | ".join(map(",".join, LANES)))
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="override a notebook parameter (as papermill -p)")
     args = parser.parse_args(argv)
@@ -96,6 +121,11 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, SyntaxError):
             overrides[key] = raw
     chapters = [c for c in args.chapters if c not in PAGES and c != "pages"]
+    if args.lanes:
+        if overrides or sorted(chapters) != sorted(NOTEBOOKS):
+            parser.error("--lanes runs every chapter with its own defaults; give no chapters and no -p")
+        run_lanes(LANES, args.profile, args.results_dir, args.output_dir)
+        chapters = []
     for chapter in chapters:
         run_chapter(chapter, args.profile, args.results_dir, args.output_dir, overrides)
     for page in [] if args.no_pages else PAGES:
