@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: setup browser test book chapter bench clean
+.PHONY: setup browser test book chapter bench check-html clean
 
 setup: $(STAMP)
 
@@ -58,6 +58,10 @@ chapter: setup
 
 bench: setup
 	$(PY) -m kvutils.bench --results-dir results
+
+# open every page of the built book in headless Chromium, offline, and list what is broken
+check-html: setup browser
+	$(PY) -m kvutils.browser_check _build/html
 
 clean:
 	rm -rf _build results book/chapters

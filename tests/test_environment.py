@@ -48,3 +48,24 @@ def test_ci_runs_the_readme_test_command():
     commands = [line.strip() for line in readme[:15] if line.strip().startswith("make ")]
     assert commands[:2] == ["make book", "make test"]
     assert "make test" in (REPO_ROOT / ".ci" / "run").read_text()
+
+
+def test_the_readme_table_documents_every_notebook_parameter():
+    """One table in the README names every parameter of every notebook, with the notebooks it belongs to."""
+    import papermill
+
+    from kvutils.chapters import NOTEBOOKS, PAGES
+
+    rows = [line.strip().strip("|").split("|") for line in (REPO_ROOT / "README.md").read_text().splitlines()
+            if line.startswith("| ") and "`" in line.split("|")[2]]
+    documented: dict[str, set[str]] = {}
+    for cells in rows:
+        where, names = cells[0], re.findall(r"`(\w+)`", cells[1])
+        notebooks = [n for n in {**NOTEBOOKS, **PAGES}.values() if f"`{n}`" in where] if where.strip() != "all" \
+            else list(NOTEBOOKS.values())
+        for notebook in notebooks:
+            documented.setdefault(notebook, set()).update(names)
+    for notebook in {**NOTEBOOKS, **PAGES}.values():
+        parameters = papermill.inspect_notebook(REPO_ROOT / "notebooks" / f"{notebook}.ipynb")
+        missing = set(parameters) - documented.get(notebook, set())
+        assert not missing, f"{notebook}: {sorted(missing)} not in the README's parameter table"
