@@ -65,9 +65,16 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     output.parent.mkdir(parents=True, exist_ok=True)
     print(f"== chapter {chapter} ({name}, {profile} profile) ...", flush=True)
     started = time.time()
-    papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", output, parameters=params,
-                               cwd=REPO_ROOT, kernel_name="python3", progress_bar=False,
-                               log_output=True)
+    try:
+        papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", output, parameters=params,
+                                   cwd=REPO_ROOT, kernel_name="python3", progress_bar=False,
+                                   log_output=True)
+    except papermill.PapermillExecutionError as err:
+        first_line = next((line for line in err.source.splitlines() if line.strip()), "")
+        err.add_note(f"chapter {chapter}: notebooks/{name}.ipynb failed in cell {err.cell_index} "
+                     f"(In [{err.exec_count}]: {first_line!r}) with {err.ename}: {err.evalue}; "
+                     f"the executed copy, error included, is {output}")
+        raise
     _drop_widget_state(output)
     print(f"== chapter {chapter} done in {time.time() - started:.0f} s -> {output}", flush=True)
     return output

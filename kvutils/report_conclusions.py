@@ -9,6 +9,7 @@ import pandas as pd
 
 from .chapters import NOTEBOOKS
 from .report import article, fmt, fraction
+from .report_costs import article_rows_by_spec
 from .results import load_results, results_path
 
 ARTICLE_MODEL = "Pythia-160M"
@@ -133,8 +134,6 @@ RQ3_OPS = (("cast:dtype=bfloat16", "bf16 cache"), ("quantize_naive:bits=4", "int
 
 def rq3_table(runs: dict) -> pd.DataFrame:
     """RQ3: which cache operations break exactness, by how much, against what the exact cache buys."""
-    from .report_costs import article_rows_by_spec
-
     art = article_rows_by_spec()
     e4 = article()["e4_decode_time"]
     numbers = _numbers(runs, "04")
@@ -219,7 +218,7 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     out["rq3_precision_reason"] = ("; ".join(
         f"{m}: a bf16 cache keeps {fmt(r['top1_agreement_pct'], 4)}% top-1 agreement (KL {fmt(r['mean_kl'], 3)} nats)"
         for m, r in bf16.items()) + (
-        f", against {fmt(article_rows()['cast:dtype=bfloat16']['top1_pct'])}% for {ARTICLE_MODEL}. Its logits have a "
+        f", against {fmt(article_rows_by_spec()['cast:dtype=bfloat16']['top1_pct'])}% for {ARTICLE_MODEL}. Its logits have a "
         f"median std of {fmt(art_std, 3)}" + (f", ours {fmt(min(stds), 3)}–{fmt(max(stds), 3)}" if stds else "")
         + ": the same relative rounding of the cache moves large logits further") if bf16 else
         "bf16 was not among chapter 4's operations in this run")
@@ -227,7 +226,7 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     for spec, label in RQ3_OPS[2:]:
         ours = [f"{fmt(_ops_of(r)[spec]['top1_agreement_pct'], 4)}% ({m})" for m, r in table2.items() if spec in _ops_of(r)]
         if ours:
-            pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's {fmt(article_rows()[spec]['top1_pct'])}%")
+            pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's {fmt(article_rows_by_spec()[spec]['top1_pct'])}%")
     out["rq3_eviction"] = "; ".join(pairs) or "not run (no window or chunk operation in chapter 4's ops)"
     longest = {m: max(d["steps"], key=lambda s: s["context"]) for m, d in ch4["decode"].items()}
     machine = runs[NOTEBOOKS["04"]]["machine"]
@@ -246,12 +245,6 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
         f"difference|) on {', '.join(ch5)}, at every k" if worst <= FP64_TOLERANCE else
         f"The tail patch differed from recompute by {fmt(worst, 3)}; see chapter 5")
     return out
-
-
-def article_rows() -> dict[str, dict]:
-    from .report_costs import article_rows_by_spec
-
-    return article_rows_by_spec()
 
 
 @dataclass(frozen=True)
@@ -273,7 +266,7 @@ def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
         raise ValueError(f"near_exact_pct: {near_exact_pct} must be in (0, 100]")
     ch1, ch4, ch5 = _numbers(runs, "01"), _numbers(runs, "04"), _numbers(runs, "05")
     model, run = next(iter(ch4["table2"].items()))
-    art = article_rows()
+    art = article_rows_by_spec()
     rows = []
     decode = [r[d]["decode"] for r in ch1.values() for d in r]
     rows.append(dict(operation="exact cache vs recomputation (ch. 1)", verdict=EXACT,

@@ -106,4 +106,6 @@ def run_failing_chapter(chapter: str, tmp_path, overrides: dict) -> tuple[str, s
     failed = [c for c in executed["cells"] if c["cell_type"] == "code"
               and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
     assert len(failed) == 1, f"{len(failed)} cells failed"
+    note = " ".join(getattr(err.value, "__notes__", []))  # what make book prints: the notebook and the cell
+    assert f"notebooks/{chapters.NOTEBOOKS[chapter]}.ipynb failed in cell" in note, note
     return str(err.value), "".join(failed[0]["source"])
