@@ -260,7 +260,9 @@ fig
 Set-up (virtual environment, packages, embedded models and their one-time conversion), every
 chapter on the full profile and the benchmark took {glue:text}`perf_total_min` minutes together,
 {glue:text}`perf_within` the {glue:text}`perf_target_min`-minute target; rendering the HTML adds
-about a minute.
+about a minute. `make book` runs the chapters in two queues side by side, one core and one torch
+thread each, so those chapters count once, by the queues' wall time; the benchmark then runs
+alone on every core, so its ratios are not disturbed by a chapter.
 '''),
     code("ra.book_times_table(bench, runs)", "remove-input"),
 ]
