@@ -20,7 +20,7 @@ import re
 import shutil
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
@@ -116,9 +116,12 @@ _PAGE_STATE = """async () => {
 }"""
 
 
-def check_site(html_dir: str | Path, chapter_dir: str = "book/chapters/") -> dict[str, PageCheck]:
+def check_site(html_dir: str | Path, chapter_dir: str = "book/chapters/", scheme: str = "http") -> dict[str, PageCheck]:
     """Open every page of the built site in headless Chromium, then run a search; return what was
-    seen on each (the search under the key 'search.html?q=cache')."""
+    seen on each (the search under the key 'search.html?q=cache'). scheme "http" serves the folder
+    on 127.0.0.1; "file" opens the files directly, as a reader who double-clicks index.html."""
+    if scheme not in ("http", "file"):
+        raise ValueError(f"scheme: {scheme!r}; choose 'http' or 'file'")
     html_dir = Path(html_dir)
     pages = html_pages(html_dir)
     if not pages:
@@ -129,7 +132,8 @@ def check_site(html_dir: str | Path, chapter_dir: str = "book/chapters/") -> dic
         raise BrowserUnavailable("playwright is not installed: pip install playwright") from err
     executable = chromium_path()
     report: dict[str, PageCheck] = {}
-    with serve(html_dir) as base, sync_playwright() as pw:
+    with (serve(html_dir) if scheme == "http" else nullcontext(html_dir.resolve().as_uri() + "/")) as base, \
+            sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
             context = browser.new_context()
@@ -169,7 +173,11 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
     page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
     try:
         page.goto(base + page_path, wait_until="load")
-        page.wait_for_load_state("networkidle")
+        if base.startswith("http"):
+            page.wait_for_load_state("networkidle")
+        else:  # file:// pages never report network idle; let a redirect (index.html) land first
+            page.wait_for_timeout(500)
+            page.wait_for_load_state("load")
         state = page.evaluate(_PAGE_STATE)
         shown = page.url.removeprefix(base).split("#")[0].split("?")[0]
     finally:
@@ -205,8 +213,9 @@ def _check_search(context, base: str) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("html_dir", nargs="?", default="_build/html")
+    parser.add_argument("--scheme", default="http", choices=["http", "file"])
     args = parser.parse_args(argv)
-    report = check_site(args.html_dir)
+    report = check_site(args.html_dir, scheme=args.scheme)
     for page, check in report.items():
         print(f"{page}: {check.images} images, {check.formulas} formulas, {check.tables} tables")
         for problem in check.problems:

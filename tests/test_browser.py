@@ -37,6 +37,19 @@ def test_every_page_reads_offline_without_problems(site_report):
     assert not problems, problems
 
 
+def test_the_book_also_reads_from_its_files_alone(built_book):
+    """A reader who opens _build/html/index.html straight from disk (file://) gets the same book:
+    formulas, figures, search, no errors."""
+    _chromium_or_skip()
+    from kvutils.browser_check import check_site
+
+    _, html = built_book
+    report = check_site(html, scheme="file")
+    problems = {page: check.problems for page, check in report.items() if check.problems}
+    assert not problems, problems
+    assert report["book/intro.html"].formulas >= 4
+
+
 def test_every_page_of_the_book_was_opened(site_report, built_book):
     _, html = built_book
     for name in ("book/intro.html", "book/chapters/01_cache_exactness.html", "book/chapters/05_qwen3_switch.html",
