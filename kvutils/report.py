@@ -29,7 +29,8 @@ def fmt(value, digits: int = 6) -> str:
         return "0"
     if 1e4 <= abs(value) < 1e12:  # 13,860 reads better than 1.386e+04
         return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
+    text = f"{value:.{digits}g}"
+    return f"{value:,.0f}" if "e+" in text else text  # 1,047 rather than 1.05e+03
 
 
 def fraction(count: int, total: int) -> str:

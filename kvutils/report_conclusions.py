@@ -319,13 +319,14 @@ def plot_decision_guide(rows: list[dict], model: str):
     fig, ax = plt.subplots(figsize=(10, 0.3 * len(rows) + 2.4))
     y = range(len(rows))
     ax.barh(list(y), [r["top1"] for r in rows], color=[r["verdict"].colour for r in rows])
-    for i, r in enumerate(rows):
-        ax.text(min(r["top1"], 100) + 1, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=7)
+    for i, r in enumerate(rows):  # a column right of the 100% line, clear of the bars and marks
+        ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=7)
     marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
     ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=3)
     ax.set_yticks(list(y), [r["operation"] for r in rows], fontsize=7.5)
     ax.invert_yaxis()
-    ax.set_xlim(0, 118)
+    ax.set_xlim(0, 122)
+    ax.axvline(100, color="grey", linewidth=0.6)
     ax.set_xlabel("top-1 agreement with exact decoding (%); label: cache size as % of the exact cache")
     ax.set_ylabel("cache operation")
     ax.set_title(f"Decision guide: which cache operations are free — model: {model} (chapters 1, 4, 5)", fontsize=10)

@@ -155,3 +155,11 @@ def test_provenance_tables(runs):
     assert ("01_cache_exactness", "n_prompts") in params.index
     assert not any(p == "results_dir" for _, p in params.index)
     assert json.dumps(ra.reproducibility_glue(runs))  # plain strings, ready for glue
+
+
+def test_numbers_print_as_a_reader_expects():
+    from kvutils.report import fmt
+
+    assert fmt(1047.3, 3) == "1,047" and fmt(13860.0) == "13,860"  # never 1.05e+03
+    assert fmt(1383.3, 4) == "1383" and fmt(0.000123456, 3) == "0.000123" and fmt(2.5e-13, 3) == "2.5e-13"
+    assert fmt(24) == "24" and fmt(0.0) == "0" and fmt(None) == "n/a"
