@@ -179,9 +179,10 @@ tiny models are random, and the column names their seed instead.
 ## Runs: commit, machine, wall time
 
 The {glue:text}`rep_n_chapters` chapters ran from commit(s) {glue:text}`rep_commits`
-(a `+dirty` suffix means the working tree had uncommitted changes) on {glue:text}`rep_machine`,
-taking {glue:text}`rep_total_min` minutes together. Chapter wall times include loading models and
-drawing figures.
+(a `+dirty` suffix means the working tree had uncommitted changes) on {glue:text}`rep_machine`.
+Their wall times, which include loading models and drawing figures, add up to
+{glue:text}`rep_total_min` minutes; `make book` runs the chapters in two queues side by side, so
+the book's own wall time is shorter (Appendix B).
 '''),
     code("ra.runs_table(runs)", "remove-input"),
     md('''
