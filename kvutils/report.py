@@ -33,6 +33,13 @@ def fmt(value, digits: int = 6) -> str:
     return f"{value:,.0f}" if "e+" in text else text  # 1,047 rather than 1.05e+03
 
 
+def rows_table(rows: dict[str, dict[str, str]], index: str = "metric") -> pd.DataFrame:
+    """{row: {column: text}} as a table, "—" where a column has no value for a row."""
+    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
+    table.index.name = index
+    return table
+
+
 def fraction(count: int, total: int) -> str:
     return f"{count}/{total}"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .chapters import NOTEBOOKS
-from .report import article, fmt, fraction
+from .report import article, fmt, fraction, rows_table
 from .report_costs import article_rows_by_spec
 from .results import load_results, results_path
 
@@ -37,12 +37,6 @@ def _causal(numbers: dict) -> dict:
 
 def _encoders(numbers: dict) -> dict:
     return {m: r for m, r in numbers.items() if r.get("family") == "encoder"}
-
-
-def _table(rows: dict[str, dict[str, str]]) -> pd.DataFrame:
-    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
-    table.index.name = "finding"
-    return table
 
 
 def _ops_of(run: dict) -> dict:
@@ -87,7 +81,7 @@ def rq1_table(runs: dict) -> pd.DataFrame:
         kind = "encoder" if r["family"] == "encoder" else "causal"
         rows["same word, two contexts: cosine distance of the state, last layer"][f"ours: {model}"] = (
             f"{fmt(r['cosine_distance_mean'][-1])} ({kind})")
-    return _table(rows)
+    return rows_table(rows, "finding")
 
 
 def rq2_table(runs: dict) -> pd.DataFrame:
@@ -121,7 +115,7 @@ def rq2_table(runs: dict) -> pd.DataFrame:
         full = _first_stays_at(old, 100.0)
         rows["encoder: sense probe at the original position"][f"ours: {model}"] = (
             f"100% from depth {full}" if full is not None else f"peak {fmt(max(old))}%")
-    return _table(rows)
+    return rows_table(rows, "finding")
 
 
 # (our spec, the label the conclusions use): the article's headline rows for RQ3
@@ -130,6 +124,11 @@ RQ3_OPS = (("cast:dtype=bfloat16", "bf16 cache"), ("quantize_naive:bits=4", "int
            ("window:size=128,sinks=0,reindex=false", "window of 128, no sinks"),
            ("chunk_reuse:positions=reindexed,chunk=128", "chunk cached alone, positions corrected"),
            ("chunk_reuse:positions=original,chunk=128", "chunk cached alone, stale positions"))
+
+
+def _longest_steps(ch4: dict) -> dict[str, dict]:
+    """Per model, chapter 4's decode-step timing at its longest context."""
+    return {m: max(d["steps"], key=lambda s: s["context"]) for m, d in ch4["decode"].items()}
 
 
 def rq3_table(runs: dict) -> pd.DataFrame:
@@ -146,10 +145,9 @@ def rq3_table(runs: dict) -> pd.DataFrame:
         for spec, label in RQ3_OPS:
             if spec in ops:
                 rows[f"top-1 agreement (%): {label}"][f"ours: {model}"] = fmt(ops[spec]["top1_agreement_pct"], 4)
-    for model, d in numbers["decode"].items():
-        longest = max(d["steps"], key=lambda s: s["context"])
+    for model, longest in _longest_steps(numbers).items():
         rows[speed][f"ours: {model}"] = f"{fmt(longest['speedup'], 3)}× at {longest['context']} tokens"
-    return _table(rows)
+    return rows_table(rows, "finding")
 
 
 def rq4_table(runs: dict) -> pd.DataFrame:
@@ -167,7 +165,7 @@ def rq4_table(runs: dict) -> pd.DataFrame:
             f"{fmt(scores[f'tail{k_max}']['stale']['top1_agree_pct'], 4)} (k = {k_max})")
         rows["tail patch time ÷ full recompute time, per k"][col] = ", ".join(
             f"k={k}: {fmt(per_k[str(k)]['tail_time_fraction'], 3)}" for k in r["k_values"])
-    return _table(rows)
+    return rows_table(rows, "finding")
 
 
 def conclusions_glue(runs: dict) -> dict[str, str]:
@@ -228,7 +226,7 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
         if ours:
             pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's {fmt(article_rows_by_spec()[spec]['top1_pct'])}%")
     out["rq3_eviction"] = "; ".join(pairs) or "not run (no window or chunk operation in chapter 4's ops)"
-    longest = {m: max(d["steps"], key=lambda s: s["context"]) for m, d in ch4["decode"].items()}
+    longest = _longest_steps(ch4)
     machine = runs[NOTEBOOKS["04"]]["machine"]
     out["rq3_speed_reason"] = (
         "Speed-up of the exact cache at the longest context: " + ", ".join(

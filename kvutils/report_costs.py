@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .report import article, fmt
-
-
-def _table(rows: dict[str, dict[str, str]], index: str = "metric") -> pd.DataFrame:
-    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
-    table.index.name = index
-    return table
+from .report import article, fmt, rows_table
 
 
 # --------------------------------------------------------------------------- E4: decode cost
@@ -45,7 +39,7 @@ def decode_table(decode: dict) -> pd.DataFrame:
             }
             for metric, value in ours.items():
                 rows.setdefault(metric, {})[col] = value
-    return _table(rows)
+    return rows_table(rows)
 
 
 def plot_decode(decode: dict):
@@ -101,7 +95,7 @@ def bytes_table(bytes_rows: list[dict]) -> pd.DataFrame:
                 f"{fmt(r['measured_kib_per_token'], 4)} at {r['check_tokens']} tokens"
                 if r.get("measured_kib_per_token") is not None else "—",
         }
-    return _table(rows, "configuration")
+    return rows_table(rows, "configuration")
 
 
 def plot_bytes(bytes_rows: list[dict]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .report import article, fmt
+from .report import article, fmt, rows_table
 
 
 def _depth(values: list) -> list[float]:
@@ -18,12 +18,6 @@ def _key_depth(values: list) -> list[float]:
     """Depth of per-layer key entries (layer 1 .. L) on the same axis as `_depth`."""
     n = len(values)
     return [(i + 1) / n for i in range(n)]
-
-
-def _table(rows: dict[str, dict[str, str]]) -> pd.DataFrame:
-    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
-    table.index.name = "metric"
-    return table
 
 
 # --------------------------------------------------------------------------- chapter 2
@@ -56,7 +50,7 @@ def chapter2_table(numbers: dict) -> pd.DataFrame:
         }
         for metric, value in ours.items():
             rows[metric][col] = value
-    return _table(rows)
+    return rows_table(rows)
 
 
 def plot_chapter2(numbers: dict):
@@ -169,7 +163,7 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
         rows["attention on the old word, layer 2"][col] = fmt(att_ours["old_word"][1], 4) if len(att_ours["old_word"]) > 1 else "n/a"
         late = att_ours["old_word"][4:]
         rows["attention on the old word, largest from layer 5"][col] = fmt(max(late), 4) if late else "n/a"
-    return _table(rows)
+    return rows_table(rows)
 
 
 def plot_chapter3_probe(numbers: dict):

@@ -9,11 +9,6 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="module")
-def built(built_book):
-    return built_book
-
-
 def _page(html: Path, name: str) -> str:
     return (html / "book" / "chapters" / f"{name}.html").read_text()
 
@@ -22,8 +17,8 @@ def _text(page: str) -> str:
     return html_lib.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))).replace("’", "'")
 
 
-def test_chapter1_page(built):
-    root, html = built
+def test_chapter1_page(built_book):
+    root, html = built_book
     page = _page(html, "01_cache_exactness")
     n = json.loads((root / "results" / "01_cache_exactness.json").read_text())["parameters"]["n_prompts"]
     assert f"{n}/{n} identical sequences on tiny-llama" in page
@@ -31,8 +26,8 @@ def test_chapter1_page(built):
     assert page.count('<img alt="../../_images/') >= 1
 
 
-def test_chapter2_page(built):
-    _, html = built
+def test_chapter2_page(built_book):
+    _, html = built_book
     text = _text(_page(html, "02_bert_contrast"))
     assert "tiny-llama: largest cosine distance 0, largest relative key difference 0, states bit-identical for 16 of 16 words" in text
     assert "tiny-bert: 0 at the embeddings" in text
@@ -40,8 +35,8 @@ def test_chapter2_page(built):
     assert _page(html, "02_bert_contrast").count('<img alt="../../_images/') == 1
 
 
-def test_chapter3_page(built):
-    _, html = built
+def test_chapter3_page(built_book):
+    _, html = built_book
     page = _page(html, "03_sense_probes")
     text = _text(page)
     assert "tiny-llama: 50% at all 3 depths" in text and "tiny-gemma3: 50% at all 7 depths" in text
@@ -50,8 +45,8 @@ def test_chapter3_page(built):
     assert "widget-view" not in page and "html-manager" not in page and "require.min.js" not in page
 
 
-def test_chapter4_page(built):
-    _, html = built
+def test_chapter4_page(built_book):
+    _, html = built_book
     page = _page(html, "04_cache_approximations")
     text = _text(page)
     assert "tiny-llama: " in text and " ms with and " in text and "without the cache at 128 tokens" in text
@@ -60,8 +55,8 @@ def test_chapter4_page(built):
     assert page.count('<img alt="../../_images/') == 4
 
 
-def test_chapter5_page(built):
-    _, html = built
+def test_chapter5_page(built_book):
+    _, html = built_book
     page = _page(html, "05_qwen3_switch")
     text = _text(page)
     assert "tiny-qwen3: largest |logit difference| of the tail patch 0 (k = 1)" in text
@@ -69,18 +64,18 @@ def test_chapter5_page(built):
     assert page.count('<img alt="../../_images/') == 4
 
 
-def test_every_page_is_in_the_navigation(built):
-    _, html = built
+def test_every_page_is_in_the_navigation(built_book):
+    _, html = built_book
     intro = (html / "book" / "intro.html").read_text()
     for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "04_cache_approximations",
                  "05_qwen3_switch"):
         assert f"chapters/{name}.html" in intro
 
 
-def test_conclusions_page_answers_from_the_results(built):
+def test_conclusions_page_answers_from_the_results(built_book):
     from kvutils import report_conclusions as rc
 
-    root, html = built
+    root, html = built_book
     page = _page(html, "06_conclusions")
     text = _text(page)
     glue = rc.conclusions_glue(rc.load_chapters(root / "results"))
@@ -91,8 +86,8 @@ def test_conclusions_page_answers_from_the_results(built):
     assert page.count('<img alt="../../_images/') == 1  # the decision guide, drawn by the build
 
 
-def test_appendices_show_provenance_and_the_benchmark(built):
-    root, html = built
+def test_appendices_show_provenance_and_the_benchmark(built_book):
+    root, html = built_book
     repro = _text(_page(html, "appendix_a_reproducibility"))
     results = json.loads((root / "results" / "01_cache_exactness.json").read_text())
     assert results["git_commit"] in repro and results["packages"]["torch"] in repro
@@ -107,9 +102,9 @@ def test_appendices_show_provenance_and_the_benchmark(built):
     assert perf.count('<img alt="../../_images/') == 1
 
 
-def test_the_site_needs_no_network(built):
+def test_the_site_needs_no_network(built_book):
     """MathJax is served from the site itself and no page refers a script or style to a CDN."""
-    _, html = built
+    _, html = built_book
     assert (html / "_static" / "mathjax" / "tex-mml-chtml.js").stat().st_size > 100_000
     assert any((html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
     for page in html.rglob("*.html"):
