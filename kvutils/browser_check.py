@@ -9,6 +9,9 @@ exception, no failed request or HTTP error, every image loaded with a non-zero s
 formula typeset by MathJax without error, at least one table on each chapter page, no table cell
 cut short, and every
 internal link pointing at a page (and anchor) that exists. Search is run once offline.
+
+`check_explorer` drives chapter 3's offline attention explorer like a reader: it changes each
+control in turn and records whether what Plotly draws changed, and what it drew.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import argparse
 import functools
 import http.server
 import os
+import json
 import re
 import shutil
 import sys
@@ -30,6 +34,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SKIPPED_DIRS = ("_static", "_sources", "_images", ".pytest_cache")
 SEARCH_TERM = "cache"
+EXPLORER_PAGE = "book/chapters/03_sense_probes.html"
+EXPLORER_CONTROLS = ("model", "word", "construction", "layer", "head", "query")
 
 
 @dataclass
@@ -208,6 +214,94 @@ def _check_search(context, base: str) -> list[str]:
     finally:
         page.close()
     return problems
+
+
+# Runs in the page: the explorer's controls and what its Plotly figure holds now.
+_EXPLORER_STATE = """() => {
+  const root = document.getElementById('attention-explorer');
+  const gd = root.querySelector('.ae-plot');
+  const controls = {};
+  root.querySelectorAll('[data-control]').forEach(el => {
+    controls[el.dataset.control] = {
+      tag: el.tagName.toLowerCase(), type: el.type, value: el.value,
+      options: el.tagName === 'SELECT' ? [...el.options].map(o => o.value) : null,
+      min: el.min === undefined ? null : el.min, max: el.max === undefined ? null : el.max};
+  });
+  return {
+    draws: Number(root.dataset.draws || 0), controls,
+    traces: (gd.data || []).map(t => ({type: t.type, x: t.x, y: t.y, z: t.z, text: t.text})),
+    title: gd.layout && gd.layout.title ? gd.layout.title.text : null,
+    annotations: gd.layout ? (gd.layout.annotations || []).map(a => a.text) : [],
+  };
+}"""
+
+
+@dataclass
+class ExplorerCheck:
+    """What driving the explorer showed: `changed[control]` says whether changing that control
+    changed the plotted data; `states` holds the explorer's state first and after each change."""
+    problems: list[str] = field(default_factory=list)
+    changed: dict[str, bool] = field(default_factory=dict)
+    states: list[dict] = field(default_factory=list)
+
+
+def _other_value(control: dict) -> str:
+    """A value of the control other than its current one: the last option, or the range's far end."""
+    if control["options"] is not None:
+        others = [o for o in control["options"] if o != control["value"]]
+        if not others:
+            raise ValueError(f"a select with one option ({control['value']!r}) cannot be changed")
+        return others[-1]
+    low, high = int(control["min"]), int(control["max"])
+    if low == high:
+        raise ValueError(f"a range from {low} to {high} cannot be changed")
+    return str(high if int(control["value"]) != high else low)
+
+
+def check_explorer(html_dir: str | Path, page: str = EXPLORER_PAGE, scheme: str = "file",
+                   controls: tuple[str, ...] = EXPLORER_CONTROLS) -> ExplorerCheck:
+    """Open `page`, wait for the explorer's first drawing, then change each control in turn (as a
+    reader would: pick another option, drag a slider to its end), each time waiting for the redraw.
+    Requests leaving the folder are blocked and reported, as are console errors."""
+    from playwright.sync_api import sync_playwright
+
+    html_dir = Path(html_dir)
+    if not (html_dir / page).is_file():
+        raise ValueError(f"page: {page} is not in {html_dir}; build the book first")
+    check = ExplorerCheck()
+    problems = check.problems
+    with (serve(html_dir) if scheme == "http" else nullcontext(html_dir.resolve().as_uri() + "/")) as base, \
+            sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context()
+            context.route("**/*", functools.partial(_only_local, base))
+            tab = context.new_page()
+            tab.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            tab.on("pageerror", lambda e: problems.append(f"uncaught exception: {e}"))
+            tab.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
+            tab.goto(base + page, wait_until="load")
+            tab.wait_for_function("() => Number(document.getElementById('attention-explorer')"
+                                  "?.dataset.draws || 0) >= 1", timeout=30_000)
+            state = tab.evaluate(_EXPLORER_STATE)
+            check.states.append(state)
+            for name in controls:
+                control = state["controls"][name]
+                value = _other_value(control)
+                element = tab.locator(f"#attention-explorer [data-control={name}]")
+                if control["tag"] == "select":
+                    element.select_option(value)
+                else:
+                    element.fill(value)
+                tab.wait_for_function(f"() => Number(document.getElementById('attention-explorer')"
+                                      f".dataset.draws) > {state['draws']}", timeout=10_000)
+                after = tab.evaluate(_EXPLORER_STATE)
+                check.changed[name] = json.dumps(after["traces"]) != json.dumps(state["traces"])
+                check.states.append(after)
+                state = after
+        finally:
+            browser.close()
+    return check
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,87 +13,20 @@ with the span where the two texts differ (the disambiguating text) shaded and th
 (where attention sinks) marked. In live Jupyter `explorer.widget()` gives the controls; in the
 static book `explorer.figure()` renders the current view.
 
-The computation (`attention_maps`, `compute_view`) and the drawing (`draw`) are plain functions,
-so tests drive the explorer by setting widget values and reading `explorer.view`.
+The computation (`attention_maps`, `compute_view`, in `kvutils.explorer_data`, which also records
+the book's offline explorer) and the drawing (`draw`) are plain functions, so tests drive the
+explorer by setting widget values and reading `explorer.view`.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import torch
-
-from . import data, probes
+from . import data
+from .explorer_data import (CONSTRUCTIONS, AttentionMaps, ContextView, View, attention_maps,  # noqa: F401
+                            compute_view, differing_spans, pair_texts, readable)
 from .models import Loaded, load
 
 CUSTOM = "(type two texts)"
-CONSTRUCTIONS = {"repeat": probes.DEFAULT_REPEAT_TEMPLATE, "context": probes.CONTEXT_TEMPLATE}
-
-
-@dataclass
-class AttentionMaps:
-    """One text's attention in every layer and head."""
-
-    tokens: list[str]
-    maps: torch.Tensor  # (layers, heads, seq, seq), rows are queries
-
-
-@torch.inference_mode()
-def attention_maps(loaded: Loaded, text: str) -> AttentionMaps:
-    """Attention weights of every layer for one text (the model must use eager attention)."""
-    ids = loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.device)
-    out = loaded.model(input_ids=ids, output_attentions=True, use_cache=False, logits_to_keep=1)
-    if not out.attentions or out.attentions[0] is None:
-        raise ValueError(f"{loaded.name} returned no attention weights: load it with attn_implementation='eager'")
-    maps = torch.stack([a[0] for a in out.attentions]).float().cpu()  # (layers, heads, seq, seq)
-    return AttentionMaps(loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist()), maps)
-
-
-def differing_spans(a: list[str], b: list[str]) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The token span of each text between their common beginning and their common ending: the
-    disambiguating text, when the two share a prefix (and, in the repeat construction, an end)."""
-    start = 0
-    while start < min(len(a), len(b)) and a[start] == b[start]:
-        start += 1
-    end = 0
-    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
-        end += 1
-    return (start, len(a) - end), (start, len(b) - end)
-
-
-@dataclass
-class ContextView:
-    """What one side of the explorer shows."""
-
-    tokens: list[str]
-    query: int  # token index of the query
-    row: torch.Tensor  # (seq,) the query's attention, zero after the query (causal)
-    window: torch.Tensor  # (rows, seq) attention of the window of queries ending at `query`
-    window_start: int  # token index of the window's first query row
-    span: tuple[int, int]  # the disambiguating span [start, stop)
-
-
-@dataclass
-class View:
-    model: str
-    layer: int  # 0-based
-    head: int | None  # None: mean over heads
-    contexts: tuple[ContextView, ContextView]
-
-
-def compute_view(model: str, maps: tuple[AttentionMaps, AttentionMaps], layer: int, head: int | None,
-                 from_end: int, window: int) -> View:
-    """Select one layer/head, the query `from_end` tokens before each text's last, and a window of
-    `window` query rows ending there."""
-    spans = differing_spans(maps[0].tokens, maps[1].tokens)
-    views = []
-    for m, span in zip(maps, spans):
-        layer_maps = m.maps[layer]  # (heads, seq, seq)
-        matrix = layer_maps.mean(0) if head is None else layer_maps[head]
-        query = max(len(m.tokens) - 1 - from_end, 0)
-        start = max(query - window + 1, 0)
-        views.append(ContextView(m.tokens, query, matrix[query], matrix[start:query + 1], start, span))
-    return View(model, layer, head, (views[0], views[1]))
 
 
 def _tick_labels(tokens: list[str], span: tuple[int, int], limit: int = 40) -> tuple[list[int], list[str]]:
@@ -103,12 +36,7 @@ def _tick_labels(tokens: list[str], span: tuple[int, int], limit: int = 40) -> t
     else:
         step = max(len(tokens) // 20, 1)
         ticks = sorted({0, span[0], max(span[1] - 1, 0), len(tokens) - 1, *range(0, len(tokens), step)})
-    return ticks, [_readable(tokens[i]) for i in ticks]
-
-
-def _readable(token: str) -> str:
-    """A token as it reads, with the tokenizers' space markers (GPT-2's Ġ, SentencePiece's ▁) as ␣."""
-    return token.replace("Ġ", "␣").replace("▁", "␣")
+    return ticks, [readable(tokens[i]) for i in ticks]
 
 
 def draw(view: View, titles: tuple[str, str] = ("context A", "context B")):
@@ -123,7 +51,7 @@ def draw(view: View, titles: tuple[str, str] = ("context A", "context B")):
         heat, bars = axes[0, col], axes[1, col]
         sns.heatmap(cv.window.numpy(), ax=heat, cmap="viridis", vmin=0, cbar=col == 1,
                     cbar_kws={"label": "attention weight"} if col == 1 else None,
-                    yticklabels=[_readable(cv.tokens[i]) for i in range(cv.window_start, cv.query + 1)])
+                    yticklabels=[readable(cv.tokens[i]) for i in range(cv.window_start, cv.query + 1)])
         heat.set_xticks([t + 0.5 for t in ticks], labels, rotation=90, fontsize=7)
         heat.tick_params(axis="y", labelsize=7, rotation=0)
         heat.set_xlabel("key token (context position)")
@@ -138,7 +66,7 @@ def draw(view: View, titles: tuple[str, str] = ("context A", "context B")):
         bars.set_ylim(0, max(float(cv.row.max()) * 1.15, 0.05))
         bars.set_xlabel("key token (orange: where the texts differ; red: first token, the sink)")
         bars.set_ylabel("attention weight")
-        bars.set_title(f"query {_readable(cv.tokens[cv.query])!r} (token {cv.query}): "
+        bars.set_title(f"query {readable(cv.tokens[cv.query])!r} (token {cv.query}): "
                        f"{float(cv.row[cv.span[0]:cv.span[1]].sum()):.3f} on the differing span, "
                        f"{float(cv.row[0]):.3f} on the first token", fontsize=9)
     fig.suptitle(f"Attention of one query token — {view.model}, layer {view.layer + 1}, {head}", fontsize=11)
@@ -189,10 +117,7 @@ class AttentionExplorer:
     def _fill_texts(self) -> None:
         if self.pair.value == CUSTOM:
             return
-        word = self.words[self.pair.value]
-        template = CONSTRUCTIONS[self.construction.value]
-        texts = [template.format(prefix=word.prefix, continuation=s.continuation, word=word.word)
-                 for s in word.senses]
+        texts = pair_texts(self.words[self.pair.value], CONSTRUCTIONS[self.construction.value])
         self._updating = True
         self.text_a.value, self.text_b.value = texts
         self._updating = False

@@ -1,0 +1,124 @@
+"""Interactive charts in the static book, offline: Plotly figures drawn by the plotly.js that ships
+inside the `plotly` Python package, served from the book's own `_static/` (no CDN, no kernel; it
+works from `file://`).
+
+Two parts:
+
+- `scatter(df, x, y, ...)` turns a DataFrame into an interactive scatter with hover text. A
+  notebook cell that ends with the returned `Chart` shows it (text/html). Chapter 4's
+  fidelity-vs-bytes chart, for example::
+
+      from kvutils import interactive
+      interactive.scatter(table2, x="cache MB", y="KL (nats)", color="op", symbol="model",
+                          hover=["op spec", "KL (nats)", "top-1 (%)", "cache MB"], log_x=True,
+                          title="Fidelity against cache size (smollm2-135m, 16 documents)",
+                          x_label="cache size (MB)", y_label="mean KL from the exact cache (nats)")
+
+  and chapter 5's quality-vs-cost chart the same way. Keep saving the static PNG (matplotlib)
+  into the results folder for papers; the chart is for readers of the page.
+- a Sphinx extension (listed in `_config.yml`): it copies plotly.min.js into `_static/` once and
+  adds it to exactly the pages whose body holds a chart (`MARKER_CLASS`), so the other pages do
+  not carry its 4.8 MB.
+
+`Chart.html` is a `<div>` plus a small script; with no plotly.js on the page (a notebook opened
+in Jupyter, where this book's extension does not run) the div says so instead of failing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER_CLASS = "kvutils-plotly"  # pages whose body contains it get plotly.min.js
+PLOTLY_JS = "plotly.min.js"
+NO_PLOTLY = "This interactive chart needs plotly.js, which the built book serves; open the book's HTML."
+
+
+def plotly_js_path() -> Path:
+    """plotly.js as the installed plotly package ships it (no download)."""
+    import plotly
+
+    path = Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
+    if not path.is_file():
+        raise RuntimeError(f"the plotly package at {path.parent.parent} ships no {PLOTLY_JS}; reinstall plotly")
+    return path
+
+
+def element_id(prefix: str, content: str) -> str:
+    """An id from the content, so that the same results make the same page (plotly's own are random)."""
+    return f"{prefix}-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
+
+
+def script_json(value) -> str:
+    """JSON safe to put inside a <script> element (no '</script>' can close it early)."""
+    from plotly.utils import PlotlyJSONEncoder
+
+    return json.dumps(value, cls=PlotlyJSONEncoder, separators=(",", ":")).replace("<", "\\u003c")
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One interactive Plotly chart for a page: `html` is what the page shows; `figure` the Plotly
+    figure (e.g. `figure.write_image` where kaleido is installed)."""
+
+    figure: object  # plotly.graph_objects.Figure
+    html: str
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+
+def chart(figure, config: dict | None = None) -> Chart:
+    """Any Plotly figure as an offline chart of the page."""
+    spec = script_json({"data": figure.to_plotly_json()["data"], "layout": figure.to_plotly_json()["layout"],
+                        "config": {"displaylogo": False, "responsive": True, **(config or {})}})
+    div = element_id("kvutils-chart", spec)
+    html = (f'<div id="{div}" class="{MARKER_CLASS}" style="width:100%;min-height:{figure.layout.height or 450}px">'
+            f'</div>\n<script>(function () {{\n  const el = document.getElementById("{div}");\n'
+            f'  if (!window.Plotly) {{ el.textContent = {json.dumps(NO_PLOTLY)}; return; }}\n'
+            f'  const spec = {spec};\n  Plotly.newPlot(el, spec.data, spec.layout, spec.config);\n}})();</script>')
+    return Chart(figure, html)
+
+
+def scatter(df, x: str, y: str, *, title: str, x_label: str, y_label: str, hover: Sequence[str] = (),
+            color: str | None = None, symbol: str | None = None, log_x: bool = False, log_y: bool = False,
+            height: int = 480) -> Chart:
+    """An interactive scatter of a DataFrame's rows: one point per row at (x, y), coloured and
+    shaped by the `color` and `symbol` columns, and the `hover` columns (names and values) shown on
+    hover. `title` should say which model(s) made the data; labels carry the units."""
+    import plotly.express as px
+
+    for name, value in (("title", title), ("x_label", x_label), ("y_label", y_label)):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{name}: every chart needs one (a non-empty string); got {value!r}")
+    columns = [x, y, *hover, *(c for c in (color, symbol) if c is not None)]
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"columns {missing} are not in the DataFrame; it has {list(df.columns)}")
+    if df.empty:
+        raise ValueError("df: no rows to plot")
+    figure = px.scatter(df, x=x, y=y, color=color, symbol=symbol, hover_data=list(hover), log_x=log_x, log_y=log_y,
+                        title=title, labels={x: x_label, y: y_label}, height=height, template="plotly_white")
+    figure.update_traces(marker={"size": 10, "line": {"width": 1, "color": "white"}})
+    return chart(figure)
+
+
+# --------------------------------------------------------------------------- the Sphinx extension
+
+
+def _add_plotly_static(app, config) -> None:
+    config.html_static_path = [*config.html_static_path, str(plotly_js_path())]
+
+
+def _plotly_where_used(app, pagename, templatename, context, doctree) -> None:
+    if MARKER_CLASS in (context.get("body") or ""):
+        app.add_js_file(PLOTLY_JS)  # for this page only (Sphinx resets the list after each page)
+
+
+def setup(app):
+    app.connect("config-inited", _add_plotly_static)
+    # before kvutils.book_offline (500), which rebuilds the page's script list
+    app.connect("html-page-context", _plotly_where_used, priority=400)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
