@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import gzip
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -193,3 +193,20 @@ def unpack_matrix(payload: dict, model: str, word: str, construction: str, side:
     rows, cols = torch.tril_indices(n, n)
     matrix[rows, cols] = triangle
     return matrix
+
+
+def record_study(models: Iterable[str], words: Iterable[data.Word], repeat_template: str = probes.DEFAULT_REPEAT_TEMPLATE,
+                 device: str = "cpu", loader: Callable[..., Loaded] | None = None) -> dict:
+    """The book's explorer data for chapter 3: every causal model x word x construction (the
+    chapter's repeat template, and the context alone), each model loaded in float32 with eager
+    attention, one at a time."""
+    from .models import load
+
+    loader = loader or load
+    words, constructions = list(words), {"repeat": repeat_template, "context": probes.CONTEXT_TEMPLATE}
+    parts = []
+    for name in models:
+        loaded = loader(name, "float32", device=device, attn_implementation="eager")
+        parts.append(record(loaded, words, constructions))
+        del loaded
+    return pack(parts, constructions)

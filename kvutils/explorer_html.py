@@ -44,6 +44,15 @@ def layout() -> dict:
     return fig.to_plotly_json()["layout"]
 
 
+def weight_note(payload: dict) -> str:
+    """What the view carries: its own size, so the page says it rather than a hand-typed number."""
+    models = payload["models"]
+    words = len(models[0]["pairs"])
+    return (f"Recorded at build time for {len(models)} model(s) x {words} word pairs x "
+            f"{len(payload['constructions'])} texts: {payload['raw_bytes'] / 1e3:,.0f} kB of weights, 8-bit "
+            f"(within 0.002 of the model's), {len(payload['blob']) / 1e3:,.0f} kB in this page once compressed.")
+
+
 def _select(name: str, label: str) -> str:
     return f'<label>{label} <select data-control="{name}" aria-label="{label}"></select></label>'
 
@@ -74,6 +83,7 @@ def explorer_view(payload: dict, *, word: str, layer: int, model: str | None = N
         f'<form class="ae-controls" style="display:flex;flex-wrap:wrap;gap:0.4em 1.2em;margin-bottom:0.5em">\n'
         f'{controls}\n</form>\n'
         f'<div class="ae-texts" style="font-size:0.85em"></div>\n'
+        f'<p class="ae-weight" style="font-size:0.8em">{html.escape(weight_note(payload))}</p>\n'
         f'<div class="ae-plot" style="width:100%;min-height:{HEIGHT}px"></div>\n'
         f'<script type="application/json" class="ae-data">{data}</script>\n'
         f'<script>\n{SCRIPT.read_text()}\n</script>\n</div>')
