@@ -281,8 +281,12 @@ def check_explorer(html_dir: str | Path, page: str = EXPLORER_PAGE, scheme: str 
             tab.on("pageerror", lambda e: problems.append(f"uncaught exception: {e}"))
             tab.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
             tab.goto(base + page, wait_until="load")
-            tab.wait_for_function("() => Number(document.getElementById('attention-explorer')"
-                                  "?.dataset.draws || 0) >= 1", timeout=30_000)
+            try:
+                tab.wait_for_function("() => Number(document.getElementById('attention-explorer')"
+                                      "?.dataset.draws || 0) >= 1", timeout=30_000)
+            except Exception:  # noqa: BLE001 -- playwright's TimeoutError
+                problems.append("the explorer never drew")
+                return check
             state = tab.evaluate(_EXPLORER_STATE)
             check.states.append(state)
             for name in controls:
@@ -293,8 +297,11 @@ def check_explorer(html_dir: str | Path, page: str = EXPLORER_PAGE, scheme: str 
                     element.select_option(value)
                 else:
                     element.fill(value)
-                tab.wait_for_function(f"() => Number(document.getElementById('attention-explorer')"
-                                      f".dataset.draws) > {state['draws']}", timeout=10_000)
+                try:
+                    tab.wait_for_function(f"() => Number(document.getElementById('attention-explorer')"
+                                          f".dataset.draws) > {state['draws']}", timeout=10_000)
+                except Exception:  # noqa: BLE001 -- playwright's TimeoutError; reported, not raised
+                    problems.append(f"changing {name} to {value!r} did not redraw the explorer")
                 after = tab.evaluate(_EXPLORER_STATE)
                 check.changed[name] = json.dumps(after["traces"]) != json.dumps(state["traces"])
                 check.states.append(after)

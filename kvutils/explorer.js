@@ -85,8 +85,8 @@
         y1: 1, fillcolor: "#ff7f0e", opacity: 0.12, line: { width: 0 }, layer: "below" });
       const onSpan = row.slice(s0, s1).reduce((a, b) => a + b, 0);
       const name = "AB"[i];
-      layout.annotations[i].text = `${name}: all query rows (query ${q} outlined; differing span dotted)`;
-      layout.annotations[i + 2].text = `${name}, query '${labels[q]}' (token ${q}):<br>${onSpan.toFixed(3)} on the ` +
+      layout.annotations[i].text = `${name}: every query row`;
+      layout.annotations[i + 2].text = `${name}: query '${labels[q]}' (token ${q})<br>${onSpan.toFixed(3)} on the ` +
         `differing span, ${row[0].toFixed(3)} on the first token`;
       const line = document.createElement("div");
       line.textContent = `${name}: ${short(side.text, 120)}`;

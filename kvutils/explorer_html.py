@@ -22,6 +22,9 @@ from .interactive import MARKER_CLASS, NO_PLOTLY, Chart, script_json
 
 ROOT_ID = "attention-explorer"
 SCRIPT = Path(__file__).with_name("explorer.js")
+LEGEND = ("Heat maps: every query row of each text (red frame: the chosen query; dotted orange: the span "
+          "where the two texts differ). Bars: the chosen query's weights (red: the first token, where attention "
+          "sinks; orange: the differing span).")
 HEIGHT = 760  # px: two rows of plots with rotated token labels
 
 
@@ -29,18 +32,19 @@ def layout() -> dict:
     """The figure's frame (axes, titles, colour axis); explorer.js fills in the data and labels."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=2, cols=2, vertical_spacing=0.22, horizontal_spacing=0.1,
+    fig = make_subplots(rows=2, cols=2, vertical_spacing=0.2, horizontal_spacing=0.08,
                         row_heights=[0.55, 0.45], subplot_titles=["A", "B", "query of A", "query of B"])
-    for col in (1, 2):
-        fig.update_xaxes(title_text="key token (context position)", row=1, col=col, tickangle=-90)
-        fig.update_yaxes(title_text="query token", autorange="reversed", row=1, col=col)
-        fig.update_xaxes(title_text="key token (orange: where the texts differ; red: first token)",
-                         row=2, col=col, tickangle=-90)
-        fig.update_yaxes(title_text="attention weight", rangemode="tozero", row=2, col=col)
-    fig.update_annotations(font_size=11)
-    fig.update_layout(height=HEIGHT, template="plotly_white", showlegend=False, margin={"t": 70, "b": 90},
-                      coloraxis={"colorscale": "Viridis", "cmin": 0, "colorbar": {"title": {"text": "attention weight"}}},
-                      title={"text": "Attention of one query token"})
+    for col in (1, 2):  # the right column's y axes mean the same as the left's: titled once
+        fig.update_xaxes(title_text="key token", row=1, col=col, tickangle=-90)
+        fig.update_yaxes(title_text="query token" if col == 1 else None, autorange="reversed", row=1, col=col)
+        fig.update_xaxes(title_text="key token", row=2, col=col, tickangle=-90)
+        fig.update_yaxes(title_text="attention weight" if col == 1 else None, rangemode="tozero", row=2, col=col)
+    fig.update_annotations(font_size=10)
+    fig.update_layout(height=HEIGHT, template="plotly_white", showlegend=False, margin={"t": 70, "b": 60, "l": 60, "r": 10},
+                      coloraxis={"colorscale": "Viridis", "cmin": 0, "colorbar": {
+                          "title": {"text": "weight", "side": "right"}, "thickness": 10, "len": 0.5, "y": 1,
+                          "yanchor": "top"}},
+                      title={"text": "Attention of one query token", "font": {"size": 14}})
     return fig.to_plotly_json()["layout"]
 
 
@@ -83,7 +87,7 @@ def explorer_view(payload: dict, *, word: str, layer: int, model: str | None = N
         f'<form class="ae-controls" style="display:flex;flex-wrap:wrap;gap:0.4em 1.2em;margin-bottom:0.5em">\n'
         f'{controls}\n</form>\n'
         f'<div class="ae-texts" style="font-size:0.85em"></div>\n'
-        f'<p class="ae-weight" style="font-size:0.8em">{html.escape(weight_note(payload))}</p>\n'
+        f'<p class="ae-weight" style="font-size:0.8em">{LEGEND} {html.escape(weight_note(payload))}</p>\n'
         f'<div class="ae-plot" style="width:100%;min-height:{HEIGHT}px"></div>\n'
         f'<script type="application/json" class="ae-data">{data}</script>\n'
         f'<script>\n{SCRIPT.read_text()}\n</script>\n</div>')

@@ -78,3 +78,87 @@ def test_differing_spans_find_the_disambiguating_text():
     b = ["The", "bank", "approved", "it", ".", "The", "bank"]
     assert widgets.differing_spans(a, b) == ((2, 5), (2, 4))
     assert widgets.differing_spans(a, a) == ((8, 8), (8, 8))
+
+
+# ------------------------------------------------------------------ the book's offline explorer
+from kvutils import data, explorer_data, explorer_html  # noqa: E402
+
+# one pair longer than tiny-gemma3's sliding window (16 tokens), so stored rows cross it
+LONG_PAIR = data.Word("bank", "The bank", (
+    data.Sense("river", " of the wide brown river was muddy and soft after the long heavy storm of last night.", ()),
+    data.Sense("finance", " approved the loan.", ())))
+
+
+@pytest.fixture(scope="module")
+def eager():
+    import kvutils
+
+    return {name: kvutils.load(name, "float32", attn_implementation="eager") for name in ("tiny-llama", "tiny-gemma3")}
+
+
+@pytest.fixture(scope="module")
+def recorded(eager):
+    words = [LONG_PAIR, *data.load_senses()[1:3]]
+    parts = [explorer_data.record(loaded, words, explorer_data.CONSTRUCTIONS, progress=False) for loaded in eager.values()]
+    return words, explorer_data.pack(parts, explorer_data.CONSTRUCTIONS)
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gemma3"])
+def test_recorded_weights_read_back_as_the_model_computed_them(recorded, eager, model):
+    """Every stored matrix, read back as the page reads it, is the model's attention within the
+    8-bit rounding (1/510), for every layer, every head and the head mean; the "context" texts,
+    stored as the first rows of the "repeat" ones, too. A wrong offset, stride, row order or scale
+    would put other weights there."""
+    words, payload = recorded
+    loaded = eager[model]
+    tolerance = 0.5 / explorer_data.LEVELS + 1e-6
+    shared = 0
+    for word in words:
+        for construction, template in explorer_data.CONSTRUCTIONS.items():
+            for side, text in enumerate(explorer_data.pair_texts(word, template)):
+                maps = explorer_data.attention_maps(loaded, text).maps.double()  # (layers, heads, n, n)
+                entry = next(m for m in payload["models"] if m["name"] == model)["pairs"][word.word][construction][side]
+                shared += entry["stored_n"] > len(entry["tokens"])
+                for layer in range(maps.shape[0]):
+                    for head in [None, *range(maps.shape[1])]:
+                        got = explorer_data.unpack_matrix(payload, model, word.word, construction, side, layer, head)
+                        want = maps[layer].mean(0) if head is None else maps[layer, head]
+                        torch.testing.assert_close(got, want, atol=tolerance, rtol=0)
+    assert shared == 2 * len(words)  # each "context" text is read from its "repeat" text's rows
+
+
+def test_recorded_spans_and_tokens_are_those_of_the_live_explorer(recorded):
+    _, payload = recorded
+    entry = payload["models"][0]["pairs"]["bat"]["repeat"]
+    tokens = [[explorer_data.readable(t) for t in side["tokens"]] for side in entry]
+    assert [tuple(side["span"]) for side in entry] == list(explorer_data.differing_spans(*tokens))
+    assert entry[0]["tokens"][-1].endswith("bat") and entry[0]["text"].endswith(" The bat")
+
+
+def test_the_same_maps_make_the_same_bytes(recorded, eager):
+    words, payload = recorded
+    again = explorer_data.pack([explorer_data.record(loaded, words, explorer_data.CONSTRUCTIONS, progress=False)
+                                for loaded in eager.values()], explorer_data.CONSTRUCTIONS)
+    assert again == payload  # gzip with a fixed mtime: same parameters, same page
+
+
+def test_the_offline_view_has_the_controls_a_browser_drives(recorded):
+    _, payload = recorded
+    html = explorer_html.explorer_view(payload, word="bat", layer=99).html
+    assert html.count('id="attention-explorer"') == 1
+    for name in ("model", "word", "construction", "head"):
+        assert f'<select data-control="{name}"' in html
+    for name in ("layer", "query"):
+        assert f'<input type="range" data-control="{name}"' in html
+    assert "http://" not in html and "https://" not in html  # nothing fetched
+    data_script = html.split('class="ae-data">')[1].split("</script>")[0]
+    assert '"initial":{"model":"tiny-llama","word":"bat","construction":"repeat","layer":99' in data_script
+    assert f"{len(payload['blob']) / 1e3:,.0f} kB in this page" in html
+
+
+@pytest.mark.parametrize("bad, message", [(dict(word="nope"), "word: 'nope'"), (dict(model="gpt2"), "model: 'gpt2'"),
+                                          (dict(construction="x"), "construction: 'x'")])
+def test_the_offline_view_names_a_bad_choice(recorded, bad, message):
+    _, payload = recorded
+    with pytest.raises(ValueError, match=message):
+        explorer_html.explorer_view(payload, **{"word": "bat", "layer": 1, **bad})
