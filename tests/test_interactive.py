@@ -55,7 +55,7 @@ def test_the_same_data_make_the_same_page(frame):
 @pytest.mark.parametrize("change, message", [(dict(title=" "), "title"), (dict(x="nope"), "nope"),
                                              (dict(hover=["gone"]), "gone")])
 def test_scatter_names_what_is_wrong(frame, change, message):
-    arguments = dict(x="cache MB", y="KL (nats)", title="t (m)", x_label="x (MB)", y_label="y (nats)", **change)
+    arguments = {**dict(x="cache MB", y="KL (nats)", title="t (m)", x_label="x (MB)", y_label="y (nats)"), **change}
     with pytest.raises(ValueError, match=message):
         interactive.scatter(frame, **arguments)
 
