@@ -41,8 +41,12 @@ def test_chapter3_page(built_book):
     text = _text(page)
     assert "tiny-llama: 50% at all 3 depths" in text and "tiny-gemma3: 50% at all 7 depths" in text
     assert "90.625 [5, 6, 12]" in text  # the article's column
-    assert page.count('<img alt="../../_images/') == 3  # probe chart, attention split, explorer view
+    assert page.count('<img alt="../../_images/') == 2  # probe chart, attention split
     assert "widget-view" not in page and "html-manager" not in page and "require.min.js" not in page
+    # the explorer is drawn in the page (tests/test_browser.py drives it), with plotly.js from _static
+    assert page.count('id="attention-explorer"') == 1 and '<script src="../../_static/plotly.min.js' in page
+    assert (html / "_static" / "plotly.min.js").is_file()
+    assert "plotly.min.js" not in _page(html, "01_cache_exactness")  # only pages with a chart carry it
 
 
 def test_chapter4_page(built_book):

@@ -96,3 +96,63 @@ def test_a_site_without_pages_is_an_error(tmp_path):
 
     with pytest.raises(ValueError, match="html_dir"):
         check_site(tmp_path)
+
+
+def _recorded(html: Path, page: str) -> dict:
+    """The explorer's recorded weights, as the page carries them."""
+    import json
+
+    text = (html / page).read_text()
+    return json.loads(text.split('class="ae-data">')[1].split("</script>")[0])
+
+
+def test_the_attention_explorer_answers_every_control_offline(built_book):
+    """Chapter 3's explorer, opened from disk with no network: changing each control (model, word,
+    text, layer, head, query) changes what Plotly draws, and what it draws is the recorded weights
+    of that selection, read the way kvutils.explorer_data reads them."""
+    _chromium_or_skip()
+    import torch
+
+    from kvutils.browser_check import EXPLORER_CONTROLS, EXPLORER_PAGE, check_explorer
+    from kvutils.explorer_data import unpack_matrix
+
+    _, html = built_book
+    check = check_explorer(html, scheme="file")
+    assert not check.problems, check.problems
+    assert check.changed == {name: True for name in EXPLORER_CONTROLS}
+    payload = _recorded(html, EXPLORER_PAGE)
+    for state in check.states:
+        chosen = {name: c["value"] for name, c in state["controls"].items()}
+        head = None if chosen["head"] == "mean" else int(chosen["head"])
+        heat_a, bars_a, heat_b, bars_b = state["traces"]
+        for side, (heat, bars) in enumerate(((heat_a, bars_a), (heat_b, bars_b))):
+            want = unpack_matrix(payload, chosen["model"], chosen["word"], chosen["construction"], side,
+                                 int(chosen["layer"]) - 1, head)
+            drawn = torch.tensor([[0.0 if v is None else v for v in row] for row in heat["z"]], dtype=torch.float64)
+            torch.testing.assert_close(drawn, want, atol=1e-9, rtol=0)
+            query = max(len(want) - 1 - int(chosen["query"]), 0)
+            torch.testing.assert_close(torch.tensor(bars["y"], dtype=torch.float64), want[query], atol=1e-9, rtol=0)
+        assert chosen["model"] in state["title"] and f"layer {chosen['layer']} of" in state["title"]
+
+
+def test_the_explorer_check_notices_a_control_that_redraws_nothing(tmp_path):
+    """The same view with its head control cut off from the drawing: the check says so."""
+    _chromium_or_skip()
+    import shutil
+
+    from kvutils import data, explorer_data, explorer_html, interactive, load
+    from kvutils.browser_check import check_explorer
+
+    loaded = load("tiny-llama", "float32", attn_implementation="eager")
+    payload = explorer_data.pack([explorer_data.record(loaded, data.load_senses()[:2], explorer_data.CONSTRUCTIONS,
+                                                       progress=False)], explorer_data.CONSTRUCTIONS)
+    view = explorer_html.explorer_view(payload, word="bank", layer=1).html
+    broken = view.replace('controls.head.addEventListener("change", draw);', "")
+    assert broken != view
+    site = _tiny_site(tmp_path / "site", broken)
+    shutil.copy(interactive.plotly_js_path(), site / interactive.PLOTLY_JS)
+    index = site / "index.html"
+    index.write_text(index.read_text().replace("<head>", f'<head><script src="{interactive.PLOTLY_JS}"></script>'))
+    check = check_explorer(site, page="index.html", controls=("word", "head", "layer"))
+    assert check.changed == {"word": True, "head": False, "layer": True}
+    assert any("changing head" in p for p in check.problems), check.problems
