@@ -114,15 +114,22 @@ def results_path(results_dir: str | Path, chapter: str) -> Path:
 
 
 def _writable_folder(folder: Path, parameter: str, shown: str) -> None:
-    """`folder` is a folder this process can write in, or can be created; nothing is created."""
+    """`folder` is a folder this process can write in, or can be created; nothing is left behind."""
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
         raise ValueError(f"{parameter}: {shown} cannot be a folder: {existing} is a file")
     if existing != folder:
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise ValueError(f"{parameter}: {shown} cannot be created: {existing} is not writable")
+        first = folder
+        while first.parent != existing:
+            first = first.parent
+        try:  # a real test (os.access says yes to root on read-only mounts), undone at once
+            first.mkdir()
+            first.rmdir()
+        except OSError as err:
+            raise ValueError(f"{parameter}: {shown} cannot be created in {existing} "
+                             f"({err.strerror or err})") from None
         return
     try:  # a real write: os.access misses read-only mounts for root, ACLs, full disks
         _temp(folder, "write-check", ".tmp").unlink()
@@ -132,7 +139,7 @@ def _writable_folder(folder: Path, parameter: str, shown: str) -> None:
 
 def check_output(results_dir: str | Path, chapter: str, parameter: str = "results_dir") -> Path:
     """Fail now, naming `parameter`, if the run could not write `<results_dir>/<chapter>.json` and
-    its figures; finish or clear any earlier run that was cut short there. Creates nothing."""
+    its figures; finish or clear any earlier run that was cut short there. Leaves no new files."""
     if not isinstance(results_dir, (str, Path)) or not str(results_dir).strip():
         raise ValueError(f"{parameter} must be a folder path (a non-empty string), got {results_dir!r}")
     folder = Path(results_dir).expanduser()
@@ -152,7 +159,7 @@ def check_output(results_dir: str | Path, chapter: str, parameter: str = "result
 
 
 def check_output_file(path: str | Path, parameter: str) -> Path:
-    """Fail now, naming `parameter`, if a file could not be written at `path`. Creates nothing."""
+    """Fail now, naming `parameter`, if a file could not be written at `path`. Leaves no new files."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise ValueError(f"{parameter}: {path} is a folder; give a file name, e.g. {path / 'accept.json'}")
