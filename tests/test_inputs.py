@@ -232,19 +232,28 @@ def test_a_results_dir_that_is_a_file_fails_in_the_first_cell_within_seconds(tmp
     assert "check_notebook" in source
     executed = json.loads((tmp_path / f"{NOTEBOOKS['01']}.ipynb").read_text())
     failed = next(c for c in executed["cells"] if any(o.get("output_type") == "error" for o in c.get("outputs", [])))
-    assert failed["metadata"]["papermill"]["duration"] < 10
+    # 10 s on an idle machine (importing torch is most of it), scaled when other work shares the cores
+    busy = max(1.0, __import__("os").getloadavg()[0] / __import__("os").cpu_count())
+    assert failed["metadata"]["papermill"]["duration"] < 10 * busy
 
 
 @pytest.mark.parametrize("chapter, typo, closest", [("02", "batchsize", "batch_size"),
                                                     ("06", "near_exact", "near_exact_pct")])
 def test_a_misspelt_parameter_stops_the_notebook_in_its_first_cell(tmp_path, chapter, typo, closest):
-    from conftest import run_failing_chapter
+    import papermill
 
-    if chapter in PAGES:
-        (tmp_path / "results").mkdir()
-    error, source = run_failing_chapter(chapter, tmp_path, {typo: 4})
-    assert f"{typo}: not a parameter" in error and f"did you mean {closest}?" in error
-    assert "check_notebook" in source
+    from kvutils import chapters
+
+    (tmp_path / "results").mkdir()
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        chapters.run_chapter(chapter, "quick", tmp_path / "results", tmp_path, {typo: 4})
+    name = {**NOTEBOOKS, **PAGES}[chapter]
+    executed = json.loads((tmp_path / f"{name}.ipynb").read_text())
+    code = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    failed = [i for i, c in enumerate(code) if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert failed == [2]  # the parameters cell, papermill's injected cell, then the validation cell
+    assert f"{typo}: not a parameter" in str(err.value) and f"did you mean {closest}?" in str(err.value)
+    assert not list((tmp_path / "results").iterdir())
 
 
 # --------------------------------------------------------------------------- text that is not text
