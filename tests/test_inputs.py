@@ -480,3 +480,62 @@ def test_results_files_honour_the_umask(tmp_path, umask, mode):
         __import__("os").umask(previous)
     for file in (path, tmp_path / "figures" / "ch_fig.png", tmp_path / "other.json"):
         assert file.stat().st_mode & 0o777 == mode, file
+
+
+# --------------------------------------------------------------------------- Ctrl-C: one line, nothing half-written
+
+
+def test_ctrl_c_in_the_accept_cli_prints_one_line(tmp_path, monkeypatch, capsys):
+    from kvutils import accept
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(accept, "accept_many", interrupted)
+    out = tmp_path / "a.json"
+    code = accept.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 130 and err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_ctrl_c_in_the_chapters_runner_prints_one_line(monkeypatch, capsys):
+    from kvutils import chapters
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(chapters, "run_chapter", interrupted)
+    assert chapters.cli(["01", "--no-pages"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted" in err
+
+
+def test_a_real_sigint_to_the_accept_cli(tmp_path):
+    """The CLI as a user runs it, interrupted mid-run: exit 130, one line, no traceback, no file."""
+    import signal
+    import subprocess
+    import threading
+
+    out = tmp_path / "accept.json"
+    proc = subprocess.Popen([sys.executable, "-m", "kvutils.accept", "--model", "tiny-llama", "--op", "exact",
+                             "--docs", "pydoc", "--prefill", "64", "--decode", "64", "--path", "step",
+                             "--out", str(out)], cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
+    err, scoring = [], threading.Event()
+
+    def read():
+        for chunk in iter(lambda: proc.stderr.read(1), ""):
+            err.append(chunk)
+            if "accept tiny-llama" in "".join(err[-40:]):  # its progress bar: the run is scoring
+                scoring.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert scoring.wait(180), "".join(err)[-2000:]
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+    reader.join(10)
+    text = "".join(err)
+    assert proc.returncode == 130, text[-2000:]
+    assert "Traceback" not in text and "interrupted; nothing written" in text.strip().splitlines()[-1]
+    assert not out.exists() and not list(tmp_path.iterdir())
