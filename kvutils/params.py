@@ -104,8 +104,8 @@ def check_int_list(name: str, value, low: int, high: int | None = None, example:
     items = split_items(name, value, example)
     bad = [v for v in items if not re.fullmatch(r"[+-]?\d+", v)]
     if bad:
-        raise ValueError(f"{name}: {', '.join(map(repr, bad))} is not an integer; give integers separated "
-                         f"by commas, e.g. \"{example}\"")
+        raise ValueError(f"{name} must be integers separated by commas, e.g. \"{example}\"; "
+                         f"{', '.join(map(repr, bad))} is not an integer")
     numbers = [int(v) for v in items]
     out = [n for n in numbers if n < low or (high is not None and n > high)]
     if out:
