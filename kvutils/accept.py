@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import sys
 import time
@@ -219,14 +220,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the numbers here as JSON")
     args = parser.parse_args(argv)
     try:
+        if args.out is not None:  # before any model loads, not after the run
+            results.check_output_file(args.out, "--out")
         run = accept_many(args.model, args.ops, args.docs, args.prefill, args.decode, args.dtype, args.device,
                           args.n_docs, args.skip_short, args.path)
     except (ValueError, models.ModelNotAvailable) as err:
         parser.error(str(err))
+    except KeyboardInterrupt:
+        print("interrupted; nothing written" + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)
+        return 130
     print(table(run))
     if args.out is not None:
         run.update(packages=results.package_versions(), git_commit=results.git_commit(), machine=results.machine())
-        results.write_json_atomic(args.out, run)
+        try:
+            results.write_json_atomic(args.out, run)
+        except OSError as err:  # e.g. the folder went away during the run: keep the numbers
+            print(json.dumps(results._jsonable(run)))
+            parser.exit(1, f"--out: cannot write {args.out} ({err.strerror or err}); the numbers are printed above\n")
+        except KeyboardInterrupt:
+            print(f"interrupted; {args.out} is as it was", file=sys.stderr)
+            return 130
         print(f"wrote {args.out}")
     return 0
 

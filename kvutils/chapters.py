@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -88,7 +89,14 @@ def run_lanes(lanes, profile: str, results_dir: str, output_dir: str) -> None:
     procs = [(lane, subprocess.Popen([sys.executable, "-m", "kvutils.chapters", *lane, "--no-pages", "--profile",
                                       profile, "--results-dir", results_dir, "--output-dir", output_dir], env=env))
              for lane in lanes]
-    failed = [(lane, p.wait()) for lane, p in procs]
+    try:
+        failed = [(lane, p.wait()) for lane, p in procs]
+    except BaseException:  # Ctrl-C or a kill of this runner stops its lanes too, not only itself
+        for _, p in procs:
+            p.send_signal(signal.SIGINT)
+        for _, p in procs:
+            p.wait()
+        raise
     failed = [(lane, code) for lane, code in failed if code != 0]
     if failed:
         raise SystemExit("chapters failed: " + "; ".join(f"lane {', '.join(lane)} exited with {code}"
@@ -145,5 +153,23 @@ def main(argv: list[str] | None = None) -> None:
         run_chapter(page, args.profile, args.results_dir, args.output_dir)
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`main`, with Ctrl-C answered by one line: each results file is written as one unit
+    (kvutils.results), so an interrupted chapter leaves the previous results as they were."""
+    import papermill
+
+    try:
+        main(argv)
+    except papermill.PapermillExecutionError as err:
+        if err.ename != "KeyboardInterrupt":
+            raise
+        print(f"interrupted (in cell {err.cell_index}); every results file is as it was before that chapter", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("interrupted; every results file is as it was before the interrupted chapter", file=sys.stderr)
+        return 130
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -37,19 +37,47 @@ class Word:
     senses: tuple[Sense, ...]
 
 
-def _read_json(path: str | Path, parameter: str) -> dict:
+def read_text(path: str | Path, parameter: str, shown: str | Path | None = None) -> str:
+    """A file's text, decoded strictly as UTF-8: bytes that are not (binary, Latin-1) are an error
+    naming the file, the line and the byte, never replacement characters."""
+    shown = shown or path
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise ValueError(f"{parameter}: cannot read {shown} ({err.strerror or err})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ValueError(f"{parameter}: {shown} is not UTF-8 text (line {line}, byte {err.start}: "
+                         f"{raw[err.start:err.start + 1]!r}); save it as UTF-8") from None
+    if "\x00" in text:  # valid UTF-8, but a binary file, not text
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise ValueError(f"{parameter}: {shown} is binary, not text (a NUL byte on line {line})")
+    return text
+
+
+def _read_json(path: str | Path, parameter: str, top: str) -> dict:
+    """A JSON file whose top level is an object with the key `top`."""
+    if not isinstance(path, (str, Path)) or not str(path).strip():
+        raise ValueError(f"{parameter} must be a file path, got {path!r}")
     file = resolve_path(path)
+    if file.is_dir():
+        raise ValueError(f"{parameter}: {path} is a folder; give the JSON file itself")
     if not file.is_file():
         raise ValueError(f"{parameter}: file not found: {path}")
     try:
-        return json.loads(file.read_text())
+        raw = json.loads(read_text(file, parameter, path))
     except json.JSONDecodeError as err:
         raise ValueError(f"{parameter}: {path} is not valid JSON ({err})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f'{parameter}: {path} must hold a JSON object with "{top}", not a {type(raw).__name__}')
+    return raw
 
 
 def load_senses(path: str | Path = DEFAULT_SENSES, parameter: str = "senses_file") -> list[Word]:
     """Read and check the format of a senses file (see data/senses.json)."""
-    raw = _read_json(path, parameter)
+    raw = _read_json(path, parameter, "words")
     problems = []
     template = raw.get("prefix_template")
     if not isinstance(template, str) or "{word}" not in template:
@@ -117,7 +145,7 @@ class GardenPath:
 
 def load_garden_paths(path: str | Path = DEFAULT_GARDEN_PATHS,
                       parameter: str = "garden_paths_file") -> list[GardenPath]:
-    raw = _read_json(path, parameter)
+    raw = _read_json(path, parameter, "garden_paths")
     items = raw.get("garden_paths")
     problems = []
     if not isinstance(items, list):
@@ -175,6 +203,8 @@ def load_corpus(corpus: str = DEFAULT_CORPUS, parameter: str = "corpus") -> list
     """Documents in a fixed order. `corpus` is "pydoc" (CPython's language reference sections of
     at least PYDOC_MIN_CHARS characters, sorted by name), a folder of .txt files, or a .jsonl file
     with a "text" field per line (e.g. the Pile's test split)."""
+    if not isinstance(corpus, (str, Path)) or not str(corpus).strip():
+        raise ValueError(f'{parameter} must be "pydoc", a folder of .txt files or a .jsonl file, got {corpus!r}')
     if corpus == "pydoc":
         from pydoc_data.topics import topics
 
@@ -185,10 +215,10 @@ def load_corpus(corpus: str = DEFAULT_CORPUS, parameter: str = "corpus") -> list
         files = sorted(path.glob("*.txt"))
         if not files:
             raise ValueError(f"{parameter}: folder {corpus} holds no .txt files")
-        return [Document(f.name, _clean(f.read_text(errors="replace"))) for f in files]
+        return [Document(f.name, _clean(read_text(f, parameter))) for f in files]
     if path.is_file() and path.suffix == ".jsonl":
         docs = []
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        for n, line in enumerate(read_text(path, parameter, corpus).splitlines(), 1):
             if not line.strip():
                 continue
             try:

@@ -11,6 +11,8 @@ Weights are only ever read from safetensors or GGUF (never pickle), and never wi
 from __future__ import annotations
 
 import base64
+import contextlib
+import difflib
 import hashlib
 import importlib.metadata
 import json
@@ -146,6 +148,11 @@ def parse_model_list(models: str, parameter: str = "models") -> list[str]:
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# transformers also takes ids without an owner (bert-base-uncased, gpt2): the hub's legacy models
+_BARE_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+# files any one of which gives transformers' AutoTokenizer something to load
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+                   "sentencepiece.bpe.model")
 
 
 def resolve(name: str, parameter: str = "models") -> Resolved:
@@ -154,6 +161,8 @@ def resolve(name: str, parameter: str = "models") -> Resolved:
     Raises ValueError for a name that is not a model at all, and ModelNotAvailable (with the
     exact command that obtains the weights) for a valid model whose weights are absent.
     """
+    if not isinstance(name, str):
+        raise ValueError(f"{parameter}: a model name must be a string, got {name!r}")
     if name in EMBEDDED:
         entry = EMBEDDED[name]
         _embedded_file(entry)  # raises ModelNotAvailable with the install command
@@ -164,42 +173,90 @@ def resolve(name: str, parameter: str = "models") -> Resolved:
         return Resolved(name, "tiny", tiny.family, tiny.context)
     path = Path(name).expanduser()
     if path.is_dir():
-        return _resolve_local_dir(name, path)
+        return _resolve_local_dir(name, path, parameter)
     if _HUB_ID.match(name):
-        return _resolve_local_dir(name, _hub_snapshot(name))
+        return _resolve_local_dir(name, _hub_snapshot(name, parameter), parameter)
+    if _BARE_HUB_ID.match(name):
+        snapshot = _cached_snapshot(name)
+        if snapshot is not None:
+            return _resolve_local_dir(name, snapshot, parameter)
+    close = difflib.get_close_matches(name, known_names(), n=1, cutoff=0.6)
     raise ValueError(
-        f"{parameter}: unknown model {name!r}. Allowed: a registry key ({', '.join(known_names())}), "
-        "a Hugging Face id such as EleutherAI/pythia-160m, or a local directory with config.json "
-        "and safetensors weights."
+        f"{parameter}: unknown model {name!r}" + (f" (did you mean {close[0]}?)" if close else "")
+        + f". Allowed: a registry key ({', '.join(known_names())}), a Hugging Face id such as "
+        "EleutherAI/pythia-160m or bert-base-uncased whose weights are in the local Hugging Face cache "
+        f"(`hf download {name}` on a machine with hub access puts them there), or a local directory "
+        "with config.json, a tokenizer and safetensors weights."
     )
 
 
-def _hub_snapshot(repo_id: str) -> Path:
+def _cached_snapshot(repo_id: str) -> Path | None:
     from huggingface_hub import try_to_load_from_cache
 
     config = try_to_load_from_cache(repo_id, "config.json")
-    if not isinstance(config, str):
+    return Path(config).parent if isinstance(config, str) else None
+
+
+def _hub_snapshot(repo_id: str, parameter: str = "models") -> Path:
+    snapshot = _cached_snapshot(repo_id)
+    if snapshot is None:
         raise ModelNotAvailable(
-            f"model {repo_id!r}: its weights are not on this machine (not in the local Hugging Face "
+            f"{parameter}: model {repo_id!r}: its weights are not on this machine (not in the local Hugging Face "
             f"cache, and this code never downloads at run time). On a machine with hub access run "
             f"`hf download {repo_id}` (or `huggingface-cli download {repo_id}`), then rerun; or pass "
             f"the local directory that holds its config.json and *.safetensors. Embedded models that "
             f"work here: {', '.join(EMBEDDED)}."
         )
-    return Path(config).parent
+    return snapshot
 
 
-def _resolve_local_dir(name: str, path: Path) -> Resolved:
+def _resolve_local_dir(name: str, path: Path, parameter: str = "models") -> Resolved:
+    """A model directory's files are checked here, before anything loads: config.json (JSON, a
+    model_type transformers implements), a tokenizer, and safetensors weights whose headers read."""
+    where = f"{parameter}: model {name!r}"
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise ModelNotAvailable(f"model {name!r}: {path} has no config.json")
-    if not list(path.glob("*.safetensors")):
+        raise ModelNotAvailable(f"{where}: {path} has no config.json")
+    try:
+        config = json.loads(config_file.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{where}: {config_file} is not valid JSON ({err})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise ValueError(f'{where}: {config_file} must be a JSON object with a "model_type"')
+    _refuse_custom_code(where, config_file, config)
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights:
         raise ModelNotAvailable(
-            f"model {name!r}: {path} holds no *.safetensors weights (pickled .bin weights are "
+            f"{where}: {path} holds no *.safetensors weights (pickled .bin weights are "
             "refused for safety); convert them to safetensors first"
         )
-    config = json.loads(config_file.read_text())
+    if not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise ModelNotAvailable(f"{where}: {path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                                "save the model's tokenizer there (tokenizer.save_pretrained)")
+    from safetensors import SafetensorError, safe_open
+
+    for file in weights:
+        try:
+            with safe_open(file, "pt"):  # reads the header only
+                pass
+        except (SafetensorError, OSError) as err:
+            raise ValueError(f"{where}: {file} is not a readable safetensors file ({err}); "
+                             "it is damaged or truncated") from None
     return Resolved(name, "hf", _family_of(config), _context_of(config), path)
+
+
+def _refuse_custom_code(where: str, config_file: Path, config: dict) -> None:
+    """A model that needs its own Python code (auto_map) cannot load: kvutils never passes
+    trust_remote_code, so transformers' own hint to pass it does not apply here."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if config["model_type"] not in CONFIG_MAPPING_NAMES:
+        custom = " and ships its own Python code (auto_map)" if config.get("auto_map") else ""
+        raise ValueError(
+            f"{where}: {config_file} names model_type {config['model_type']!r}, which transformers does not "
+            f"implement{custom}. kvutils never passes trust_remote_code (it runs no code that comes with "
+            "a model), so it loads only architectures transformers implements, e.g. llama, gemma3_text, "
+            "qwen3, gpt_neox, bert")
 
 
 def _family_of(config: dict) -> str:
@@ -402,10 +459,26 @@ def _load_dir(name: str, family: str, path: Path, attn_implementation: str | Non
 
     auto = AutoModelForCausalLM if family == "causal" else AutoModel
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    model = auto.from_pretrained(path, dtype=torch.float32, use_safetensors=True,
-                                 trust_remote_code=False, **kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    with _no_remote_code(name, path):
+        model = auto.from_pretrained(path, dtype=torch.float32, use_safetensors=True,
+                                     trust_remote_code=False, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     return Loaded(model, tokenizer, name, family, torch.float32, sha)
+
+
+@contextlib.contextmanager
+def _no_remote_code(name: str, path: Path):
+    """transformers' refusal of a model's own code tells the user to pass trust_remote_code=True,
+    which kvutils never does; say that instead."""
+    try:
+        yield
+    except ValueError as err:
+        if "trust_remote_code" not in str(err):
+            raise
+        raise ValueError(f"model {name!r}: {path} needs Python code that ships with the model (an auto_map in "
+                         "its config or tokenizer_config.json). kvutils never passes trust_remote_code (it runs "
+                         "no code that comes with a model); use a model whose architecture and tokenizer "
+                         "transformers implements") from None
 
 
 def load_tokenizer(name: str):
@@ -416,7 +489,8 @@ def load_tokenizer(name: str):
     if resolved.kind == "tiny":
         name = TINY[name].tokenizer_from
     if resolved.kind == "hf":
-        return AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=False)
+        with _no_remote_code(name, resolved.path):
+            return AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=False)
     return AutoTokenizer.from_pretrained(converted_dir(name), trust_remote_code=False)
 
 

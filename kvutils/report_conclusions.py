@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .chapters import NOTEBOOKS
+from .params import check_number
 from .report import article, fmt, fraction, rows_table
 from .report_costs import article_rows_by_spec
 from .results import load_results, results_path
@@ -260,8 +261,7 @@ COSTLY = Verdict("costly", "costs quality: measure before buying", "#e76f51")
 def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
     """One row per cache operation, for the first Table-2 model: verdict, our top-1 agreement and KL,
     the article's top-1, cache bytes relative to the exact cache, and how it is checked."""
-    if not 0 < near_exact_pct <= 100:
-        raise ValueError(f"near_exact_pct: {near_exact_pct} must be in (0, 100]")
+    check_number("near_exact_pct", near_exact_pct, 0, 100, low_inclusive=False)
     ch1, ch4, ch5 = _numbers(runs, "01"), _numbers(runs, "04"), _numbers(runs, "05")
     model, run = next(iter(ch4["table2"].items()))
     art = article_rows_by_spec()

@@ -1,16 +1,20 @@
-"""One results file per chapter run, written atomically, and the figures saved beside it.
+"""One results file per chapter run and its figures, written as one unit.
 
 `results/<chapter>.json` holds the parameters, the models (id, weight-file hash), package versions,
-git commit, machine, wall time and every number the chapter reports. Writing goes to a temporary
-file in the same folder and is renamed over the old one, so an interrupted run leaves the previous
-results intact.
+git commit, machine, wall time, every number the chapter reports and its figures' hashes. A run's
+JSON and figures are written as one unit (`save_run`): an interrupted run leaves the previous
+results and figures intact, and a reader never sees the new JSON with the old figures or the
+reverse. `check_output` checks the output folder before any work starts.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import platform
+import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -66,51 +70,240 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _temp(folder: Path, name: str, suffix: str) -> Path:
+    """A hidden temporary file beside `name`, tagged with this process's id so that a later run
+    can tell it from one still being written (see `clean_stale`)."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.{os.getpid()}.", suffix=suffix)
+    os.close(fd)
+    # mkstemp makes it 0600; results are shared files, so they get the usual mode under the umask
+    os.chmod(tmp, 0o666 & ~_umask())
+    return Path(tmp)
+
+
+def _write_with(path: Path, write, suffix: str = ".tmp") -> None:
+    """`write(tmp_path)` into a temporary file in `path`'s folder, fsync, then rename over `path`:
+    a reader sees the old file or the new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _temp(path.parent, path.name, suffix)
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(_jsonable(data), fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
+        write(tmp)
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    text = json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n"
+    _write_with(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def results_path(results_dir: str | Path, chapter: str) -> Path:
     return Path(results_dir) / f"{chapter}.json"
 
 
-def save_results(results_dir: str | Path, chapter: str, parameters: dict, models: list[dict],
-                 numbers: dict, started: float) -> Path:
-    """Write results/<chapter>.json atomically and return its path. `started` is time.time() at
-    the start of the run."""
-    record = {"chapter": chapter, "parameters": parameters, "models": models, "numbers": numbers,
-              "wall_time_s": round(time.time() - started, 2), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "git_commit": git_commit(), "packages": package_versions(), "machine": machine()}
-    path = results_path(results_dir, chapter)
-    write_json_atomic(path, record)
+# --------------------------------------------------------------------------- output paths, checked first
+
+
+def _writable_folder(folder: Path, parameter: str, shown: str) -> None:
+    """`folder` is a folder this process can write in, or can be created; nothing is left behind."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{parameter}: {shown} cannot be a folder: {existing} is a file")
+    if existing != folder:
+        first = folder
+        while first.parent != existing:
+            first = first.parent
+        try:  # a real test (os.access says yes to root on read-only mounts), undone at once
+            first.mkdir()
+            first.rmdir()
+        except OSError as err:
+            raise ValueError(f"{parameter}: {shown} cannot be created in {existing} "
+                             f"({err.strerror or err})") from None
+        return
+    try:  # a real write: os.access misses read-only mounts for root, ACLs, full disks
+        _temp(folder, "write-check", ".tmp").unlink()
+    except OSError as err:
+        raise ValueError(f"{parameter}: cannot write in {shown} ({err.strerror or err})") from None
+
+
+def check_output(results_dir: str | Path, chapter: str, parameter: str = "results_dir") -> Path:
+    """Fail now, naming `parameter`, if the run could not write `<results_dir>/<chapter>.json` and
+    its figures; finish or clear any earlier run that was cut short there. Leaves no new files."""
+    if not isinstance(results_dir, (str, Path)) or not str(results_dir).strip():
+        raise ValueError(f"{parameter} must be a folder path (a non-empty string), got {results_dir!r}")
+    folder = Path(results_dir).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{parameter}: {results_dir} is a file, not a folder")
+    _writable_folder(folder, parameter, str(results_dir))
+    for target, want_dir in ((results_path(folder, chapter), False), (folder / "figures", True)):
+        if target.exists() and target.is_dir() != want_dir:
+            kind = "a folder" if target.is_dir() else "a file"
+            what = "the figures" if want_dir else "the results file"
+            raise ValueError(f"{parameter}: {target} is {kind}, so {what} cannot be written there; move it away")
+    if (folder / "figures").is_dir():
+        _writable_folder(folder / "figures", parameter, str(folder / "figures"))
+    if folder.is_dir():
+        recover(folder)
+    return folder
+
+
+def check_output_file(path: str | Path, parameter: str) -> Path:
+    """Fail now, naming `parameter`, if a file could not be written at `path`. Leaves no new files."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{parameter}: {path} is a folder; give a file name, e.g. {path / 'accept.json'}")
+    _writable_folder(path.parent, parameter, f"{path.parent} (the folder of {path})")
     return path
 
 
-def load_results(results_dir: str | Path, chapter: str) -> dict:
-    return json.loads(resolve_path(results_path(results_dir, chapter)).read_text())
+# --------------------------------------------------------------------------- a run: results and figures as one unit
+#
+# A run is staged in a hidden folder <results_dir>/.<chapter>.run-<pid>-<random>/ (figures, then
+# the JSON naming them with their sha256). The JSON's rename inside that folder is the commit
+# point; then the figures move into figures/ and the JSON to <chapter>.json, last. A run killed
+# before the commit point leaves only the hidden folder, which the next `recover` deletes; one
+# killed after it is finished by the next `recover` (every write and read of the folder calls it).
+
+_STAGE = re.compile(r"^\.(?P<chapter>.+)\.run-(?P<pid>\d+)-\w+$")
+_TEMP = re.compile(r"^\..+\.(?P<pid>\d+)\.\w+\.(tmp|png)$")
+STALE_AFTER_S = 24 * 3600  # a live pid this old is a reused one, not the writer
+
+
+def _writer_alive(pid: int, path: Path) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        return time.time() - path.stat().st_mtime < STALE_AFTER_S
+    except FileNotFoundError:
+        return False
+
+
+def _finish(stage: Path, folder: Path, chapter: str) -> None:
+    """Move a committed run into place: figures first, the JSON naming them last. Idempotent."""
+    for png in sorted((stage / "figures").glob("*.png")):
+        (folder / "figures").mkdir(exist_ok=True)
+        try:
+            os.replace(png, folder / "figures" / png.name)
+        except FileNotFoundError:  # another process finished this one
+            pass
+    try:
+        os.replace(stage / f"{chapter}.json", results_path(folder, chapter))
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def recover(results_dir: str | Path) -> list[str]:
+    """Finish runs that were killed after their commit point, delete those killed before it and
+    stale temporary files; return what was done. Errors are ignored: a read-only results folder
+    is still readable."""
+    folder, done = Path(results_dir), []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return done
+    for entry in entries:
+        stage, temp = _STAGE.match(entry.name), _TEMP.match(entry.name)
+        try:
+            if stage and entry.is_dir() and not _writer_alive(int(stage["pid"]), entry):
+                if (entry / f"{stage['chapter']}.json").is_file():
+                    _finish(entry, folder, stage["chapter"])
+                    done.append(f"finished {entry.name}")
+                else:
+                    shutil.rmtree(entry)
+                    done.append(f"removed {entry.name}")
+            elif temp and entry.is_file() and not _writer_alive(int(temp["pid"]), entry):
+                entry.unlink()
+                done.append(f"removed {entry.name}")
+        except OSError:
+            continue
+    if folder.name != "figures" and (folder / "figures").is_dir():
+        done += recover(folder / "figures")
+    return done
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def save_run(results_dir: str | Path, chapter: str, parameters: dict, models: list[dict], numbers: dict,
+             started: float, figures: dict | None = None) -> Path:
+    """Write <results_dir>/<chapter>.json and figures/<name>.png for every matplotlib figure of
+    `figures` ({name: fig}) as one unit (see above); return the JSON's path. The record names
+    each figure with its sha256. `started` is time.time() at the start of the run."""
+    figures = dict(figures or {})
+    bad = [name for name in figures if not re.fullmatch(r"[\w.-]+", name)]
+    if bad:
+        raise ValueError(f"figures: names must be plain file names, got {bad}")
+    folder = Path(results_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    recover(folder)
+    stage = Path(tempfile.mkdtemp(dir=folder, prefix=f".{chapter}.run-{os.getpid()}-"))
+    try:
+        os.chmod(stage, 0o777 & ~_umask())
+        (stage / "figures").mkdir()
+        saved = {}
+        for name, fig in figures.items():
+            png = stage / "figures" / f"{name}.png"
+            fig.savefig(png, dpi=120, bbox_inches="tight")
+            saved[name] = {"file": f"figures/{name}.png", "sha256": sha256_of(png)}
+        record = {"chapter": chapter, "parameters": parameters, "models": models, "numbers": numbers,
+                  "figures": saved, "wall_time_s": round(time.time() - started, 2),
+                  "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_commit": git_commit(),
+                  "packages": package_versions(), "machine": machine()}
+        write_json_atomic(stage / f"{chapter}.json", record)  # the commit point
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    _finish(stage, folder, chapter)
+    return results_path(folder, chapter)
+
+
+def save_results(results_dir: str | Path, chapter: str, parameters: dict, models: list[dict],
+                 numbers: dict, started: float) -> Path:
+    """`save_run` without figures."""
+    return save_run(results_dir, chapter, parameters, models, numbers, started)
+
+
+def load_results(results_dir: str | Path, chapter: str, parameter: str = "results_dir") -> dict:
+    """A chapter's results record; a missing, unreadable or malformed file is an error naming it."""
+    path = resolve_path(results_path(results_dir, chapter))
+    recover(path.parent)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{parameter}: {path} does not exist; run chapter {chapter} first") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{parameter}: {path} is not a valid results file ({err}); it is damaged or "
+                         f"truncated: rerun chapter {chapter}") from None
+    except OSError as err:
+        raise ValueError(f"{parameter}: cannot read {path} ({err.strerror or err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("numbers"), dict):
+        raise ValueError(f"{parameter}: {path} is not a chapter results file (no \"numbers\" object); "
+                         f"rerun chapter {chapter}")
+    return record
 
 
 def save_figure(fig, results_dir: str | Path, name: str) -> Path:
-    """Save `fig` as results/figures/<name>.png (atomically, like the JSON)."""
+    """Save `fig` as results/figures/<name>.png atomically, on its own; `save_run` saves a
+    chapter's figures together with its results file."""
     path = Path(results_dir) / "figures" / f"{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"), ".png")
     return path

@@ -92,9 +92,8 @@ def parse_k(value, n_layers: int, name: str, parameter: str) -> int:
 
 
 def parse_k_values(text: str, n_layers: int, name: str) -> list[int]:
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("k_values must be a comma-separated string such as '1,2,4,L' (L = every layer)")
-    return sorted({parse_k(item.strip(), n_layers, name, "k_values") for item in text.split(",") if item.strip()})
+    items = params.split_items("k_values", text, example="1,2,4,L")  # papermill passes `-p k_values 4` as 4
+    return sorted({parse_k(item, n_layers, name, "k_values") for item in items})
 
 
 def split_words(words: list[data.Word], train_words: str, heldout_words: str) -> tuple[list, list]:

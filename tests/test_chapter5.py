@@ -39,7 +39,11 @@ def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_lo
 
 def test_an_unknown_architecture_is_named(no_model_loads, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba", "num_hidden_layers": 2}))
-    (tmp_path / "model.safetensors").write_bytes(b"never read")
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(1)}, tmp_path / "model.safetensors")  # a complete folder, of another architecture
+    (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(ValueError, match=r"models: .* has architecture 'mamba'.*known architectures: llama, qwen3"):
         switch.plan(**{**GOOD, "models": str(tmp_path)})
 
