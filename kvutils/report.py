@@ -53,6 +53,60 @@ def glue_findings(prefix: str, texts: dict[str, str]) -> None:
         glue(f"{prefix}{key}", Markdown(bold_numbers(text)), display=False)
 
 
+# Figures are shown at their natural size up to the width of the book's text column, and shrunk to
+# fit beyond it. The column of the theme (pydata/sphinx-book: 60em at most, less the right sidebar)
+# is about this wide on a 1440-px window; its small font is 0.875 rem.
+COLUMN_PX = 760
+SMALL_FONT_PX = 14.0  # axis labels and titles at least this once scaled
+SMALLEST_TEXT_PX = 11.0  # tick labels, legends, annotations
+FIGURE_RC = {"figure.dpi": 100, "axes.labelsize": 11, "axes.titlesize": 11, "figure.titlesize": 12,
+             "xtick.labelsize": 9, "ytick.labelsize": 9, "legend.fontsize": 9}
+
+
+def figure_style():
+    """The rc settings every figure of the book is drawn with (a context manager)."""
+    import matplotlib.pyplot as plt
+
+    return plt.rc_context(FIGURE_RC)
+
+
+def styled(plot):
+    """Decorator: draw the figure under `figure_style()`."""
+    import functools
+
+    @functools.wraps(plot)
+    def draw(*args, **kwargs):
+        with figure_style():
+            return plot(*args, **kwargs)
+    return draw
+
+
+def shown_px_per_point(fig) -> float:
+    """Pixels per font point as the page shows the figure: the inline PNG is cropped to its tight
+    bounding box at the figure's dpi, then shrunk to the column if it is wider."""
+    width_in = fig.get_tightbbox(fig.canvas.get_renderer()).width
+    return fig.dpi / 72 * min(1.0, COLUMN_PX / (width_in * fig.dpi))
+
+
+def illegible_text(fig) -> list[str]:
+    """Every text of the figure that the page would show smaller than the book's small font (axis
+    labels, titles) or than SMALLEST_TEXT_PX (everything else); empty when the figure reads well."""
+    from matplotlib.text import Text
+
+    scale = shown_px_per_point(fig)
+    main = {id(t) for ax in fig.axes for t in (ax.xaxis.label, ax.yaxis.label, ax.title)}
+    if getattr(fig, "_suptitle", None) is not None:
+        main.add(id(fig._suptitle))
+    problems = []
+    for t in fig.findobj(Text):
+        if not t.get_visible() or not t.get_text().strip():
+            continue
+        need = SMALL_FONT_PX if id(t) in main else SMALLEST_TEXT_PX
+        if t.get_fontsize() * scale < need - 1e-9:
+            problems.append(f"{t.get_text()[:40]!r}: {t.get_fontsize() * scale:.1f} px < {need:g} px")
+    return problems
+
+
 def rows_table(rows: dict[str, dict[str, str]], index: str = "metric") -> pd.DataFrame:
     """{row: {column: text}} as a table, "—" where a column has no value for a row."""
     table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
@@ -137,6 +191,7 @@ def _row_order(metric: str) -> tuple:
     return (group, "argmax" in metric, metric.split(" [")[0], "per step" in metric)
 
 
+@styled
 def plot_chapter1(numbers: dict):
     """Top: per generated step, the largest |logit difference| between cached and no-cache decoding,
     one line per model, dtype and no-cache procedure (the legend names it). Bottom: per layer, max
@@ -165,13 +220,13 @@ def plot_chapter1(numbers: dict):
         a.text(0.01, 1.6e-18, "exactly equal (0)", fontsize=9, color="grey", transform=a.get_yaxis_transform())
     ax_dec.set_xlabel("generated step")
     ax_dec.set_ylabel("max |logit diff| (logit units, log)")
-    ax_dec.set_title("Decoding: cache vs no cache, per step (up to the first divergence)", fontsize=11)
-    ax_dec.legend(fontsize=8, loc="center right")
+    ax_dec.set_title("Decoding: cache vs no cache, per step (up to the first divergence)")
+    ax_dec.legend(loc="center right")
     ax.set_xlabel("layer depth (layer index / number of layers)")
     ax.set_ylabel("max |Δ key|, alone vs inside (log)")
-    ax.set_title("Prefix keys alone vs inside a longer sequence, per layer", fontsize=11)
-    ax.legend(fontsize=8)
-    fig.suptitle(f"Chapter 1 — models: {', '.join(numbers)}", fontsize=12)
+    ax.set_title("Prefix keys alone vs inside a longer sequence, per layer")
+    ax.legend()
+    fig.suptitle(f"Chapter 1 — models: {', '.join(numbers)}")
     fig.tight_layout()
     return fig
 

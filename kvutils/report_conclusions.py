@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .chapters import NOTEBOOKS
-from .report import article, fmt, fraction, rows_table
+from .report import article, fmt, fraction, rows_table, styled
 from .report_costs import article_rows_by_spec
 from .results import load_results, results_path
 
@@ -386,28 +386,29 @@ def decision_table(rows: list[dict]) -> pd.DataFrame:
     return table.set_index("operation")
 
 
+@styled
 def plot_decision_guide(rows: list[dict], model: str):
     """The decision guide: every operation's top-1 agreement with exact decoding, coloured by
     verdict, the article's value marked, the cache size it leaves written at the bar's end."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(10, 0.3 * len(rows) + 2.4))
+    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 2.8))
     y = range(len(rows))
     ax.barh(list(y), [r["top1"] for r in rows], color=[r["verdict"].colour for r in rows])
     for i, r in enumerate(rows):  # a column right of the 100% line, clear of the bars and marks
-        ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=7)
+        ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=8)
     marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
     ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=3)
-    ax.set_yticks(list(y), [r["operation"] for r in rows], fontsize=7.5)
+    ax.set_yticks(list(y), [r["operation"] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlim(0, 122)
+    ax.set_xlim(0, 130)
     ax.axvline(100, color="grey", linewidth=0.6)
-    ax.set_xlabel("top-1 agreement with exact decoding (%); label: cache size as % of the exact cache")
+    ax.set_xlabel("top-1 agreement with exact decoding (%)\nlabel: cache size as % of the exact cache")
     ax.set_ylabel("cache operation")
-    ax.set_title(f"Decision guide: which cache operations are free — model: {model} (chapters 1, 4, 5)", fontsize=10)
+    ax.set_title(f"Decision guide: which cache operations are free\nmodel: {model} (chapters 1, 4, 5)")
     handles = [Patch(color=v.colour, label=v.label) for v in (EXACT, NEAR, COSTLY)]
     handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
-    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.4, -0.09), ncol=2)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.3, -0.12), ncol=1)
     fig.tight_layout()
     return fig

@@ -273,3 +273,34 @@ def test_each_notebook_is_its_only_source_kept_in_canonical_form(path):
     assert "parameters" in code[0].metadata.get("tags", [])
     ids = [c.id for c in nb.cells]
     assert len(set(ids)) == len(ids)
+
+
+def test_wide_tables_scroll_in_their_own_box(built_book):
+    """The book loads its stylesheet, and that stylesheet gives a results table its own horizontal
+    scroll box (before it, chapter 5's per-policy table ran past the text column)."""
+    import re
+
+    _, html = built_book
+    css = (html / "_static" / "custom.css").read_text()
+    rule = re.search(r"table\.dataframe\s*\{([^}]*)\}", css)
+    assert rule and "overflow-x: auto" in rule.group(1) and "display: block" in rule.group(1)
+    page = (html / "book" / "chapters" / "01_cache_exactness.html").read_text()
+    assert "_static/custom.css" in page
+
+
+def test_findings_are_glued_with_their_numbers_in_bold(built_book):
+    """Bold marks the measurements, not whole sentences: a glued finding renders as text with its
+    numbers in <strong>, and no <strong> holds a whole sentence of words."""
+    import re
+
+    from kvutils.report import bold_numbers
+
+    assert bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
+        "**24/24** identical on gemma3-270m (max **0.0470581**, **99.5%** top-1)")
+    assert bold_numbers("token '<bos>' a_b") == "token '\\<bos\\>' a\\_b"  # Markdown-escaped
+    _, html = built_book
+    for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "06_conclusions"):
+        page = (html / "book" / "chapters" / f"{name}.html").read_text()
+        strong = re.findall(r"<strong>(.*?)</strong>", page)
+        assert any(re.fullmatch(r"[-−\d.,/e%×+]+", s) for s in strong), name
+        assert "Markdown object" not in page, name  # a Markdown glue pasted with {glue:text}
