@@ -118,10 +118,14 @@ def fraction(count: int, total: int) -> str:
     return f"{count}/{total}"
 
 
+def recompute_mode(decode: dict) -> str:
+    """Which no-cache procedure a decode result comes from."""
+    return "per step (article's procedure)" if decode["recompute"] == "per_step" else "one pass"
+
+
 def recompute_label(decode: dict) -> str:
-    """Which no-cache procedure a decode result comes from, and on how many prompts."""
-    mode = "per step (article's procedure)" if decode["recompute"] == "per_step" else "one pass"
-    return f"{mode}, {decode['n_prompts']} prompts"
+    """The procedure and the number of prompts it decoded."""
+    return f"{recompute_mode(decode)}, {decode['n_prompts']} prompts"
 
 
 def _decode_runs(by_dtype_result: dict) -> list[dict]:
@@ -135,8 +139,9 @@ def chapter1_table(numbers: dict) -> pd.DataFrame:
     sit beside our per-step rows only."""
     a = article()
     e1, e2 = a["e1_decode"], a["e2_prefix"]
-    art_mode = f"per step (article's procedure), {e1['fp32']['pythia-160m']['n']} prompts"
+    art_mode = "per step (article's procedure)"
     art_decode = {
+        f"prompts decoded [{art_mode}]": str(e1["fp32"]["pythia-160m"]["n"]),
         f"fp32: identical sequences [{art_mode}]": ", ".join(
             f"{fraction(v['identical'], v['n'])} ({m})" for m, v in e1["fp32"].items()),
         f"fp32: max |logit diff| [{art_mode}]": ", ".join(
@@ -160,7 +165,8 @@ def chapter1_table(numbers: dict) -> pd.DataFrame:
         for dtype, r in by_dtype.items():
             p = "fp32" if dtype == "float32" else "fp64"
             for d in _decode_runs(r):
-                mode = recompute_label(d)
+                mode = recompute_mode(d)
+                rows.setdefault(f"prompts decoded [{mode}]", {})[column] = str(d["n_prompts"])
                 for metric, value in (
                         (f"{p}: identical sequences [{mode}]", fraction(d["identical"], d["n_prompts"])),
                         (f"{p}: max |logit diff| [{mode}]", fmt(d["max_logit_diff"])),
@@ -178,8 +184,9 @@ def chapter1_table(numbers: dict) -> pd.DataFrame:
                 rows.setdefault(metric, {})[column] = value
     for metric, value in {**art_decode, **art_rest}.items():
         rows.setdefault(metric, {})["article (Pythia)"] = value
-    table = pd.DataFrame.from_dict(rows, orient="index").fillna("not run")
-    table = table[["article (Pythia)"] + [c for c in table.columns if c != "article (Pythia)"]]
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table["article (Pythia)"] = table["article (Pythia)"].fillna("—")  # the article ran per step only
+    table = table[["article (Pythia)"] + [c for c in table.columns if c != "article (Pythia)"]].fillna("not run")
     table.index.name = "metric"
     return table.sort_index(key=lambda idx: [_row_order(m) for m in idx])
 
@@ -188,7 +195,7 @@ def _row_order(metric: str) -> tuple:
     """Decoding rows first (fp32, fp64, argmax), one-pass before per-step, then the prefix rows."""
     prefix_rows = ("prefixes with", "residue", "key diff", "median logit std")
     group = 1 if any(t in metric for t in prefix_rows) else 0
-    return (group, "argmax" in metric, metric.split(" [")[0], "per step" in metric)
+    return (group, not metric.startswith("prompts"), "argmax" in metric, metric.split(" [")[0], "per step" in metric)
 
 
 @styled
