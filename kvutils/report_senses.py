@@ -220,7 +220,7 @@ def plot_chapter3_attention(numbers: dict):
     import matplotlib.pyplot as plt
 
     causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
-    fig, axes = plt.subplots(len(causal), 1, figsize=(7.5, 3.4 * len(causal) + 1.2), squeeze=False)
+    fig, axes = plt.subplots(len(causal), 1, figsize=(7.5, 3.4 * len(causal) + 0.8), squeeze=False)
     parts = (("continuation", "the continuation"), ("first_token", "the first token (the sink)"),
              ("old_word", "the old copy of the word"), ("rest", "everything else"))
     for ax, (model, r) in zip(axes[:, 0], causal.items()):
@@ -228,6 +228,7 @@ def plot_chapter3_attention(numbers: dict):
         layers = list(range(1, len(att["continuation"]) + 1))
         ax.stackplot(layers, *[att[key] for key, _ in parts], labels=[label for _, label in parts], alpha=0.85)
         ax.set_xlim(1, layers[-1])
+        ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
         ax.set_ylim(0, 1)
         ax.set_xlabel("layer")
         ax.set_ylabel("share of the repeated word's attention")
@@ -235,7 +236,7 @@ def plot_chapter3_attention(numbers: dict):
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False)
     fig.suptitle("Where the repeated word looks, per layer (mean over heads and items)")
-    fig.tight_layout(rect=(0, 0.9 / (3.4 * len(causal) + 1.2), 1, 1))
+    fig.tight_layout(rect=(0, 0.55 / (3.4 * len(causal) + 0.8), 1, 1))
     return fig
 
 
@@ -257,8 +258,9 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
     out["attention"] = "; ".join(
         f"{m}: {fmt(min(r['attention']['continuation']), 3)}–{fmt(max(r['attention']['continuation']), 3)} on the "
         f"continuation, up to {fmt(max(r['attention']['first_token']), 3)} on the first token ({r['first_token']!r}), "
-        f"{fmt(r['attention']['old_word'][1], 3)} on the old word in layer 2 and at most "
-        f"{fmt(max(r['attention']['old_word'][4:] or [0.0]), 3)} from layer 5"
+        f"{fmt(r['attention']['old_word'][1], 3)} on the old word in layer 2 and "
+        + (f"at most {fmt(max(r['attention']['old_word'][4:]), 3)} from layer 5" if r["attention"]["old_word"][4:]
+           else f"the model has no layer 5 ({len(r['attention']['old_word'])} layers)")
         for m, r in causal.items()) or "no causal model run"
     out["new_reading"] = "; ".join(_new_reading(m, r["probe"]["new_position_pct"]) for m, r in causal.items()) or (
         "no causal model run")
