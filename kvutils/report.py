@@ -93,6 +93,7 @@ def illegible_text(fig) -> list[str]:
     labels, titles) or than SMALLEST_TEXT_PX (everything else); empty when the figure reads well."""
     from matplotlib.text import Text
 
+    fig.canvas.draw()  # tick labels get their text when drawn
     scale = shown_px_per_point(fig)
     main = {id(t) for ax in fig.axes for t in (ax.xaxis.label, ax.yaxis.label, ax.title)}
     if getattr(fig, "_suptitle", None) is not None:

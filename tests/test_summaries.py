@@ -304,3 +304,29 @@ def test_findings_are_glued_with_their_numbers_in_bold(built_book):
         strong = re.findall(r"<strong>(.*?)</strong>", page)
         assert any(re.fullmatch(r"[-−\d.,/e%×+]+", s) for s in strong), name
         assert "Markdown object" not in page, name  # a Markdown glue pasted with {glue:text}
+
+
+def test_figures_read_at_the_page_width(runs):
+    """Shrunk to the text column, every figure's axis labels and titles are at least the book's small
+    font and no text is smaller than SMALLEST_TEXT_PX (before: 11-inch figures with 7-8 pt labels)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvutils import report, report_senses
+
+    numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03")}
+    figures = {"chapter 1": report.plot_chapter1(numbers["01"]),
+               "chapter 2": report_senses.plot_chapter2(numbers["02"]),
+               "chapter 3 probe": report_senses.plot_chapter3_probe(numbers["03"]),
+               "chapter 3 attention": report_senses.plot_chapter3_attention(numbers["03"]),
+               "decision guide": rc.plot_decision_guide(rc.decision_rows(runs), "tiny-llama"),
+               "benchmark": ra.plot_performance(_bench())}
+    for name, fig in figures.items():
+        assert report.illegible_text(fig) == [], name
+        plt.close(fig)
+    small = plt.figure(figsize=(11, 4))
+    small.gca().set_xlabel("layer", fontsize=8)
+    assert report.illegible_text(small), "an 11-inch figure with 8-pt labels must be caught"
+    plt.close(small)
