@@ -194,3 +194,28 @@ def test_prefix_comparison_reports_nan_states(pairs):
     r = exactness.compare_prefixes(loaded, pairs[:2])
     assert r["bit_identical"] == 0  # NaN is not equal to itself: never "bit-identical"
     assert math.isnan(r["max_diff_across_continuations"]) and math.isnan(r["max_key_diff_alone_vs_inside"])
+
+
+def test_layer_differences_keep_a_nan_in_the_values():
+    """The per-layer K/V gap that chapter 5's identity checks read: a NaN only in the values must
+    reach the result (max(key_gap, nan) in Python would have returned key_gap)."""
+    import math
+
+    from kvutils import lora
+
+    loaded = load_cached("tiny-llama", "float64")
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
+    a, b = (prefill_cache(loaded, ids) for _ in range(2))
+    assert max(lora.layer_differences(a, b, 6)) == 0.0
+    with torch.inference_mode():
+        b.layers[0].values[0, 0, 2, 0] = float("nan")
+    assert math.isnan(lora.layer_differences(a, b, 6)[0])
+
+
+def prefill_cache(loaded, ids):
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=loaded.model.config)
+    with torch.inference_mode():
+        loaded.model(input_ids=ids, cache=cache, use_cache=True)
+    return cache
