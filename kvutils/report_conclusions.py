@@ -403,6 +403,7 @@ def plot_decision_guide(rows: list[dict], model: str):
     ax.set_yticks(list(y), [r["operation"] for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, 130)
+    ax.set_xticks(range(0, 101, 20))  # the space right of 100% holds the size labels, not a scale
     ax.axvline(100, color="grey", linewidth=0.6)
     ax.set_xlabel("top-1 agreement with exact decoding (%)\nlabel: cache size as % of the exact cache")
     ax.set_ylabel("cache operation")
