@@ -274,6 +274,7 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
         if rewrites else "In this run the probe does not read the sense at the encoder's original position on every "
         "encoder, so this run does not show the encoder rewriting it")
     out["attention_reading"] = "; ".join(_attention_reading(m, r) for m, r in causal.items()) or "no causal model run"
+    out["split_check"] = _split_check(causal)
     distance = next(iter(numbers.values()))["probe"]["distance"]
     out["distance"] = distance
     n_items = next(iter(numbers.values()))["probe"]["n_items"]
@@ -307,3 +308,19 @@ def _attention_reading(model: str, r: dict) -> str:
                  f"takes more than the continuation in {sink} of {n} layers" if sink else
                  f"takes at most {fmt(max(att['first_token']), 3)}, less than the continuation in every layer"))
     return f"{model}: {cont}; {first}"
+
+
+SPLIT_TOLERANCE = 1e-6  # the four attention shares of a layer against 1 (softmax rows, averaged in float64)
+
+
+def _split_check(causal: dict) -> str:
+    """Whether the four attention shares, each summed over its own positions, add up to one."""
+    gaps = [abs(sum(r["attention"][p][layer] for p in ("continuation", "first_token", "old_word", "rest")) - 1)
+            for r in causal.values() for layer in range(len(r["attention"]["continuation"]))]
+    if not gaps:
+        return "no causal model run"
+    worst = max(gaps, key=lambda g: g if g == g else float("inf"))  # a NaN gap is the worst
+    return (f"in this run they add up to one within {SPLIT_TOLERANCE:g} in every layer of every model (largest gap "
+            f"{fmt(worst, 2)})" if worst <= SPLIT_TOLERANCE else
+            f"in this run they do not add up to one everywhere (largest gap {fmt(worst, 3)}): the spans overlap or miss "
+            "positions")

@@ -128,3 +128,18 @@ def test_chapter2_and_3_sentences_follow_the_numbers():
     assert "does not show the encoder rewriting" in rs.chapter3_glue({"e": enc_probe})["encoder_verdict"]
     enc_probe["probe"]["old_position_pct"] = [50.0, 100.0, 100.0]
     assert rs.chapter3_glue({"e": enc_probe})["encoder_verdict"].startswith("The encoder rewrites the old position")
+
+
+def test_the_attention_split_check_on_the_page_can_fail():
+    from kvutils import report_senses as rs
+
+    def numbers(rest):
+        return {"m": {"family": "causal", "layers": 2, "first_token": "The",
+                      "probe": {"old_position_pct": [50.0] * 3, "new_position_pct": [50.0, 75.0, 80.0], "n_items": 32,
+                                "distance": "cosine"},
+                      "attention": {"continuation": [0.6, 0.6], "first_token": [0.2, 0.2], "old_word": [0.1, 0.1],
+                                    "rest": [0.1, rest]}}}
+
+    assert rs.chapter3_glue(numbers(0.1))["split_check"].startswith("in this run they add up to one")
+    assert "do not add up to one" in rs.chapter3_glue(numbers(0.3))["split_check"]
+    assert "do not add up to one" in rs.chapter3_glue(numbers(float("nan")))["split_check"]
