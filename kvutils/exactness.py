@@ -7,6 +7,8 @@ Two measurements, both on any causal model:
 """
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +19,15 @@ from .engines import greedy, prefill, recompute_logits
 from .models import Loaded
 
 RECOMPUTE_MODES = ("one_pass", "per_step")
+
+
+def worst(values) -> float:
+    """The largest of some differences, NaN if any is NaN. Python's max() is NaN-blind (max(0.0, nan)
+    is 0.0, and `nan > tol` is False), so an identity check built on it would pass on NaN logits."""
+    values = [float(v) for v in values]
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return max(values)
 
 
 def _first_divergence(cached_tokens: torch.Tensor, recompute_tokens: torch.Tensor) -> torch.Tensor:
@@ -39,14 +50,17 @@ def compare_decoding(loaded: Loaded, prompts: torch.Tensor, new_tokens: int,
     argmax differs.
 
     Logits are compared only while both runs have seen the same tokens (through the first
-    divergent step): after that they condition on different text.
+    divergent step): after that they condition on different text. `argmax_agreement_pct` counts
+    those steps; `argmax_agreement_all_steps_pct` counts every generated step of every prompt, as
+    the article reports it ("on 100% of positions"), whatever text each side had read by then.
     """
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute: {recompute!r} not allowed; choose one of {RECOMPUTE_MODES}")
     prompt_len = prompts.shape[-1]
-    identical, agree, compared = 0, 0, 0
+    identical, agree, compared, agree_all = 0, 0, 0, 0
     max_diff, per_step_max = 0.0, torch.zeros(new_tokens, dtype=torch.float64)
     stds, first_divergence = [], []
+    started = time.perf_counter()
     for start in tqdm(range(0, len(prompts), batch_size), desc=f"{loaded.name} {loaded.dtype} decode",
                       unit="batch"):
         batch = prompts[start:start + batch_size]
@@ -62,10 +76,11 @@ def compare_decoding(loaded: Loaded, prompts: torch.Tensor, new_tokens: int,
         common = steps[None, :] <= first[:, None]  # same context in both runs
         diff = (cached_logits - recompute_step_logits).abs().amax(-1).double().cpu()  # (batch, steps)
         diff = torch.where(common, diff, torch.zeros_like(diff))
-        max_diff = max(max_diff, diff.max().item())
+        max_diff = worst([max_diff, diff.max().item()])  # torch's max keeps a NaN, Python's would not
         per_step_max = torch.maximum(per_step_max, diff.amax(0))
         same_argmax = cached_logits.argmax(-1).cpu() == recompute_step_logits.argmax(-1).cpu()
         agree += (same_argmax & common).sum().item()
+        agree_all += same_argmax.sum().item()
         compared += common.sum().item()
         identical += (first == new_tokens).sum().item()
         first_divergence += first.tolist()
@@ -75,7 +90,9 @@ def compare_decoding(loaded: Loaded, prompts: torch.Tensor, new_tokens: int,
         "recompute": recompute, "identical": identical, "max_logit_diff": max_diff,
         "median_logit_std": torch.cat(stds).median().item(),
         "argmax_agreement_pct": 100.0 * agree / compared, "steps_compared": compared,
+        "argmax_agreement_all_steps_pct": 100.0 * agree_all / (len(prompts) * new_tokens),
         "first_divergence": first_divergence, "per_step_max_logit_diff": per_step_max.tolist(),
+        "seconds_per_prompt": (time.perf_counter() - started) / len(prompts),
     }
 
 
@@ -118,23 +135,23 @@ def compare_prefixes(loaded: Loaded, pairs: list[PrefixPair]) -> dict:
                 continue
             compared += 1
             (ka, va), (kb, vb), (kc, vc) = kv_a, kv_b, kv_c
-            bit_identical &= torch.equal(kb, kc) and torch.equal(vb, vc)
+            bit_identical &= torch.equal(kb, kc) and torch.equal(vb, vc)  # False on NaN, as it must be
             key_across = (kb - kc).abs().max().item()
-            across_max = max(across_max, key_across, (vb - vc).abs().max().item())
-            across_key[layer] = max(across_key[layer].item(), key_across)
-            k_alone = max((ka - kb).abs().max().item(), (ka - kc).abs().max().item())
-            v_alone = max((va - vb).abs().max().item(), (va - vc).abs().max().item())
-            alone_key[layer] = max(alone_key[layer].item(), k_alone)
-            alone_value[layer] = max(alone_value[layer].item(), v_alone)
-            alone_max = max(alone_max, k_alone)
-            max_abs_value = max(max_abs_value, va.abs().max().item())
+            across_max = worst([across_max, key_across, (vb - vc).abs().max().item()])
+            across_key[layer] = worst([across_key[layer].item(), key_across])
+            k_alone = worst([(ka - kb).abs().max().item(), (ka - kc).abs().max().item()])
+            v_alone = worst([(va - vb).abs().max().item(), (va - vc).abs().max().item()])
+            alone_key[layer] = worst([alone_key[layer].item(), k_alone])
+            alone_value[layer] = worst([alone_value[layer].item(), v_alone])
+            alone_max = worst([alone_max, k_alone])
+            max_abs_value = worst([max_abs_value, va.abs().max().item()])
         items.append({"item": pair.name, "prefix_tokens": plen, "layers_compared": compared,
                       "bit_identical": bool(bit_identical), "max_diff_across_continuations": across_max,
                       "max_key_diff_alone_vs_inside": alone_max})
     return {
         "n_prefixes": len(pairs),
         "bit_identical": sum(i["bit_identical"] for i in items),
-        "max_diff_across_continuations": max(i["max_diff_across_continuations"] for i in items),
+        "max_diff_across_continuations": worst(i["max_diff_across_continuations"] for i in items),
         "max_key_diff_alone_vs_inside": alone_key.max().item(),
         "max_value_diff_alone_vs_inside": alone_value.max().item(),
         "max_abs_cached_value": max_abs_value,
@@ -159,11 +176,12 @@ class Plan:
     recompute: str
     batch_size: int
     device: str
+    per_step_prompts: int = 0  # the first prompts also decoded by the article's per-step procedure
 
 
 def plan(*, models: str, dtypes: str, n_prompts: int, prompt_tokens: int, new_tokens: int,
          recompute: str, batch_size: int, corpus: str, senses_file: str, garden_paths_file: str,
-         device: str, **_ignored) -> Plan:
+         device: str, per_step_prompts: int = 0, **_ignored) -> Plan:
     """Check every chapter-1 parameter and prepare the inputs, loading tokenizers but no model.
     Raises ValueError / ModelNotAvailable naming the parameter."""
     from . import data, params
@@ -176,6 +194,7 @@ def plan(*, models: str, dtypes: str, n_prompts: int, prompt_tokens: int, new_to
     params.check_int("new_tokens", new_tokens, 1)
     params.check_int("batch_size", batch_size, 1)
     params.check_choice("recompute", recompute, RECOMPUTE_MODES)
+    params.check_int("per_step_prompts", per_step_prompts, 0)
     resolved = params.check_models("models", models, family="causal",
                                    min_context=prompt_tokens + new_tokens)
     docs = data.load_corpus(corpus)
@@ -186,13 +205,16 @@ def plan(*, models: str, dtypes: str, n_prompts: int, prompt_tokens: int, new_to
     for r in resolved:
         tokenizer = load_tokenizer(r.name)
         prompts[r.name] = data.prompts_from_corpus(tokenizer, docs, n_prompts, prompt_tokens)
+    # a per-step subset beside a per-step run would measure the same thing twice
+    subset = 0 if recompute == "per_step" else min(per_step_prompts, n_prompts)
     return Plan([r.name for r in resolved], dtype_list, prompts, pairs, new_tokens, recompute,
-                batch_size, device)
+                batch_size, device, subset)
 
 
 def run(p: Plan) -> tuple[dict, list[dict]]:
     """Both measurements for every model and dtype. Returns (numbers, model descriptions);
-    numbers[model][dtype] = {"decode": ..., "prefixes": ...}."""
+    numbers[model][dtype] = {"decode": ..., "prefixes": ...}, plus "decode_per_step" (the article's
+    procedure on the first `per_step_prompts` prompts) where that subset is asked for."""
     from .models import load
 
     numbers, described = {}, []
@@ -206,5 +228,8 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
                 "decode": compare_decoding(loaded, p.prompts[name], p.new_tokens, p.recompute, p.batch_size),
                 "prefixes": compare_prefixes(loaded, p.pairs),
             }
+            if p.per_step_prompts:
+                numbers[name][dtype]["decode_per_step"] = compare_decoding(
+                    loaded, p.prompts[name][:p.per_step_prompts], p.new_tokens, "per_step", p.batch_size)
             del loaded
     return numbers, described

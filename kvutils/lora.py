@@ -435,5 +435,6 @@ def layer_differences(cache_a, cache_b, length: int) -> list[float]:
         if start >= length or held_a is None or held_b is None:
             out.append(float("nan"))
             continue
-        out.append(max((x - y).abs().max().item() for x, y in zip(held_a, held_b)))
+        # torch's max keeps a NaN in the keys or the values; Python's max() of the two could drop it
+        out.append(torch.stack([(x - y).abs().max() for x, y in zip(held_a, held_b)]).max().item())
     return out

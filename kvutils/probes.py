@@ -314,15 +314,21 @@ def context_divergence(ws: WordStates) -> dict:
 
 def attention_split(ws: WordStates) -> dict:
     """Per layer, mean over heads and items of the new copy's attention on the continuation, on
-    the first token (the sink), on the old copy of the word, and on everything else."""
+    the first token (the sink), on the old copy of the word, and on everything else.
+
+    Each part is summed from the attention weights over its own positions ("rest": every position
+    in none of the other three), so the four parts summing to one is a check on the softmax rows
+    and on the spans (disjoint, covering the row), not an identity."""
     parts = {"continuation": [], "first_token": [], "old_word": [], "rest": []}
     for w, by_sense in enumerate(ws.repeats):
         for s, enc in enumerate(by_sense):
             row = ws.attention[w, s].double().mean(1)  # (layers, seq), mean over heads
             c0, c1 = enc.continuation
-            cont, first, old = row[:, c0:c1].sum(-1), row[:, 0], row[:, enc.old_word]
-            for name, value in (("continuation", cont), ("first_token", first), ("old_word", old),
-                                ("rest", row.sum(-1) - cont - first - old)):
+            rest = torch.ones(row.shape[-1], dtype=torch.bool)  # positions in none of the named parts
+            rest[c0:c1] = False
+            rest[[0, enc.old_word]] = False
+            for name, value in (("continuation", row[:, c0:c1].sum(-1)), ("first_token", row[:, 0]),
+                                ("old_word", row[:, enc.old_word]), ("rest", row[:, rest].sum(-1))):
                 parts[name].append(value)
     return {name: torch.stack(values).mean(0).tolist() for name, values in parts.items()}
 

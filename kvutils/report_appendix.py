@@ -8,7 +8,7 @@ import shlex
 import pandas as pd
 
 from .chapters import NOTEBOOKS
-from .report import fmt
+from .report import fmt, styled
 from .results import load_results, results_path
 
 # The models the article used (and chapter 5's intended one), per chapter and parameter: hub ids
@@ -182,22 +182,26 @@ def book_times_table(bench: dict, runs: dict) -> pd.DataFrame:
     return table.set_index("step")
 
 
+@styled
 def plot_performance(bench: dict):
     """Each speed ratio of the benchmark on one log axis, the targets drawn where there is one."""
+    import textwrap
+
     import matplotlib.pyplot as plt
 
     rows = performance_rows(bench)
-    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.6))
+    labels = [textwrap.fill(r["measure"], 44) for r in rows]  # long names wrap rather than squeeze the bars
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * sum(len(t.splitlines()) for t in labels) / len(labels) * len(rows) + 1.8))
     colours = ["#2a9d8f" if r["met"] else "#e76f51" if r["met"] is False else "#8d99ae" for r in rows]
     ax.barh(range(len(rows)), [r["ratio"] for r in rows], color=colours)
     ax.set_xscale("log")
     ax.axvline(1, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(rows)), [r["measure"] for r in rows], fontsize=7.5)
+    ax.set_yticks(range(len(rows)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("ratio (log scale; 1 = equal time)")
     ax.set_ylabel("measurement")
-    ax.set_title(f"Benchmark ratios, measured side by side in one run — model: {bench['model']}, "
-                 f"{bench['machine']['cores']} cores", fontsize=10)
+    ax.set_title(f"Benchmark ratios, measured side by side in one run\nmodel: {bench['model']}, "
+                 f"{bench['machine']['cores']} cores")
     fig.tight_layout()
     return fig
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from .chapters import NOTEBOOKS
 from .params import check_number
-from .report import article, fmt, fraction, rows_table
+from .report import article, fmt, fraction, rows_table, styled
 from .report_costs import article_rows_by_spec
 from .results import load_results, results_path
 
@@ -169,6 +169,82 @@ def rq4_table(runs: dict) -> pd.DataFrame:
     return rows_table(rows, "finding")
 
 
+def fp32_reason(fp32: dict, art_diff: float, art_std: float) -> str:
+    """Our fp32 residue against the article's, and whether the logits' scale explains the difference."""
+    parts = [f"{m}: {fmt(d['max_logit_diff'], 3)} at a median logit std of {fmt(d['median_logit_std'], 3)}"
+             for m, d in fp32.items()]
+    head = f"fp32 residue — {'; '.join(parts)} — against {ARTICLE_MODEL}'s {fmt(art_diff)} at {fmt(art_std, 3)}. "
+    smaller = all(d["max_logit_diff"] < art_diff for d in fp32.values())
+    smaller_logits = all(d["median_logit_std"] < art_std for d in fp32.values())
+    if smaller and smaller_logits:
+        factor = art_std / max(d["median_logit_std"] for d in fp32.values())
+        return head + (f"Ours is smaller, and so are our logits (by {fmt(factor, 2)}× or more): rounding error "
+                       "scales with the size of the numbers rounded")
+    if smaller:
+        return head + "Ours is smaller although our logits are not, so their scale does not explain the difference"
+    return head + ("Ours is not smaller than the article's on every model; rounding error scales with the size of "
+                   "the logits, so compare the two stds")
+
+
+def attention_reason(causal: dict, article_attention: dict) -> str:
+    """RQ2's comparison of where the later copy of the word looks, ours against Pythia's; the
+    sentence says only what the shares support."""
+    if not causal:
+        return "No causal model was run in chapter 3"
+    art_min, art_first = article_attention["to_continuation_min"], article_attention["to_first_token_max"]
+    shares = "; ".join(
+        f"{m}: {fmt(min(r['attention']['continuation']), 3)}–{fmt(max(r['attention']['continuation']), 3)} on the "
+        f"continuation, up to {fmt(max(r['attention']['first_token']), 3)} on the first token ({r['first_token']!r})"
+        for m, r in causal.items())
+    article_shares = (f"{fmt(art_min)}–{fmt(article_attention['to_continuation_max'])} and at most {fmt(art_first)} "
+                      f"for {ARTICLE_MODEL}")
+    less = all(max(r["attention"]["continuation"]) < art_min for r in causal.values())
+    sink = {m: sum(f > c for f, c in zip(r["attention"]["first_token"], r["attention"]["continuation"]))
+            for m, r in causal.items()}
+    more_sink = all(max(r["attention"]["first_token"]) > art_first for r in causal.values())
+    if less and more_sink and all(2 * n > len(causal[m]["attention"]["first_token"]) for m, n in sink.items()):
+        return ("Our models send less attention to the disambiguating text than Pythia and park more of it on the "
+                "first token, which takes a larger share than the continuation in most layers ("
+                + ", ".join(f"{n} of {len(causal[m]['attention']['first_token'])} layers of {m}" for m, n in sink.items())
+                + f"): {shares}, against {article_shares}")
+    if less:
+        return (f"Our models send less attention to the disambiguating text than Pythia, but the first token does "
+                f"not take the larger share in most layers: {shares}, against {article_shares}")
+    return f"Our models do not send less attention to the disambiguating text than Pythia: {shares}, against {article_shares}"
+
+
+def precision_reason(bf16: dict, art_top1: float, art_std: float, stds: list[float]) -> str:
+    """The bf16 cache's top-1 agreement, ours against the article's, with the logit-scale explanation
+    only where the numbers support it (ours keeps more, and our logits are smaller)."""
+    if not bf16:
+        return "bf16 was not among chapter 4's operations in this run"
+    ours = "; ".join(f"{m}: a bf16 cache keeps {fmt(r['top1_agreement_pct'], 4)}% top-1 agreement (KL "
+                     f"{fmt(r['mean_kl'], 3)} nats)" for m, r in bf16.items())
+    head = f"{ours}, against {fmt(art_top1)}% for {ARTICLE_MODEL}"
+    std_text = f"Its logits have a median std of {fmt(art_std, 3)}" + (
+        f", ours {fmt(min(stds), 3)}–{fmt(max(stds), 3)}" if stds else "")
+    better = all(r["top1_agreement_pct"] > art_top1 for r in bf16.values())
+    if better and stds and max(stds) < art_std:
+        return f"{head}. {std_text}: the same relative rounding of the cache moves large logits further"
+    if better:
+        return f"{head}. {std_text}, so the scale of the logits does not explain why ours keeps more"
+    return f"{head}. Ours keeps no more than the article's, so the logits' scale does not explain the difference"
+
+
+def breaks_exactness(table2: dict) -> str:
+    """Which of chapter 4's operations changed the model's output distribution (mean KL > 0)."""
+    kl = {spec: o["mean_kl"] for r in table2.values() for spec, o in _ops_of(r).items() if o["name"] != "exact"}
+    if not kl:
+        return "Chapter 4 scored no cache operation in this run"
+    kept = sorted(spec for spec, v in kl.items() if v == 0)
+    broken = sorted(spec for spec, v in kl.items() if not v >= 0)  # NaN: neither exact nor a cost
+    spread = [v for v in kl.values() if v > 0]
+    text = (f"{len(spread)} of the {len(kl)} operations scored in chapter 4 gave up exactness"
+            + (f", with mean KL from {fmt(min(spread), 3)} to {fmt(max(spread), 3)} nats" if spread else ""))
+    return (text + (f"; exact on this run: {', '.join(kept)}" if kept else "")
+            + (f"; no valid score (NaN): {', '.join(broken)}" if broken else ""))
+
+
 def conclusions_glue(runs: dict) -> dict[str, str]:
     """The verdicts and the reasons for every difference from the article, as sentences."""
     a = article()
@@ -184,43 +260,35 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
         "Not shown by this run: " + ("fp64 was not run" if not fp64 else "an fp64 run exceeded the rounding tolerance"))
     art_std = a["e1_decode"]["fp32"]["pythia-160m"]["median_logit_std"]
     art_diff = a["e1_decode"]["fp32"]["pythia-160m"]["max_logit_diff"]
-    if fp32:
-        parts = [f"{m}: {fmt(d['max_logit_diff'], 3)} at a median logit std of {fmt(d['median_logit_std'], 3)}"
-                 for m, d in fp32.items()]
-        smaller = all(d["max_logit_diff"] < art_diff for d in fp32.values())
-        out["rq1_fp32_reason"] = (
-            f"fp32 residue — {'; '.join(parts)} — against {ARTICLE_MODEL}'s {fmt(art_diff)} at {fmt(art_std, 3)}. "
-            + ("Ours is smaller: rounding error scales with the size of the numbers rounded, and our models' logits are "
-               "far smaller." if smaller else "Rounding error scales with the size of the logits; compare the two stds."))
+    out["rq1_fp32_reason"] = fp32_reason(fp32, art_diff, art_std) if fp32 else "fp32 was not run"
     enc = _encoders(_numbers(runs, "02"))
     bert = a["e2_bert"]["cosine_distance"]["layer_12"]
-    out["rq1_encoder"] = "; ".join(
+    moved = {m: r for m, r in enc.items() if r["cosine_distance_mean"][-1] > 0}
+    numbers_enc = "; ".join(
         f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, {fmt(r['cosine_distance_mean'][-1], 3)} at its "
         f"last layer ({r['layers']} layers), against BERT-base's {fmt(bert)} at layer 12" for m, r in enc.items())
+    out["rq1_encoder"] = (
+        "No encoder was run, so this run does not show the contrast" if not enc else
+        f"The same word's state moves when later text arrives — {numbers_enc} — so a cache of its keys and values "
+        "would go stale" if len(moved) == len(enc) else
+        f"In this run the encoder's state did not move with later text on every model ({numbers_enc})")
     ch3 = _numbers(runs, "03")
     chance = all(set(r["probe"]["old_position_pct"]) == {50.0} for r in _causal(ch3).values())
+    above = all(max(r["probe"]["new_position_pct"]) > 50.0 for r in _causal(ch3).values())
     out["rq2_verdict"] = (
         "At new positions: a probe on the old cached state of the word stays at chance (50%) at every depth "
         f"of {', '.join(_causal(ch3))}, while the same probe on a later copy of the word reaches "
         + ", ".join(f"{fmt(max(r['probe']['new_position_pct']))}% ({m})" for m, r in _causal(ch3).items())
-        if chance else "This run does not show the old position at chance on every model; see chapter 3")
-    first = {m: max(r["attention"]["first_token"]) for m, r in _causal(ch3).items() if "first_token" in r["attention"]}
-    if first:
-        out["rq2_attention_reason"] = (
-            "Our models send less attention to the disambiguating text than Pythia because they park much of it on the "
-            "first token: up to " + ", ".join(f"{fmt(v, 3)} ({m}, token {ch3[m]['first_token']!r})" for m, v in first.items())
-            + f", against {fmt(a['e3_attention']['to_first_token_max'])} for {ARTICLE_MODEL}")
+        if chance and above else
+        "This run does not show the old position at chance and a later copy above it on every model; see chapter 3")
+    out["rq2_attention_reason"] = attention_reason(_causal(ch3), a["e3_attention"])
     ch4 = _numbers(runs, "04")
     table2 = ch4["table2"]
     bf16 = {m: _ops_of(r)["cast:dtype=bfloat16"] for m, r in table2.items() if "cast:dtype=bfloat16" in _ops_of(r)}
     stds = [d["median_logit_std"] for d in fp32.values()]
-    out["rq3_precision_reason"] = ("; ".join(
-        f"{m}: a bf16 cache keeps {fmt(r['top1_agreement_pct'], 4)}% top-1 agreement (KL {fmt(r['mean_kl'], 3)} nats)"
-        for m, r in bf16.items()) + (
-        f", against {fmt(article_rows_by_spec()['cast:dtype=bfloat16']['top1_pct'])}% for {ARTICLE_MODEL}. Its logits have a "
-        f"median std of {fmt(art_std, 3)}" + (f", ours {fmt(min(stds), 3)}–{fmt(max(stds), 3)}" if stds else "")
-        + ": the same relative rounding of the cache moves large logits further") if bf16 else
-        "bf16 was not among chapter 4's operations in this run")
+    out["rq3_precision_reason"] = precision_reason(bf16, article_rows_by_spec()["cast:dtype=bfloat16"]["top1_pct"],
+                                                   art_std, stds)
+    out["rq3_breaks"] = breaks_exactness(table2)
     pairs = []
     for spec, label in RQ3_OPS[2:]:
         ours = [f"{fmt(_ops_of(r)[spec]['top1_agreement_pct'], 4)}% ({m})" for m, r in table2.items() if spec in _ops_of(r)]
@@ -229,13 +297,18 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     out["rq3_eviction"] = "; ".join(pairs) or "not run (no window or chunk operation in chapter 4's ops)"
     longest = _longest_steps(ch4)
     machine = runs[NOTEBOOKS["04"]]["machine"]
+    grows = all([s["speedup"] for s in sorted(d["steps"], key=lambda s: s["context"])]
+                == sorted(s["speedup"] for s in d["steps"]) and len(d["steps"]) > 1 for d in ch4["decode"].values())
     out["rq3_speed_reason"] = (
         "Speed-up of the exact cache at the longest context: " + ", ".join(
             f"{fmt(s['speedup'], 3)}× ({m}, {s['context']} tokens)" for m, s in longest.items())
         + f" on {machine['cores']} cores and {machine['torch_threads']} torch thread(s), against "
         f"{fmt(a['e4_decode_time']['ctx_2000']['speedup'])}× for {ARTICLE_MODEL} on the article's 6-core CPU. "
-        "The ratio grows with context because recomputation grows with it and a cached step barely does; its size "
-        "depends on the machine and on how much of the model's cost is fixed per step (output head, windowed layers)")
+        + ("In this run the ratio grew with context on every model, as it must where recomputation grows with the "
+           "context and a cached step barely does; " if grows else
+           "In this run the ratio did not grow with context on every model (see chapter 4's table); ")
+        + "its size depends on the machine and on how much of the model's cost is fixed per step (output head, "
+        "windowed layers)")
     ch5 = _numbers(runs, "05")
     worst = max(r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]
                 for r in ch5.values() for k in r["k_values"])
@@ -267,10 +340,15 @@ def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
     art = article_rows_by_spec()
     rows = []
     decode = [r[d]["decode"] for r in ch1.values() for d in r]
-    rows.append(dict(operation="exact cache vs recomputation (ch. 1)", verdict=EXACT,
-                     top1=min(d["argmax_agreement_pct"] for d in decode), kl=None, article_top1=100.0, bytes_pct=100.0,
+    top1 = min(d["argmax_agreement_pct"] for d in decode)
+    # the theorem is judged in fp64, where rounding is far below the tolerance; fp32 alone cannot separate the two
+    fp64_decode = [r["float64"]["decode"] for r in ch1.values() if "float64" in r]
+    exact_decode = bool(fp64_decode) and all(
+        d["max_logit_diff"] <= FP64_TOLERANCE and d["identical"] == d["n_prompts"] for d in fp64_decode)
+    rows.append(dict(operation="exact cache vs recomputation (ch. 1)",
+                     verdict=EXACT if exact_decode else NEAR if top1 >= near_exact_pct else COSTLY,
+                     top1=top1, kl=None, article_top1=100.0, bytes_pct=100.0,
                      check="theorem; tested on every architecture"))
-    # the theorem is about the computation, so it is judged in fp64, where rounding is far below the tolerance
     fp64 = [r["float64"]["prefixes"] for r in ch1.values() if "float64" in r]
     exact_prefix = (all(p["max_diff_across_continuations"] <= FP64_TOLERANCE for p in fp64) if fp64 else
                     all(r[d]["prefixes"]["bit_identical"] == r[d]["prefixes"]["n_prefixes"] for r in ch1.values() for d in r))
@@ -308,28 +386,30 @@ def decision_table(rows: list[dict]) -> pd.DataFrame:
     return table.set_index("operation")
 
 
+@styled
 def plot_decision_guide(rows: list[dict], model: str):
     """The decision guide: every operation's top-1 agreement with exact decoding, coloured by
     verdict, the article's value marked, the cache size it leaves written at the bar's end."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(10, 0.3 * len(rows) + 2.4))
+    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 2.8))
     y = range(len(rows))
     ax.barh(list(y), [r["top1"] for r in rows], color=[r["verdict"].colour for r in rows])
     for i, r in enumerate(rows):  # a column right of the 100% line, clear of the bars and marks
-        ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=7)
+        ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=8)
     marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
     ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=3)
-    ax.set_yticks(list(y), [r["operation"] for r in rows], fontsize=7.5)
+    ax.set_yticks(list(y), [r["operation"] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlim(0, 122)
+    ax.set_xlim(0, 130)
+    ax.set_xticks(range(0, 101, 20))  # the space right of 100% holds the size labels, not a scale
     ax.axvline(100, color="grey", linewidth=0.6)
-    ax.set_xlabel("top-1 agreement with exact decoding (%); label: cache size as % of the exact cache")
+    ax.set_xlabel("top-1 agreement with exact decoding (%)\nlabel: cache size as % of the exact cache")
     ax.set_ylabel("cache operation")
-    ax.set_title(f"Decision guide: which cache operations are free — model: {model} (chapters 1, 4, 5)", fontsize=10)
+    ax.set_title(f"Decision guide: which cache operations are free\nmodel: {model} (chapters 1, 4, 5)")
     handles = [Patch(color=v.colour, label=v.label) for v in (EXACT, NEAR, COSTLY)]
     handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
-    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.4, -0.09), ncol=2)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.3, -0.12), ncol=1)
     fig.tight_layout()
     return fig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .report import article, fmt, rows_table
+from .report import article, fmt, rows_table, styled
 
 
 def _depth(values: list) -> list[float]:
@@ -53,12 +53,13 @@ def chapter2_table(numbers: dict) -> pd.DataFrame:
     return rows_table(rows)
 
 
+@styled
 def plot_chapter2(numbers: dict):
     """Chart 1: per layer, the word's cosine distance between its two contexts and the prefix's
     relative key difference, causal models against the encoder(s)."""
     import matplotlib.pyplot as plt
 
-    fig, (ax_state, ax_key) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)
+    fig, (ax_state, ax_key) = plt.subplots(2, 1, figsize=(7.5, 8), sharey=False)
     for model, r in numbers.items():
         style = dict(marker="o", markersize=3, linestyle="--" if r["family"] == "causal" else "-")
         label = f"{model} ({r['family']}, {r['layers']} layers)"
@@ -74,9 +75,8 @@ def plot_chapter2(numbers: dict):
         ax.set_xlim(-0.02, 1.02)
         ax.set_ylim(bottom=-0.02)
         ax.grid(alpha=0.3)
-    ax_key.legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"Same word, two contexts: causal models stay at exactly 0 — models: {', '.join(numbers)}",
-                 fontsize=11)
+    ax_key.legend(loc="upper left")
+    fig.suptitle(f"Same word, two contexts — models: {', '.join(numbers)}")
     fig.tight_layout()
     return fig
 
@@ -97,8 +97,24 @@ def chapter2_glue(numbers: dict) -> dict[str, str]:
             for m, r in encoders.items()) or "none run",
         "models": ", ".join(numbers),
         "n_words": str(next(iter(numbers.values()))["n_words"]),
+        "encoder_reading": "; ".join(_encoder_reading(m, r) for m, r in encoders.items()) or "No encoder was run",
     }
     return out
+
+
+def _encoder_reading(model: str, r: dict) -> str:
+    """What the encoder's per-layer distances show, in the words the numbers support."""
+    dist, keys = r["cosine_distance_mean"], r["key_relative_diff_mean"]
+    layers = len(dist) - 1
+    if dist[0] == 0 and all(d > 0 for d in dist[1:]) and keys[0] == 0 and all(k > 0 for k in keys[1:]):
+        return (f"{model}: the embeddings are identical (the same token at the same position); after every one of its "
+                f"{layers} layers the state has mixed in the continuation, and so have the keys a cache would hold "
+                "from layer 2 on (layer 1's keys are computed from the embeddings). A cache filled while reading "
+                "\"The bank\" would be wrong in every layer after the first once the continuation arrived, and only "
+                "recomputation would repair it")
+    return (f"{model}: the state differed between the two contexts after {sum(d > 0 for d in dist[1:])} of its "
+            f"{layers} layers and the prefix's keys in {sum(k > 0 for k in keys)} of {len(keys)} layers "
+            f"(at the embeddings: {fmt(dist[0])})")
 
 
 # --------------------------------------------------------------------------- chapter 3
@@ -166,12 +182,13 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
     return rows_table(rows)
 
 
+@styled
 def plot_chapter3_probe(numbers: dict):
     """Chart 2: sense-probe accuracy per depth at the old position, the new position and the
     encoder's original position, against the 50% chance line."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 6.5))
     for model, r in numbers.items():
         p = r["probe"]
         if r["family"] == "causal":
@@ -188,37 +205,38 @@ def plot_chapter3_probe(numbers: dict):
     ax.set_xlabel("depth (0 = embeddings, 1 = last layer)")
     ax.set_ylabel("sense-probe accuracy (%)")
     distance = next(iter(numbers.values()))["probe"]["distance"]
-    ax.set_title(f"Where the sense is readable: nearest-centroid probe ({distance} distance), "
-                 f"{next(iter(numbers.values()))['probe']['n_items']} items\nmodels: {', '.join(numbers)}",
-                 fontsize=10)
-    ax.legend(fontsize=7.5, loc="lower right", ncol=2)
+    ax.set_title(f"Where the sense is readable: nearest-centroid probe\n({distance} distance, "
+                 f"{next(iter(numbers.values()))['probe']['n_items']} items) — models: {', '.join(numbers)}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
 
 
+@styled
 def plot_chapter3_attention(numbers: dict):
     """Per layer, where the repeated word's attention goes (mean over heads and items), one panel
     per causal model, stacked to 1."""
     import matplotlib.pyplot as plt
 
     causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
-    fig, axes = plt.subplots(1, len(causal), figsize=(5.5 * len(causal), 4.4), squeeze=False)
+    fig, axes = plt.subplots(len(causal), 1, figsize=(7.5, 3.4 * len(causal) + 0.8), squeeze=False)
     parts = (("continuation", "the continuation"), ("first_token", "the first token (the sink)"),
              ("old_word", "the old copy of the word"), ("rest", "everything else"))
-    for ax, (model, r) in zip(axes[0], causal.items()):
+    for ax, (model, r) in zip(axes[:, 0], causal.items()):
         att = r["attention"]
         layers = list(range(1, len(att["continuation"]) + 1))
         ax.stackplot(layers, *[att[key] for key, _ in parts], labels=[label for _, label in parts], alpha=0.85)
         ax.set_xlim(1, layers[-1])
+        ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
         ax.set_ylim(0, 1)
         ax.set_xlabel("layer")
         ax.set_ylabel("share of the repeated word's attention")
-        ax.set_title(f"{model} (first token: {r['first_token']!r})", fontsize=10)
+        ax.set_title(f"{model} (first token: {r['first_token']!r})")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8.5, frameon=False)
-    fig.suptitle("Where the repeated word looks, per layer (mean over heads and items)", fontsize=11)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False)
+    fig.suptitle("Where the repeated word looks, per layer (mean over heads and items)")
+    fig.tight_layout(rect=(0, 0.55 / (3.4 * len(causal) + 0.8), 1, 1))
     return fig
 
 
@@ -240,12 +258,69 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
     out["attention"] = "; ".join(
         f"{m}: {fmt(min(r['attention']['continuation']), 3)}–{fmt(max(r['attention']['continuation']), 3)} on the "
         f"continuation, up to {fmt(max(r['attention']['first_token']), 3)} on the first token ({r['first_token']!r}), "
-        f"{fmt(r['attention']['old_word'][1], 3)} on the old word in layer 2 and at most "
-        f"{fmt(max(r['attention']['old_word'][4:] or [0.0]), 3)} from layer 5"
+        f"{fmt(r['attention']['old_word'][1], 3)} on the old word in layer 2 and "
+        + (f"at most {fmt(max(r['attention']['old_word'][4:]), 3)} from layer 5" if r["attention"]["old_word"][4:]
+           else f"the model has no layer 5 ({len(r['attention']['old_word'])} layers)")
         for m, r in causal.items()) or "no causal model run"
+    out["new_reading"] = "; ".join(_new_reading(m, r["probe"]["new_position_pct"]) for m, r in causal.items()) or (
+        "no causal model run")
+    out["encoder_reading"] = "; ".join(
+        f"{m}: above chance at its original position from depth {first}" if (first := next(
+            (i for i, v in enumerate(r["probe"]["old_position_pct"]) if v > 50), None)) is not None
+        else f"{m}: never above chance at its original position" for m, r in encoders.items()) or "no encoder run"
+    rewrites = all(max(r["probe"]["old_position_pct"]) > 50 for r in encoders.values()) and encoders
+    out["encoder_verdict"] = (
+        "The encoder rewrites the old position itself — which is exactly why its cache would go stale (chapter 2)"
+        if rewrites else "In this run the probe does not read the sense at the encoder's original position on every "
+        "encoder, so this run does not show the encoder rewriting it")
+    out["attention_reading"] = "; ".join(_attention_reading(m, r) for m, r in causal.items()) or "no causal model run"
+    out["split_check"] = _split_check(causal)
     distance = next(iter(numbers.values()))["probe"]["distance"]
     out["distance"] = distance
     n_items = next(iter(numbers.values()))["probe"]["n_items"]
     out["n_items"] = str(n_items)
     out["step"] = fmt(100 / n_items)
     return out
+
+
+def _new_reading(model: str, new: list[float]) -> str:
+    """(b) at the repeated word: where the probe starts and whether later depths carry the sense."""
+    start = "is just the token again" if new[0] == 50 else f"already reads {fmt(new[0])}%"
+    later = next((i for i, v in enumerate(new) if v > 50), None)
+    return (f"{model}: at the embeddings the repeated word {start} ({fmt(new[0])}%); " + (
+        f"from depth {later} on its state carries the sense the continuation implies (peak {fmt(max(new))}%)"
+        if later is not None and all(v > 50 for v in new[later:]) else
+        f"it rises above chance at depth {later} but not at every later depth (peak {fmt(max(new))}%)"
+        if later is not None else "no depth is above chance"))
+
+
+def _attention_reading(model: str, r: dict) -> str:
+    """Where the repeated word looks, in the words the shares support: the continuation against the old
+    copy of the word, and how often the first token (the sink) takes more than the continuation."""
+    att = r["attention"]
+    n = len(att["continuation"])
+    over_old = sum(c > o for c, o in zip(att["continuation"], att["old_word"]))
+    sink = sum(f > c for f, c in zip(att["first_token"], att["continuation"]))
+    cont = (f"it attends more to the continuation than to the old copy of itself in {'every one' if over_old == n else over_old} "
+            f"of {n} layers")
+    first = (f"the first token ({r['first_token']!r}), the \"attention sink\" that many models use as a place for attention "
+             "that has nowhere better to go, " + (
+                 f"takes more than the continuation in {sink} of {n} layers" if sink else
+                 f"takes at most {fmt(max(att['first_token']), 3)}, less than the continuation in every layer"))
+    return f"{model}: {cont}; {first}"
+
+
+SPLIT_TOLERANCE = 1e-6  # the four attention shares of a layer against 1 (softmax rows, averaged in float64)
+
+
+def _split_check(causal: dict) -> str:
+    """Whether the four attention shares, each summed over its own positions, add up to one."""
+    gaps = [abs(sum(r["attention"][p][layer] for p in ("continuation", "first_token", "old_word", "rest")) - 1)
+            for r in causal.values() for layer in range(len(r["attention"]["continuation"]))]
+    if not gaps:
+        return "no causal model run"
+    worst = max(gaps, key=lambda g: g if g == g else float("inf"))  # a NaN gap is the worst
+    return (f"in this run they add up to one within {SPLIT_TOLERANCE:g} in every layer of every model (largest gap "
+            f"{fmt(worst, 2)})" if worst <= SPLIT_TOLERANCE else
+            f"in this run they do not add up to one everywhere (largest gap {fmt(worst, 3)}): the spans overlap or miss "
+            "positions")

@@ -95,3 +95,51 @@ def test_chapter3_quick_results_hold_the_identity(quick_chapters):
     assert "new_position_pct" not in numbers["tiny-bert"]["probe"]
     for figure in ("03_probe_accuracy", "03_attention_split"):
         assert (root / "results" / "figures" / f"{figure}.png").stat().st_size > 10_000
+
+
+def test_chapter2_and_3_sentences_follow_the_numbers():
+    """The sentences that state a finding are computed: change a number and the sentence changes."""
+    from kvutils import report_senses as rs
+
+    encoder = {"family": "encoder", "layers": 2, "n_words": 16, "states_bit_identical_words": 0,
+               "cosine_distance_mean": [0.0, 0.1, 0.3], "cosine_distance_max": [0.0, 0.2, 0.5],
+               "key_relative_diff_mean": [0.0, 0.4], "key_relative_diff_max": [0.0, 0.6]}
+    assert "would be wrong in every layer after the first" in rs.chapter2_glue({"e": encoder})["encoder_reading"]
+    still = {**encoder, "cosine_distance_mean": [0.0, 0.0, 0.3]}
+    assert rs.chapter2_glue({"e": still})["encoder_reading"] == (
+        "e: the state differed between the two contexts after 1 of its 2 layers and the prefix's keys in 1 of 2 "
+        "layers (at the embeddings: 0)")
+
+    def causal(new, cont, first, old):
+        n = len(cont)
+        return {"family": "causal", "layers": n, "first_token": "<bos>",
+                "probe": {"old_position_pct": [50.0] * (n + 1), "new_position_pct": new, "n_items": 32, "distance": "cosine"},
+                "attention": {"continuation": cont, "first_token": first, "old_word": old,
+                              "rest": [1 - c - f - o for c, f, o in zip(cont, first, old)]}}
+
+    good = rs.chapter3_glue({"m": causal([50.0, 70.0, 90.0], [0.6, 0.3], [0.1, 0.5], [0.1, 0.05])})
+    assert "from depth 1 on its state carries the sense" in good["new_reading"]
+    assert "in every one of 2 layers" in good["attention_reading"] and "takes more than the continuation in 1 of 2" in good["attention_reading"]
+    flat = rs.chapter3_glue({"m": causal([50.0, 50.0, 40.0], [0.2, 0.3], [0.05, 0.05], [0.4, 0.1])})
+    assert flat["new_reading"].endswith("no depth is above chance")
+    assert "in 1 of 2 layers" in flat["attention_reading"] and "less than the continuation in every layer" in flat["attention_reading"]
+    enc_probe = {"family": "encoder", "layers": 2, "probe": {"old_position_pct": [50.0, 50.0, 50.0], "n_items": 32,
+                                                            "distance": "cosine"}}
+    assert "does not show the encoder rewriting" in rs.chapter3_glue({"e": enc_probe})["encoder_verdict"]
+    enc_probe["probe"]["old_position_pct"] = [50.0, 100.0, 100.0]
+    assert rs.chapter3_glue({"e": enc_probe})["encoder_verdict"].startswith("The encoder rewrites the old position")
+
+
+def test_the_attention_split_check_on_the_page_can_fail():
+    from kvutils import report_senses as rs
+
+    def numbers(rest):
+        return {"m": {"family": "causal", "layers": 2, "first_token": "The",
+                      "probe": {"old_position_pct": [50.0] * 3, "new_position_pct": [50.0, 75.0, 80.0], "n_items": 32,
+                                "distance": "cosine"},
+                      "attention": {"continuation": [0.6, 0.6], "first_token": [0.2, 0.2], "old_word": [0.1, 0.1],
+                                    "rest": [0.1, rest]}}}
+
+    assert rs.chapter3_glue(numbers(0.1))["split_check"].startswith("in this run they add up to one")
+    assert "do not add up to one" in rs.chapter3_glue(numbers(0.3))["split_check"]
+    assert "do not add up to one" in rs.chapter3_glue(numbers(float("nan")))["split_check"]

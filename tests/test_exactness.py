@@ -62,6 +62,7 @@ def test_compare_decoding_reports_exactness_in_fp64(name, text_prompts):
         assert r["identical"] == 3 and r["first_divergence"] == [NEW] * 3
         assert r["max_logit_diff"] <= 1e-9
         assert r["argmax_agreement_pct"] == 100.0 and r["steps_compared"] == 3 * NEW
+        assert r["argmax_agreement_all_steps_pct"] == 100.0 and r["recompute"] == mode
 
 
 def test_compare_decoding_sees_a_real_difference(text_prompts):
@@ -156,3 +157,65 @@ def test_float64_decoding_stays_exact_over_long_sequences(text_prompts):
     prompts = text_prompts(loaded.tokenizer, 2, 32)
     r = exactness.compare_decoding(loaded, prompts, 64, recompute="one_pass", batch_size=2)
     assert r["identical"] == 2 and r["max_logit_diff"] <= 1e-9
+
+
+def test_worst_difference_is_nan_when_any_is():
+    """Python's max() hides a NaN that is not first (max(0.0, nan) == 0.0), and `nan <= tol` is False
+    only if the NaN reaches the check."""
+    import math
+
+    assert math.isnan(exactness.worst([0.0, float("nan"), 1.0])) and math.isnan(exactness.worst([float("nan")]))
+    assert exactness.worst([0.0, 2.5, 1.0]) == 2.5
+
+
+def test_nan_logits_fail_the_exactness_check(text_prompts):
+    """A model that returns NaN logits must not pass as exact: the reported difference is NaN, and
+    every tolerance check on it fails (before, the running max started at 0.0 and swallowed it)."""
+    import math
+
+    import kvutils
+
+    loaded = kvutils.load("tiny-llama", "float64")  # its own copy: the head is broken below
+    with torch.no_grad():
+        loaded.model.get_output_embeddings().weight[7] = float("nan")
+    prompts = text_prompts(loaded.tokenizer, 2, 8)
+    r = exactness.compare_decoding(loaded, prompts, 4, recompute="one_pass", batch_size=2)
+    assert math.isnan(r["max_logit_diff"]) and not r["max_logit_diff"] <= 1e-9
+
+
+def test_prefix_comparison_reports_nan_states(pairs):
+    import math
+
+    import kvutils
+
+    loaded = kvutils.load("tiny-llama", "float64")
+    with torch.no_grad():
+        loaded.model.model.layers[0].self_attn.k_proj.weight[0, 0] = float("nan")
+    r = exactness.compare_prefixes(loaded, pairs[:2])
+    assert r["bit_identical"] == 0  # NaN is not equal to itself: never "bit-identical"
+    assert math.isnan(r["max_diff_across_continuations"]) and math.isnan(r["max_key_diff_alone_vs_inside"])
+
+
+def test_layer_differences_keep_a_nan_in_the_values():
+    """The per-layer K/V gap that chapter 5's identity checks read: a NaN only in the values must
+    reach the result (max(key_gap, nan) in Python would have returned key_gap)."""
+    import math
+
+    from kvutils import lora
+
+    loaded = load_cached("tiny-llama", "float64")
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
+    a, b = (prefill_cache(loaded, ids) for _ in range(2))
+    assert max(lora.layer_differences(a, b, 6)) == 0.0
+    with torch.inference_mode():
+        b.layers[0].values[0, 0, 2, 0] = float("nan")
+    assert math.isnan(lora.layer_differences(a, b, 6)[0])
+
+
+def prefill_cache(loaded, ids):
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=loaded.model.config)
+    with torch.inference_mode():
+        loaded.model(input_ids=ids, cache=cache, use_cache=True)
+    return cache

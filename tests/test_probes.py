@@ -143,3 +143,27 @@ def test_a_word_split_into_several_tokens_is_named():
 def test_bad_repeat_templates_are_named(template, message):
     with pytest.raises(ValueError, match="repeat_template: .*" + message):
         probes.check_repeat_template(template)
+
+
+def _one_row_states(weights: list[float], continuation: tuple[int, int], old_word: int) -> probes.WordStates:
+    """One word, one sense, one layer, one head: a hand-made attention row over len(weights) tokens."""
+    row = torch.tensor(weights, dtype=torch.float64).reshape(1, 1, 1, 1, -1)
+    enc = probes.Encoded(ids=list(range(len(weights))), word=len(weights) - 1, old_word=old_word, prefix=(0, 2),
+                         continuation=continuation)
+    return probes.WordStates(old=None, new=None, centroids=None, prefix_keys=None, attention=row, repeats=[[enc]])
+
+
+def test_attention_split_sums_each_part_from_the_weights():
+    # tokens: 0 "<bos>", 1 "bank", 2-4 the continuation, 5 " The", 6 "bank" (the query)
+    split = probes.attention_split(_one_row_states([0.3, 0.05, 0.1, 0.2, 0.15, 0.12, 0.08], (2, 5), 1))
+    expected = {"first_token": 0.3, "old_word": 0.05, "continuation": 0.45, "rest": 0.2}
+    for part, value in expected.items():
+        assert split[part] == [pytest.approx(value, abs=1e-15)], part
+
+
+def test_attention_split_sum_is_a_real_check_of_the_spans():
+    """'rest' is summed over its own positions, so parts that overlap (here the old word is the first
+    token) no longer add up to one; defined as 1 − the others, they would, whatever the spans."""
+    split = probes.attention_split(_one_row_states([0.3, 0.05, 0.1, 0.2, 0.15, 0.12, 0.08], (2, 5), 0))
+    total = sum(split[p][0] for p in ("continuation", "first_token", "old_word", "rest"))
+    assert total == pytest.approx(1 + 0.3, abs=1e-12)

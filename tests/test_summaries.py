@@ -31,7 +31,7 @@ def test_a_missing_chapter_is_named_with_the_command_that_makes_it(tmp_path, qui
 def test_decision_guide_verdicts_follow_the_measurements(runs):
     rows = rc.decision_rows(runs)
     by_op = {r["operation"]: r for r in rows}
-    assert by_op["exact cache vs recomputation (ch. 1)"]["verdict"] is rc.EXACT
+    assert by_op["exact cache vs recomputation (ch. 1)"]["verdict"] is rc.EXACT  # the quick run's fp64 is exact
     assert by_op["prefix reuse across continuations (ch. 1)"]["verdict"] is rc.EXACT
     assert [r for r in rows if r["operation"].startswith("LoRA switch, tail patch")][0]["verdict"] is rc.EXACT
     ops = [r for r in rows if ":" in r["operation"] or r["operation"] == "exact"]
@@ -163,3 +163,170 @@ def test_numbers_print_as_a_reader_expects():
     assert fmt(1047.3, 3) == "1,047" and fmt(13860.0) == "13,860"  # never 1.05e+03
     assert fmt(1383.3, 4) == "1383" and fmt(0.000123456, 3) == "0.000123" and fmt(2.5e-13, 3) == "2.5e-13"
     assert fmt(24) == "24" and fmt(0.0) == "0" and fmt(None) == "n/a"
+
+
+def _with(runs, chapter: str, change) -> dict:
+    changed = copy.deepcopy(runs)
+    for model, r in changed[NOTEBOOKS[chapter]]["numbers"].items():
+        change(model, r)
+    return changed
+
+
+def test_exact_cache_verdict_is_computed_from_chapter_1(runs):
+    """The guide's 'exact cache vs recomputation' row follows the fp64 run: a logit difference above the
+    rounding tolerance, a NaN, or no fp64 run at all each take EXACT away."""
+    def verdict(r):
+        return {x["operation"]: x["verdict"] for x in rc.decision_rows(r)}["exact cache vs recomputation (ch. 1)"]
+
+    def set_fp64(key, value):
+        def change(model, by_dtype):
+            by_dtype["float64"]["decode"][key] = value
+        return change
+
+    assert verdict(runs) is rc.EXACT
+    assert verdict(_with(runs, "01", set_fp64("max_logit_diff", 1e-3))) is not rc.EXACT
+    assert verdict(_with(runs, "01", set_fp64("max_logit_diff", float("nan")))) is not rc.EXACT
+    assert verdict(_with(runs, "01", lambda m, r: r.pop("float64"))) is not rc.EXACT
+
+
+def test_rq2_attention_sentence_follows_the_shares(runs):
+    """'less attention to the disambiguating text ... park more of it on the first token' is printed only
+    when the shares say so; otherwise the sentence says what they do show."""
+    def shares(continuation, first):
+        def change(model, r):
+            if r["family"] == "causal":
+                n = len(r["attention"]["continuation"])
+                r["attention"]["continuation"], r["attention"]["first_token"] = [continuation] * n, [first] * n
+        return change
+
+    def reason(r):
+        return rc.conclusions_glue(r)["rq2_attention_reason"]
+
+    assert "park more of it on the first token" in reason(_with(runs, "03", shares(0.2, 0.6)))
+    assert reason(_with(runs, "03", shares(0.2, 0.1))).startswith("Our models send less attention") and (
+        "does not take the larger share" in reason(_with(runs, "03", shares(0.2, 0.1))))
+    assert reason(_with(runs, "03", shares(0.9, 0.05))).startswith("Our models do not send less attention")
+
+
+def test_bf16_explanation_only_where_the_numbers_support_it():
+    art_top1, art_std = 86.3, 80.5
+    ours = {"m": {"top1_agreement_pct": 99.0, "mean_kl": 0.001}}
+    assert "moves large logits further" in rc.precision_reason(ours, art_top1, art_std, [3.0])
+    assert "does not explain why ours keeps more" in rc.precision_reason(ours, art_top1, art_std, [120.0])
+    worse = {"m": {"top1_agreement_pct": 50.0, "mean_kl": 1.0}}
+    assert "does not explain the difference" in rc.precision_reason(worse, art_top1, art_std, [3.0])
+    assert "not among" in rc.precision_reason({}, art_top1, art_std, [3.0])
+
+
+def test_fp32_explanation_only_where_the_numbers_support_it():
+    small = {"m": {"max_logit_diff": 1e-5, "median_logit_std": 2.0}}
+    assert "and so are our logits" in rc.fp32_reason(small, 0.0119629, 80.5287)
+    big_logits = {"m": {"max_logit_diff": 1e-5, "median_logit_std": 200.0}}
+    assert "although our logits are not" in rc.fp32_reason(big_logits, 0.0119629, 80.5287)
+    larger = {"m": {"max_logit_diff": 0.1, "median_logit_std": 2.0}}
+    assert "is not smaller" in rc.fp32_reason(larger, 0.0119629, 80.5287)
+
+
+def test_breaking_exactness_is_read_from_the_kl():
+    def table2(**kls):
+        return {"m": {"plain": {"ops": {spec: {"name": spec.split(":")[0], "mean_kl": v} for spec, v in kls.items()}},
+                      "chunks": None}}
+
+    assert rc.breaks_exactness(table2(exact=0.0, a=0.5, b=0.25)) == (
+        "2 of the 2 operations scored in chapter 4 gave up exactness, with mean KL from 0.25 to 0.5 nats")
+    kept = rc.breaks_exactness(table2(a=0.5, b=0.0, c=float("nan")))
+    assert "1 of the 3" in kept and "exact on this run: b" in kept and "no valid score (NaN): c" in kept
+
+
+def test_encoder_and_speed_sentences_follow_the_numbers(runs):
+    glue = rc.conclusions_glue(runs)
+    assert glue["rq1_encoder"].startswith("The same word's state moves")
+    frozen = _with(runs, "02", lambda m, r: r["cosine_distance_mean"].__setitem__(-1, 0.0))
+    assert "did not move" in rc.conclusions_glue(frozen)["rq1_encoder"]
+
+    def shrinking(model, r):
+        steps = sorted(r["steps"], key=lambda s: s["context"])
+        for i, s in enumerate(steps):
+            s["speedup"] = 10.0 - i
+    ch4 = copy.deepcopy(runs)
+    for model, d in ch4["04_cache_approximations"]["numbers"]["decode"].items():
+        shrinking(model, d)
+    assert "did not grow with context" in rc.conclusions_glue(ch4)["rq3_speed_reason"]
+
+
+NOTEBOOK_FILES = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=[p.stem for p in NOTEBOOK_FILES])
+def test_each_notebook_is_its_only_source_kept_in_canonical_form(path):
+    """The notebooks are edited as themselves (no generator writes them, so nothing can drift from a
+    second copy); each stays as Jupyter writes it, without outputs, its parameters cell first."""
+    import nbformat
+
+    assert not list((REPO_ROOT / "tools").glob("*notebook*")), "a generator would make a second source"
+    text = path.read_text()
+    nb = nbformat.reads(text, as_version=4)
+    nbformat.validate(nb)
+    assert nbformat.writes(nb) + "\n" == text, "not in nbformat's own layout (1-space indent, sorted keys)"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "committed with outputs"
+    assert "parameters" in code[0].metadata.get("tags", [])
+    ids = [c.id for c in nb.cells]
+    assert len(set(ids)) == len(ids)
+
+
+def test_wide_tables_scroll_in_their_own_box(built_book):
+    """The book loads its stylesheet, and that stylesheet gives a results table its own horizontal
+    scroll box (before it, chapter 5's per-policy table ran past the text column)."""
+    import re
+
+    _, html = built_book
+    css = (html / "_static" / "custom.css").read_text()
+    rule = re.search(r"table\.dataframe\s*\{([^}]*)\}", css)
+    assert rule and "overflow-x: auto" in rule.group(1) and "display: block" in rule.group(1)
+    page = (html / "book" / "chapters" / "01_cache_exactness.html").read_text()
+    assert "_static/custom.css" in page
+
+
+def test_findings_are_glued_with_their_numbers_in_bold(built_book):
+    """Bold marks the measurements, not whole sentences: a glued finding renders as text with its
+    numbers in <strong>, and no <strong> holds a whole sentence of words."""
+    import re
+
+    from kvutils.report import bold_numbers
+
+    assert bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
+        "**24/24** identical on gemma3-270m (max **0.0470581**, **99.5%** top-1)")
+    assert bold_numbers("token '<bos>' a_b") == "token '\\<bos\\>' a\\_b"  # Markdown-escaped
+    _, html = built_book
+    for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "06_conclusions"):
+        page = (html / "book" / "chapters" / f"{name}.html").read_text()
+        strong = re.findall(r"<strong>(.*?)</strong>", page)
+        assert any(re.fullmatch(r"[-−\d.,/e%×+]+", s) for s in strong), name
+        assert "Markdown object" not in page, name  # a Markdown glue pasted with {glue:text}
+
+
+def test_figures_read_at_the_page_width(runs):
+    """Shrunk to the text column, every figure's axis labels and titles are at least the book's small
+    font and no text is smaller than SMALLEST_TEXT_PX (before: 11-inch figures with 7-8 pt labels)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvutils import report, report_senses
+
+    numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03")}
+    figures = {"chapter 1": report.plot_chapter1(numbers["01"]),
+               "chapter 2": report_senses.plot_chapter2(numbers["02"]),
+               "chapter 3 probe": report_senses.plot_chapter3_probe(numbers["03"]),
+               "chapter 3 attention": report_senses.plot_chapter3_attention(numbers["03"]),
+               "decision guide": rc.plot_decision_guide(rc.decision_rows(runs), "tiny-llama"),
+               "benchmark": ra.plot_performance(_bench())}
+    for name, fig in figures.items():
+        assert report.illegible_text(fig) == [], name
+        plt.close(fig)
+    small = plt.figure(figsize=(11, 4))
+    small.gca().set_xlabel("layer", fontsize=8)
+    assert report.illegible_text(small), "an 11-inch figure with 8-pt labels must be caught"
+    plt.close(small)
