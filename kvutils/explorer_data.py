@@ -123,7 +123,7 @@ def record(loaded: Loaded, words: Iterable[data.Word], constructions: Mapping[st
     and head. A text whose tokens begin another text of the same side (the "context" construction
     is the "repeat" one without its last words) is not stored again: a causal model's attention
     rows never depend on later tokens, so its rows are the first rows of the longer text's."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     words = list(words)
     chunks, offset = [], 0
