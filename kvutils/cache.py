@@ -81,6 +81,9 @@ class CacheOp:
     def check_lengths(self, prefill: int, decode: int) -> None:
         """Reject (or warn about) settings that make no sense for these lengths."""
 
+    def check_model(self, config) -> None:
+        """Reject settings that do not fit the model's shapes (ValueError naming the field)."""
+
     def prefill(self, loaded: Loaded, ids: torch.Tensor) -> teacher.KV:
         """Per layer (keys, values) of `ids` (1, prefill), (1, kv_heads, prefill, head_dim)."""
         return teacher.kv_forward(loaded, ids)
@@ -224,6 +227,12 @@ class QuantizeKivi(CacheOp):
         _check_int(self.name, "residual", self.residual, 1)
         if self.residual % self.group:
             _fail(self.name, "residual", self.residual, f"a multiple of group={self.group}")
+
+    def check_model(self, config):
+        head_dim = kv_shape(config)[1]
+        if head_dim % self.group:
+            _fail(self.name, "group", self.group, f"a divisor of the head dimension {head_dim} (values are "
+                  "quantised in groups of `group` channels)")
 
     def stored_after(self, slots):
         return (slots // self.residual + 1) * self.residual - 1
