@@ -54,7 +54,7 @@ def parse_op_list(value: str, parameter: str = "ops", default=ARTICLE_OPS + EXTR
 
 def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int, prefill: int, decode: int,
          chunk_decode: int, contexts: str, timing_repeats: int, device: str, skip_short: bool = True,
-         frontier_models: str = "", frontier_ops: str = DEFAULT_OPS, frontier_docs: int = 4, **_ignored) -> Plan:
+         frontier_models: str = "", frontier_ops: str = DEFAULT_OPS, frontier_docs: int = 2, **_ignored) -> Plan:
     params.check_device(device)
     if not isinstance(skip_short, bool):
         raise ValueError(f"skip_short must be True or False, got {skip_short!r}")
