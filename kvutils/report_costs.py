@@ -315,12 +315,15 @@ def plot_frontier(frontier: dict):
             xs, ys = [p[0] for p in points], [p[1] for p in points]
             marker = "o" if family == "press" else ("s" if family == "decode-time eviction" else "D")
             ax.plot(xs, ys, marker=marker, color=colour, lw=1, ms=5, label=None)
-            ax.annotate(name if len(points) > 1 else points[0][3].split(",group")[0].replace("compression_ratio=", ""),
-                        (xs[-1], ys[-1]), fontsize=8, xytext=(3, 3), textcoords="offset points")
+            spec = points[0][3]
+            single = name + (f" {spec.split(':')[1].split(',')[0].split('=')[1]}" if ":" in spec else "")
+            ax.annotate(name if len(points) > 1 else single, (xs[-1], ys[-1]), fontsize=8, xytext=(3, 3),
+                        textcoords="offset points")
         ax.set_yscale("log")
         ax.set_xlabel("cache held after the prefill (% of the exact cache's bytes)")
         ax.set_ylabel("mean KL from the exact cache (nats, log; 1e-7 = exact)")
-        ax.set_title(f"{model}: {len(run['documents'])} documents, {run['prefill']}+{run['decode']} tokens", fontsize=10)
+        n = len(run["documents"])
+        ax.set_title(f"{model}: {n} document{'s' * (n != 1)}, {run['prefill']}+{run['decode']} tokens", fontsize=10)
         ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=f) for f, c in colours.items()]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=9, frameon=False)

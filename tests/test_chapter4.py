@@ -42,7 +42,8 @@ def test_default_ops_cover_the_article_and_the_additions(no_model_loads):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = approx_study.plan(**{**GOOD, "ops": "default", "prefill": 256, "decode": 200, "chunk_decode": 64,
-                                 "models": "tiny-llama", "table2_models": "tiny-llama", "n_docs": 1})
+                                 "models": "tiny-llama", "table2_models": "tiny-llama", "n_docs": 1,
+                                 "frontier_models": "tiny-llama"})
     names = {op.name for op in p.ops + p.chunk_ops}
     assert names == {"exact", "cast", "quantize_naive", "quantize_kivi", "window", "chunk_reuse", "chunk_blend"}
 
