@@ -24,8 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 from . import data, models, params, results
-from .cache import OPS, CacheOp, Exact, cache_bytes, parse_op, parse_ops
-from .teacher import PATHS, kv_forward
+from .cache import OPS, CacheOp, Exact, cache_bytes, held_bytes, parse_op, parse_ops
+from .hf_caches import refusal
+from .teacher import PATHS, exact_prefill
 
 
 def _documents(docs, parameter: str = "docs") -> list[data.Document]:
@@ -98,7 +99,10 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     "text" field, or a list of texts / `data.Document`s (a `Loaded` keeps its own dtype and
     device). Returns a JSON-ready dict with the exact cache's perplexity and, under "ops" keyed by
     spec, each operation's numbers. The exact reference always takes the fast path; `path="step"`
-    scores the operations by the step-by-step reference instead (slow; for checks and timing)."""
+    scores the operations by the step-by-step reference instead (slow; for checks and timing).
+    Operations without a one-forward path (decode-time policies, transformers' cache objects) always
+    take the step path ("path" in their numbers). A transformers cache that refuses the model is
+    not scored; "refused" names it and why."""
     started = time.time()
     ops = parse_ops(ops)
     params.check_int("prefill", prefill, 1)
@@ -122,30 +126,49 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     used, skipped = tokenize_documents(tokenizer, documents, prefill + decode + 1, n_docs, skip_short)
     if loaded is None:
         loaded = models.load(model, torch_dtype, device)
-    score, exact_op = PATHS[path], Exact()
+    exact_op = Exact()
+    refused = {op.spec: why for op in ops if hasattr(op, "make_cache") and (why := refusal(loaded.config, op))}
+    for spec, why in refused.items():
+        print(f"{loaded.name}: {spec} not scored: {why}", file=sys.stderr)
+    scored = [op for op in ops if op.spec not in refused]
+    for op in scored:
+        op.check_model(loaded.config)
+    # an op without a one-forward path (it decides while decoding) is scored on the step path
+    op_path = {op.spec: path if op.has_fast_path else "step" for op in scored}
+    views = any(op.needs_views for op in scored)
 
-    per_step = {op.spec: [] for op in ops}
-    seconds = {op.spec: 0.0 for op in ops}
+    per_step = {op.spec: [] for op in scored}
+    seconds = {op.spec: 0.0 for op in scored}
+    held = {op.spec: [] for op in scored if op.data_dependent}
     exact_nll, exact_seconds = [], 0.0
     for doc, ids in tqdm(used, desc=f"accept {loaded.name}", disable=not progress, unit="doc"):
         t0 = time.perf_counter()
-        exact_kv = kv_forward(loaded, ids[None, :prefill])  # shared by every op that starts from it
-        reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, exact_kv)
+        prefilled = exact_prefill(loaded, ids[None, :prefill], views=views)  # shared by every op that starts from it
+        reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
         exact_seconds += time.perf_counter() - t0
         targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
-        for op in ops:
+        for op in scored:
             t0 = time.perf_counter()
-            logits = reference if (op == exact_op and path == "fast") else score(loaded, op, ids, prefill, decode, exact_kv)
+            stats = {}
+            if op == exact_op and path == "fast":
+                logits = reference
+            else:
+                logits = PATHS[op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled, stats=stats)
             seconds[op.spec] += time.perf_counter() - t0
+            if op.data_dependent:
+                held[op.spec].append(stats["cache_bytes"] if "cache_bytes" in stats
+                                     else held_bytes(loaded.config, stats["held"], loaded.dtype))
             per_step[op.spec].append(compare(reference, logits, targets))
-        exact_nll.append(per_step[ops[0].spec][-1]["nll_exact"])
+        exact_nll.append(compare(reference, reference, targets)["nll_exact"])
 
     out_ops = {}
-    for op in ops:
+    for op in scored:
         steps = per_step[op.spec]
         out_ops[op.spec] = {
-            "op": op.spec, "name": op.name, **_summary(steps),
-            "cache_bytes": cache_bytes(loaded.config, op, prefill, loaded.dtype),
+            "op": op.spec, "name": op.name, "family": op.family, "path": op_path[op.spec], **_summary(steps),
+            # data-dependent methods: the mean over documents of what they actually held after the prefill
+            "cache_bytes": (sum(held[op.spec]) / len(held[op.spec]) if op.data_dependent
+                            else cache_bytes(loaded.config, op, prefill, loaded.dtype)),
             "seconds": round(seconds[op.spec], 3),
             "per_document": [{"id": doc.id, **_summary([s])} for (doc, _), s in zip(used, steps)],
         }
@@ -157,7 +180,8 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
         "exact_perplexity": math.exp(nll.mean().item()),
         "exact_perplexity_per_document": [math.exp(x.mean().item()) for x in exact_nll],
         "exact_cache_bytes": cache_bytes(loaded.config, exact_op, prefill, loaded.dtype),
-        "exact_seconds": round(exact_seconds, 3), "ops": out_ops, "seconds": round(time.time() - started, 2),
+        "exact_seconds": round(exact_seconds, 3), "ops": out_ops, "refused": refused,
+        "seconds": round(time.time() - started, 2),
     }
 
 
@@ -198,6 +222,8 @@ def table(run: dict) -> str:
     for spec, r in run["ops"].items():
         rows.append(f"{spec:44s} {r['mean_kl']:10.3g} {r['top1_agreement_pct']:8.2f} {r['perplexity']:10.4f} "
                     f"{r['cache_bytes'] / 1024:10.1f} {r['seconds']:7.2f}")
+    for spec, why in run.get("refused", {}).items():
+        rows.append(f"{spec:44s} refused: {why}")
     return "\n".join(rows)
 
 

@@ -12,7 +12,7 @@ import torch
 
 from . import costs, data, params
 from .accept import accept_many, tokenize_documents
-from .cache import ARTICLE_OPS, EXTRA_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
+from .cache import ARTICLE_OPS, EXTRA_OPS, FRONTIER_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
 from .models import load, load_tokenizer
 from .report import article
 
@@ -35,14 +35,17 @@ class Plan:
     chunk_decode: int
     timing_repeats: int
     device: str
+    frontier_models: list[str] = None  # the frontier (a subset of models)
+    frontier_ops: list[CacheOp] = None
+    frontier_docs: int = 0  # the first documents of each model's Table 2 set (decode-time policies step)
 
 
-def parse_op_list(value: str, parameter: str = "ops") -> list[CacheOp]:
+def parse_op_list(value: str, parameter: str = "ops", default=ARTICLE_OPS + EXTRA_OPS) -> list[CacheOp]:
     """`"default"`, or operation specs separated by semicolons (a spec's own settings use commas:
     "window:size=128,sinks=4; quantize_kivi:bits=4")."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f'{parameter}: give "default" or cache-operation specs separated by ";"')
-    specs = ARTICLE_OPS + EXTRA_OPS if value.strip() == DEFAULT_OPS else [s for s in value.split(";") if s.strip()]
+    specs = default if value.strip() == DEFAULT_OPS else [s for s in value.split(";") if s.strip()]
     try:
         return parse_ops(specs)
     except ValueError as err:
@@ -51,7 +54,7 @@ def parse_op_list(value: str, parameter: str = "ops") -> list[CacheOp]:
 
 def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int, prefill: int, decode: int,
          chunk_decode: int, contexts: str, timing_repeats: int, device: str, skip_short: bool = True,
-         **_ignored) -> Plan:
+         frontier_models: str = "", frontier_ops: str = DEFAULT_OPS, frontier_docs: int = 2, **_ignored) -> Plan:
     params.check_device(device)
     if not isinstance(skip_short, bool):
         raise ValueError(f"skip_short must be True or False, got {skip_short!r}")
@@ -59,7 +62,16 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
                         ("chunk_decode", chunk_decode), ("timing_repeats", timing_repeats)):
         params.check_int(name, value, 1)
     context_list = params.check_int_list("contexts", contexts, 1)
+    params.check_int("frontier_docs", frontier_docs, 1)
+    if frontier_docs > n_docs:
+        raise ValueError(f"frontier_docs: {frontier_docs} must be at most n_docs={n_docs} (the frontier uses the "
+                         "first documents of Table 2's set)")
     operations = parse_op_list(ops)
+    frontier = parse_op_list(frontier_ops, "frontier_ops", FRONTIER_OPS)
+    for op in frontier:
+        if isinstance(op, CHUNK_OPS):
+            raise ValueError(f"frontier_ops: {op.spec} is a chunk operation; the frontier scores prefill + decode")
+        op.check_lengths(prefill, decode)
     plain = [op for op in operations if not isinstance(op, CHUNK_OPS)]
     chunked = [op for op in operations if isinstance(op, CHUNK_OPS)]
     for op in plain:
@@ -74,11 +86,16 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
     outside = [m for m in table2 if m not in names]
     if outside:
         raise ValueError(f"table2_models: {outside} not in models ({', '.join(names)}); Table 2 runs on a subset of them")
+    front = [r.name for r in params.check_models("frontier_models", frontier_models, family="causal")] \
+        if frontier_models.strip() else []
+    outside = [m for m in front if m not in names]
+    if outside:
+        raise ValueError(f"frontier_models: {outside} not in models ({', '.join(names)}); the frontier runs on a subset of them")
     corpus_docs = data.load_corpus(corpus)
     docs, skipped, timing = {}, {}, {}
     for name in names:
         tokenizer = load_tokenizer(name)
-        if name in table2:
+        if name in table2 or name in front:
             docs[name], skipped[name] = tokenize_documents(
                 tokenizer, corpus_docs, prefill + decode + 1, n_docs, skip_short=skip_short, parameter="corpus")
         longest = max(corpus_docs, key=lambda d: len(d.text))
@@ -88,7 +105,7 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
                              f"tokens for {name}, fewer than {max(context_list)}")
         timing[name] = torch.tensor([ids[:max(context_list)]])
     return Plan(names, table2, plain, chunked, docs, skipped, timing, context_list, prefill, decode,
-                chunk_decode, timing_repeats, device)
+                chunk_decode, timing_repeats, device, front, frontier, frontier_docs)
 
 
 def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list[dict]:
@@ -123,7 +140,7 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
     """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "bytes": [...], "table2": {model: {"plain":
     accept run, "chunks": accept run}}}."""
     bandwidth = costs.memory_bandwidth()
-    numbers = {"bandwidth_gb_s": bandwidth / 1e9, "decode": {}, "table2": {}}
+    numbers = {"bandwidth_gb_s": bandwidth / 1e9, "decode": {}, "table2": {}, "frontier": {}}
     described, configs, measured = [], {}, {}
     check_tokens = max(p.contexts)
     for name in p.models:
@@ -148,6 +165,9 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
                 "chunks": accept_many(loaded, p.chunk_ops, texts, p.prefill, p.chunk_decode)
                 if p.chunk_ops else None,
             }
+        if name in (p.frontier_models or []):
+            texts = [doc for doc, _ in p.docs[name][:p.frontier_docs]]
+            numbers["frontier"][name] = accept_many(loaded, p.frontier_ops, texts, p.prefill, p.decode)
         del loaded
     numbers["bytes"] = _bytes_rows(configs, check_tokens, measured)
     return numbers, described

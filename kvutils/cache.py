@@ -40,6 +40,17 @@ EXTRA_OPS = ("quantize_kivi:bits=8", "quantize_kivi:bits=4", "quantize_kivi:bits
              "chunk_blend:recompute_fraction=0.05", "chunk_blend:recompute_fraction=0.15",
              "chunk_blend:recompute_fraction=0.3", "chunk_blend:recompute_fraction=0.5")
 
+# chapter 4's frontier: the methods people deploy, each press swept over three budgets, on every
+# model of `frontier_models`. The decode-time policies and the transformers cache run one forward
+# per token (~0.05-0.3 s each on a CPU core): at 0.5 only, to keep `make book` within its budget
+FRONTIER_RATIOS = (0.25, 0.5, 0.75)
+FRONTIER_OPS = ("exact", "cast:dtype=bfloat16", "quantize_kivi:bits=4", "quantize_kivi:bits=2",
+                "window:size=128,sinks=4", "hf_quantized:backend=fp8",
+                *(f"{name}:compression_ratio={r}" for name in ("random", "knorm", "snapkv", "expected_attention",
+                                                               "pyramidkv", "adakv")
+                  for r in FRONTIER_RATIOS),
+                "h2o:compression_ratio=0.5", "tova:compression_ratio=0.5")
+
 
 def register(cls: type[CacheOp]) -> type[CacheOp]:
     OPS[cls.name] = cls
@@ -64,6 +75,10 @@ class CacheOp:
     examples: ClassVar[tuple[str, ...]]  # small settings for tests on tiny models
     transforms_storage: ClassVar[bool] = False
     exact_prefill: ClassVar[bool] = True  # starts from the exact prefill's cache (which can be shared)
+    needs_views: ClassVar[bool] = False  # decides from the prefill's queries/attention (kvutils.presses)
+    data_dependent: ClassVar[bool] = False  # what it keeps depends on the text, not only on positions
+    has_fast_path: ClassVar[bool] = True  # scored exactly by one teacher-forced forward
+    family: ClassVar[str] = "exact"  # colours the frontier chart
 
     @property
     def spec(self) -> str:
@@ -76,6 +91,9 @@ class CacheOp:
 
     def check_lengths(self, prefill: int, decode: int) -> None:
         """Reject (or warn about) settings that make no sense for these lengths."""
+
+    def check_model(self, config) -> None:
+        """Reject settings that do not fit the model's shapes (ValueError naming the field)."""
 
     def prefill(self, loaded: Loaded, ids: torch.Tensor) -> teacher.KV:
         """Per layer (keys, values) of `ids` (1, prefill), (1, kv_heads, prefill, head_dim)."""
@@ -91,13 +109,29 @@ class CacheOp:
         document positions `slots` (n,), returned in the same shape and dtype (dequantised)."""
         return keys, values
 
+    def store_keys(self, keys: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return self.store(keys, keys, slots)[0]
+
+    def store_values(self, values: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return self.store(values, values, slots)[1]
+
     def stored_after(self, slots: torch.Tensor) -> torch.Tensor:
-        """(n,): the entry is read in stored form by queries after this position, fresh before."""
+        """(n,): the key is read in stored form by queries after this position, fresh before."""
         return slots
+
+    def values_stored_after(self, slots: torch.Tensor) -> torch.Tensor:
+        """(n,): the same for the value (KIVI's differ: a block for keys, a sliding window for values)."""
+        return self.stored_after(slots)
 
     def stored_bytes(self, n: int, kv_heads: int, head_dim: int, element_bytes: int) -> float:
         """Bytes of `n` stored entries (keys and values) of one layer."""
         return 2 * n * kv_heads * head_dim * element_bytes
+
+    def stored_key_bytes(self, n: int, kv_heads: int, head_dim: int, element_bytes: int) -> float:
+        return self.stored_bytes(n, kv_heads, head_dim, element_bytes) / 2
+
+    def stored_value_bytes(self, n: int, kv_heads: int, head_dim: int, element_bytes: int) -> float:
+        return self.stored_bytes(n, kv_heads, head_dim, element_bytes) / 2
 
 
 @register
@@ -116,6 +150,7 @@ class Cast(CacheOp):
 
     dtype: str = "float16"
     name: ClassVar[str] = "cast"
+    family: ClassVar[str] = "precision (cast)"
     examples: ClassVar[tuple[str, ...]] = ("cast:dtype=float16", "cast:dtype=bfloat16")
     transforms_storage: ClassVar[bool] = True
     DTYPES: ClassVar[dict] = {"float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -160,6 +195,7 @@ class QuantizeNaive(CacheOp):
 
     bits: int = 8
     name: ClassVar[str] = "quantize_naive"
+    family: ClassVar[str] = "quantisation"
     examples: ClassVar[tuple[str, ...]] = ("quantize_naive:bits=4",)
     transforms_storage: ClassVar[bool] = True
 
@@ -177,14 +213,21 @@ class QuantizeNaive(CacheOp):
 @register
 @dataclass(frozen=True)
 class QuantizeKivi(CacheOp):
-    """KIVI: keys quantised per channel over groups of `group` tokens (outlier channels get their
-    own scale), values per token; the most recent tokens stay in full precision until a block of
-    `residual` tokens is complete, then the block is quantised. Asymmetric (min/max), as KIVI."""
+    """KIVI (Liu et al. 2024, arXiv:2402.02750), as its reference code (jy-yuan/KIVI,
+    quant/new_pack.py and models/llama_kivi.py) does it: asymmetric min/max rounding to 2^bits
+    levels. Keys per channel over groups of `group` tokens, in blocks of `residual` tokens counted
+    from position 0: a block stays in full precision until its last token has arrived, then is
+    quantised whole. Values per token over groups of `group` channels; the full-precision residual
+    of values is a sliding window: the value of token s is quantised once the query at s + residual
+    has read it. Differences from the reference: a group whose values are all equal gets a tiny
+    scale (the reference divides 0 by 0), and scales, zero points and dequantised values stay in the
+    model's dtype (the reference's are fp16, its model's dtype)."""
 
     bits: int = 4
     group: int = 32
     residual: int = 128
     name: ClassVar[str] = "quantize_kivi"
+    family: ClassVar[str] = "quantisation"
     examples: ClassVar[tuple[str, ...]] = ("quantize_kivi:bits=2,group=4,residual=8",)
     transforms_storage: ClassVar[bool] = True
 
@@ -196,10 +239,19 @@ class QuantizeKivi(CacheOp):
         if self.residual % self.group:
             _fail(self.name, "residual", self.residual, f"a multiple of group={self.group}")
 
+    def check_model(self, config):
+        head_dim = kv_shape(config)[1]
+        if head_dim % self.group:
+            _fail(self.name, "group", self.group, f"a divisor of the head dimension {head_dim} (values are "
+                  "quantised in groups of `group` channels)")
+
     def stored_after(self, slots):
         return (slots // self.residual + 1) * self.residual - 1
 
-    def store(self, keys, values, slots):
+    def values_stored_after(self, slots):
+        return slots + self.residual
+
+    def store_keys(self, keys, slots):
         if int(slots[0]) % self.group or not torch.equal(slots, torch.arange(int(slots[0]), int(slots[0]) + len(slots))):
             raise ValueError(f"{self.name}: stores whole groups of {self.group} contiguous tokens")
         seq, whole = keys.shape[-2], keys.shape[-2] // self.group * self.group
@@ -207,14 +259,26 @@ class QuantizeKivi(CacheOp):
         if whole:
             grouped = keys[..., :whole, :].unflatten(-2, (whole // self.group, self.group))
             parts.append(quantize_asymmetric(grouped, self.bits, dim=-2).flatten(-3, -2))
-        if seq > whole:
+        if seq > whole:  # a partial group: never read in stored form (its block is not complete)
             parts.append(quantize_asymmetric(keys[..., whole:, :], self.bits, dim=-2))
-        return torch.cat(parts, dim=-2), quantize_asymmetric(values, self.bits, dim=-1)
+        return torch.cat(parts, dim=-2)
 
-    def stored_bytes(self, n, kv_heads, head_dim, element_bytes):
-        keys = n * kv_heads * head_dim * self.bits / 8 + math.ceil(n / self.group) * kv_heads * head_dim * 2 * SCALE_BYTES
-        values = n * kv_heads * (head_dim * self.bits / 8 + 2 * SCALE_BYTES)
-        return keys + values
+    def store_values(self, values, slots):
+        d = values.shape[-1]
+        if d % self.group:
+            _fail(self.name, "group", self.group, f"a divisor of the head dimension {d} (values are quantised in "
+                  "groups of `group` channels)")
+        grouped = values.unflatten(-1, (d // self.group, self.group))
+        return quantize_asymmetric(grouped, self.bits, dim=-1).flatten(-2)
+
+    def store(self, keys, values, slots):
+        return self.store_keys(keys, slots), self.store_values(values, slots)
+
+    def stored_key_bytes(self, n, kv_heads, head_dim, element_bytes):
+        return n * kv_heads * head_dim * self.bits / 8 + math.ceil(n / self.group) * kv_heads * head_dim * 2 * SCALE_BYTES
+
+    def stored_value_bytes(self, n, kv_heads, head_dim, element_bytes):
+        return n * kv_heads * (head_dim * self.bits / 8 + math.ceil(head_dim / self.group) * 2 * SCALE_BYTES)
 
 
 @register
@@ -228,6 +292,7 @@ class Window(CacheOp):
     sinks: int = 4
     reindex: bool = False
     name: ClassVar[str] = "window"
+    family: ClassVar[str] = "window (position-based eviction)"
     examples: ClassVar[tuple[str, ...]] = ("window:size=10,sinks=2", "window:size=10,sinks=0",
                                            "window:size=10,sinks=2,reindex=true")
 
@@ -254,6 +319,7 @@ class _Chunk(CacheOp):
     tokens before it (at positions 0..chunk-1)."""
 
     exact_prefill: ClassVar[bool] = False
+    family: ClassVar[str] = "chunk reuse"
 
     def check_lengths(self, prefill, decode):
         if self.chunk >= prefill:
@@ -385,15 +451,38 @@ def kv_shape(config) -> tuple[int, int]:
 
 def cache_bytes(config, op: CacheOp, prefill: int, dtype: torch.dtype) -> float:
     """Bytes the operation's cache holds after `prefill` tokens, all layers: evicted entries
-    excluded, stored ones in their stored size, sliding-window layers at most window - 1 entries."""
+    excluded, stored ones in their stored size, sliding-window layers at most window - 1 entries.
+    (Data-dependent methods: `held_bytes` counts what they actually kept.)"""
     kv_heads, head_dim = kv_shape(config)
     slots = torch.arange(prefill)
     held = op.keeps(slots, torch.tensor([prefill]))[0]
-    stored = (op.stored_after(slots) < prefill) if op.transforms_storage else torch.zeros_like(held)
-    base = Exact()
+    none = torch.zeros_like(held)
+    key_done = (op.stored_after(slots) < prefill) if op.transforms_storage else none
+    value_done = (op.values_stored_after(slots) < prefill) if op.transforms_storage else none
+    base, e = Exact(), dtype.itemsize
     total = 0.0
     for kind in getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers:
         h = held & ((prefill - slots) < config.sliding_window) if kind == "sliding_attention" else held
-        total += op.stored_bytes(int((h & stored).sum()), kv_heads, head_dim, dtype.itemsize)
-        total += base.stored_bytes(int((h & ~stored).sum()), kv_heads, head_dim, dtype.itemsize)
+        total += op.stored_key_bytes(int((h & key_done).sum()), kv_heads, head_dim, e)
+        total += op.stored_value_bytes(int((h & value_done).sum()), kv_heads, head_dim, e)
+        total += base.stored_key_bytes(int((h & ~key_done).sum()), kv_heads, head_dim, e)
+        total += base.stored_value_bytes(int((h & ~value_done).sum()), kv_heads, head_dim, e)
     return total
+
+
+def held_bytes(config, kept: list[torch.Tensor], dtype: torch.dtype) -> float:
+    """Bytes of the entries a data-dependent method holds: `kept` per layer (kv_heads, n) bool over
+    the document's positions 0..n-1 (sliding-window layers: only the last window - 1 count)."""
+    _, head_dim = kv_shape(config)
+    kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+    total = 0
+    for kind, k in zip(kinds, kept):
+        n = k.shape[-1]
+        if kind == "sliding_attention":
+            k = k & ((n - torch.arange(n)) < config.sliding_window)
+        total += int(k.sum())
+    return float(total * 2 * head_dim * dtype.itemsize)
+
+
+# the data-dependent methods and the transformers caches register themselves into OPS
+from . import presses, hf_caches  # noqa: E402,F401  (this order: the registry order)

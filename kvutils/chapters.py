@@ -33,7 +33,12 @@ QUICK = {
         ops=("exact; cast:dtype=bfloat16; quantize_naive:bits=4; quantize_kivi:bits=4,group=16,residual=16; "
              "window:size=16,sinks=4; window:size=16,sinks=0; window:size=16,sinks=4,reindex=true; "
              "chunk_reuse:positions=reindexed,chunk=32; chunk_reuse:positions=original,chunk=32; "
-             "chunk_blend:recompute_fraction=0.15,chunk=32; chunk_blend:recompute_fraction=1.0,chunk=32")),
+             "chunk_blend:recompute_fraction=0.15,chunk=32; chunk_blend:recompute_fraction=1.0,chunk=32"),
+        frontier_models="tiny-llama,tiny-gemma3", frontier_docs=1,
+        frontier_ops=("exact; quantize_kivi:bits=2,group=16,residual=16; window:size=16,sinks=4; "
+                      "random:compression_ratio=0.5; snapkv:compression_ratio=0.25,window=8; "
+                      "snapkv:compression_ratio=0.5,window=8; expected_attention:compression_ratio=0.5,future=64; "
+                      "h2o:compression_ratio=0.5; tova:compression_ratio=0.5; hf_quantized:backend=fp8")),
     "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", activated_k=2, patch_k=2, rank=4, alpha=8,
                             steps=3, batch_size=8, train_words="bank,bat,pitcher", heldout_words="key,cell",
                             patch_layer_groups=2, bench_tokens=32, timing_repeats=1),

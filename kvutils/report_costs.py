@@ -265,3 +265,110 @@ def chapter4_glue(numbers: dict) -> dict[str, str]:
     else:
         out["setup"] = "not run"
     return out
+
+
+# --------------------------------------------------------------------------- the frontier
+
+
+EVICTION_FAMILIES = ("press", "decode-time eviction")
+ATTENTION_INFORMED = ("snapkv", "expected_attention", "pyramidkv", "adakv", "h2o", "tova")
+
+
+def _ratio(spec: str) -> float | None:
+    return float(spec.split("compression_ratio=")[1].split(",")[0]) if "compression_ratio=" in spec else None
+
+
+def frontier_table(frontier: dict) -> pd.DataFrame:
+    """Per method and model: mean KL · top-1 % · perplexity, and the cache held as % of the exact one."""
+    rows: dict[str, dict[str, str]] = {}
+    for model, run in frontier.items():
+        exact = run["exact_cache_bytes"]
+        for spec, r in run["ops"].items():
+            row = rows.setdefault(spec, {"family": r["family"]})
+            row[model] = _triple(r)
+            row[f"{model}: cache % of exact"] = fmt(100 * r["cache_bytes"] / exact, 3)
+        for spec, why in run.get("refused", {}).items():
+            rows.setdefault(spec, {"family": "transformers QuantizedCache"})[model] = f"refused: {why}"
+    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
+    table.index.name = "method (KL nats · top-1 % · perplexity)"
+    return table
+
+
+def plot_frontier(frontier: dict):
+    """Mean KL (log) against the bytes the cache holds, one panel per model, families coloured,
+    each press and decode-time policy a line through its budgets."""
+    import matplotlib.pyplot as plt
+
+    models = list(frontier)
+    fig, axes = plt.subplots(1, max(len(models), 1), figsize=(6.5 * max(len(models), 1), 5.2), squeeze=False)
+    colours = {}
+    for ax, model in zip(axes[0], models):
+        run = frontier[model]
+        exact = run["exact_cache_bytes"]
+        by_name: dict[str, list] = {}
+        for spec, r in run["ops"].items():
+            by_name.setdefault(r["name"], []).append((r["cache_bytes"] / exact * 100, max(r["mean_kl"], 1e-7), r["family"], spec))
+        for name, points in by_name.items():
+            family = points[0][2]
+            colour = colours.setdefault(family, f"C{len(colours)}")
+            points.sort()
+            xs, ys = [p[0] for p in points], [p[1] for p in points]
+            marker = "o" if family == "press" else ("s" if family == "decode-time eviction" else "D")
+            ax.plot(xs, ys, marker=marker, color=colour, lw=1, ms=5, label=None)
+            spec = points[0][3]
+            single = name + (f" {spec.split(':')[1].split(',')[0].split('=')[1]}" if ":" in spec else "")
+            ax.annotate(name if len(points) > 1 else single, (xs[-1], ys[-1]), fontsize=8, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.set_yscale("log")
+        ax.set_xlabel("cache held after the prefill (% of the exact cache's bytes)")
+        ax.set_ylabel("mean KL from the exact cache (nats, log; 1e-7 = exact)")
+        n = len(run["documents"])
+        ax.set_title(f"{model}: {n} document{'s' * (n != 1)}, {run['prefill']}+{run['decode']} tokens", fontsize=10)
+        ax.grid(alpha=0.3)
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=f) for f, c in colours.items()]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=9, frameon=False)
+    fig.suptitle(f"Bytes against fidelity: every cache method on one frontier — models: {', '.join(models)}", fontsize=11)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    return fig
+
+
+def frontier_winners(frontier: dict) -> dict[str, dict]:
+    """Per model: at each compression ratio the eviction method (press or decode-time policy) with
+    the lowest mean KL, and which attention-informed methods beat `random` at each ratio."""
+    out = {}
+    for model, run in frontier.items():
+        per_ratio: dict[float, list] = {}
+        for spec, r in run["ops"].items():
+            ratio = _ratio(spec)
+            if ratio is not None and r["family"] in EVICTION_FAMILIES:
+                per_ratio.setdefault(ratio, []).append((r["mean_kl"], r["name"], r["top1_agreement_pct"]))
+        winners = {}
+        for ratio, entries in sorted(per_ratio.items()):
+            kl, name, top1 = min(entries)
+            random_kl = next((k for k, n, _ in entries if n == "random"), None)
+            beat = sorted(n for k, n, _ in entries if n in ATTENTION_INFORMED and random_kl is not None and k < random_kl)
+            lost = sorted(n for k, n, _ in entries if n in ATTENTION_INFORMED and random_kl is not None and k >= random_kl)
+            winners[ratio] = {"best": name, "kl": kl, "top1": top1, "random_kl": random_kl, "beat_random": beat,
+                              "not_beating_random": lost}
+        out[model] = winners
+    return out
+
+
+def frontier_glue(frontier: dict) -> str:
+    """The frontier's headline, computed: per model and budget the best eviction method, and the
+    attention-informed methods that do not beat random."""
+    if not frontier:
+        return "not run"
+    parts = []
+    for model, winners in frontier_winners(frontier).items():
+        bits = []
+        for ratio, w in winners.items():
+            text = (f"at compression {fmt(ratio)} **{w['best']}** (mean KL {fmt(w['kl'], 3)}, top-1 "
+                    f"{w['top1']:.1f}%)")
+            if w["not_beating_random"]:
+                text += f"; not better than random: {', '.join(w['not_beating_random'])}"
+            elif w["random_kl"] is not None:
+                text += "; every attention-informed method beats random"
+            bits.append(text)
+        parts.append(f"{model}: " + "; ".join(bits) if bits else f"{model}: no eviction method in the run")
+    return ". ".join(parts) + "."

@@ -21,15 +21,52 @@ would have read. Attention itself stays the model's; tests hold the two paths eq
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from . import attention
 from .models import Loaded
-from .rotary import rotate_keys
+from .rotary import rotary_cos_sin, rotate_keys
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (1, kv_heads, seq, head_dim)
+
+
+@dataclass
+class LayerView:
+    """One layer's prefill as a data-dependent method sees it (kvpress's `score` arguments).
+    keys/values (1, kv_heads, P, head_dim); queries (1, heads, P, head_dim) after the rotary
+    embedding; `weights()` the prefill's attention weights (1, heads, P, P) under the model's own
+    mask; `rotary(positions)` the layer's (cos, sin), (1, n, rotary_dim); `scale` its softmax scale."""
+
+    layer: int
+    n_layers: int
+    keys: torch.Tensor
+    values: torch.Tensor
+    queries: torch.Tensor
+    scale: float
+    weights: Callable[[], torch.Tensor]
+    rotary: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def groups(self) -> int:
+        return self.queries.shape[1] // self.keys.shape[1]
+
+    def per_kv_head(self, scores: torch.Tensor) -> torch.Tensor:
+        """(heads, n) -> (kv_heads, n): the mean over each KV head's query group (kvpress's choice,
+        SnapKV issue 22)."""
+        return scores.view(self.keys.shape[1], self.groups, -1).mean(1)
+
+
+@dataclass
+class Prefilled:
+    """The exact prefill's cache, and (for data-dependent methods) what each layer saw."""
+
+    kv: KV
+    views: list[LayerView] | None = None
 
 
 def attention_masks(loaded: Loaded, visible: torch.Tensor, query_slots: torch.Tensor,
@@ -121,10 +158,36 @@ def recompute_selected(loaded: Loaded, ids: torch.Tensor, kv: KV, selected: torc
     return [(layer.keys, layer.values) for layer in layers]
 
 
-def _prefilled(loaded: Loaded, op, ids: torch.Tensor, prefill: int, exact_kv: KV | None) -> KV:
-    if exact_kv is not None and op.exact_prefill:
+@torch.inference_mode()
+def exact_prefill(loaded: Loaded, ids: torch.Tensor, views: bool = False) -> Prefilled:
+    """`kv_forward` of `ids` (1, seq), and with `views` each layer's queries and attention too."""
+    if not views:
+        return Prefilled(kv_forward(loaded, ids))
+    seen = {}
+
+    def record(layer, query, key, value, weights, scale):
+        seen[layer] = (query, weights, scale)
+
+    with attention.session(loaded, record=record):
+        kv = kv_forward(loaded, ids)
+    out = []
+    for i, (k, v) in enumerate(kv):
+        query, weights, scale = seen[i]
+        out.append(LayerView(i, len(kv), k, v, query, scale, weights,
+                             lambda positions, i=i, like=k: rotary_cos_sin(loaded, i, like, positions)))
+    return Prefilled(kv, out)
+
+
+def _prefilled(loaded: Loaded, op, ids: torch.Tensor, prefill: int, exact_kv) -> Prefilled:
+    """The cache the operation starts from; `exact_kv` (a KV list or a Prefilled) is the shared
+    exact prefill, reused where the operation starts from it."""
+    if isinstance(exact_kv, list):
+        exact_kv = Prefilled(exact_kv)
+    if not op.exact_prefill:
+        return Prefilled(op.prefill(loaded, ids[None, :prefill]))
+    if exact_kv is not None and (exact_kv.views is not None or not op.needs_views):
         return exact_kv
-    return op.prefill(loaded, ids[None, :prefill])
+    return exact_prefill(loaded, ids[None, :prefill], views=op.needs_views)
 
 
 # --------------------------------------------------------------------------- fast path
@@ -132,36 +195,48 @@ def _prefilled(loaded: Loaded, op, ids: torch.Tensor, prefill: int, exact_kv: KV
 
 @torch.inference_mode()
 def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
-               exact_kv: KV | None = None) -> torch.Tensor:
+               exact_kv: KV | Prefilled | None = None, stats: dict | None = None) -> torch.Tensor:
     """Logits (decode, vocab) after each of the `decode` tokens that follow the first `prefill`
     tokens of `ids` (seq,), with the cache modified by `op`: one forward for all of them.
-    `exact_kv`, the exact prefill's cache, saves recomputing it for operations that start from it."""
-    kv = _prefilled(loaded, op, ids, prefill, exact_kv)
+    `exact_kv`, the exact prefill's cache, saves recomputing it for operations that start from it.
+    A press's per-layer, per-head kept set is applied by `kvutils.attention`; `stats["held"]`
+    receives it (per layer (kv_heads, prefill) bool)."""
+    if not op.has_fast_path:
+        raise ValueError(f"{op.spec}: what it keeps changes with each decoded token's attention, so only the "
+                         "step path scores it (path='step')")
+    pre = _prefilled(loaded, op, ids, prefill, exact_kv)
+    kv = pre.kv
     queries = torch.arange(prefill, prefill + decode)  # (decode,)
     slots = torch.arange(prefill + decode)  # every entry that will exist, prefill then decode
     before = slots[None, :] < queries[:, None]  # (decode, slots)
     own = slots[None, :] == queries[:, None]
     held = before & op.keeps(slots, queries)
+    # versions of an entry a query may read: key and value each fresh or stored (KIVI stores a
+    # value later than its key); the query's own entry is always fresh
+    combos = {(False, False): own | held}
     if op.transforms_storage:
-        done = op.stored_after(slots)[None, :] < queries[:, None]
-        fresh_visible, stored_visible = own | (held & ~done), held & done
-    else:
-        fresh_visible, stored_visible = own | held, None
+        key_done = op.stored_after(slots)[None, :] < queries[:, None]
+        value_done = op.values_stored_after(slots)[None, :] < queries[:, None]
+        combos = {(ks, vs): held & (key_done if ks else ~key_done) & (value_done if vs else ~value_done)
+                  for ks in (False, True) for vs in (False, True)}
+        combos[(False, False)] |= own
+    fresh_visible = combos[(False, False)]
     reindexed_sinks = getattr(op, "reindex", False) and op.sinks > 0
     if reindexed_sinks:
         fresh_visible[:, :op.sinks] &= own[:, :op.sinks]  # earlier sinks are read through copies, below
 
     # each segment: (visible (decode, n), key slots (n,), build(layer, keys, values) -> n entries)
     segments = []
-    cols = fresh_visible.any(0).nonzero().squeeze(1)
-    segments.append((fresh_visible[:, cols], cols, lambda i, k, v, c=cols: (k[..., c, :], v[..., c, :])))
-    if stored_visible is not None:
-        cols_s = stored_visible.any(0).nonzero().squeeze(1)
+    for (ks, vs), visible_kv in combos.items():
+        cols = visible_kv.any(0).nonzero().squeeze(1)
+        if not len(cols) and (ks or vs):
+            continue
 
-        def build_stored(i, k, v, c=cols_s):
-            k, v = op.store(k, v, slots)
+        def build(i, k, v, c=cols, ks=ks, vs=vs):
+            k = op.store_keys(k, slots) if ks else k
+            v = op.store_values(v, slots) if vs else v
             return k[..., c, :], v[..., c, :]
-        segments.append((stored_visible[:, cols_s], cols_s, build_stored))
+        segments.append((visible_kv[:, cols], cols, build))
     if reindexed_sinks:
         # StreamingLLM: a query at n holding h entries sits at cache position h; the recent block
         # keeps its distances, the sinks come (n - h) positions closer: one rotated copy per query
@@ -187,7 +262,15 @@ def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
 
     layers = [ComputedLayer(assemble_for(i, k, v)) for i, (k, v) in enumerate(kv)]
     masks = attention_masks(loaded, visible, queries, key_slots)
-    return _run(loaded, ids[None, prefill:prefill + decode], queries, masks, layers)
+    per_head = contextlib.nullcontext()
+    if op.needs_views:  # a press: each layer's KV heads keep their own prefill entries, and every new one
+        kept = op.decide(pre.views)
+        if stats is not None:
+            stats["held"] = kept
+        full = [torch.cat([k, torch.ones(k.shape[0], decode, dtype=torch.bool)], -1) for k in kept]
+        per_head = attention.session(loaded, masks={i: f[:, key_slots] for i, f in enumerate(full)})
+    with per_head:
+        return _run(loaded, ids[None, prefill:prefill + decode], queries, masks, layers)
 
 
 # --------------------------------------------------------------------------- step-by-step reference
@@ -199,7 +282,8 @@ class _Held:
     def __init__(self, keys, values, slots):
         self.keys, self.values, self.slots = keys.clone(), values.clone(), slots  # written in place below
         self.coords = slots.clone()  # the rotary position each key carries
-        self.stored = torch.zeros(len(slots), dtype=torch.bool)
+        self.stored = torch.zeros(len(slots), dtype=torch.bool)  # the key in stored form
+        self.stored_v = torch.zeros(len(slots), dtype=torch.bool)  # the value in stored form
 
     def extend(self, keys, values, slot: int, coord: int):
         """Take the layer's keys/values after the forward: the held ones plus the new entry."""
@@ -207,13 +291,15 @@ class _Held:
         self.slots = torch.cat([self.slots, torch.tensor([slot])])
         self.coords = torch.cat([self.coords, torch.tensor([coord])])
         self.stored = torch.cat([self.stored, torch.tensor([False])])
+        self.stored_v = torch.cat([self.stored_v, torch.tensor([False])])
 
     def settle(self, loaded: Loaded, layer_idx: int, op, next_query: int):
         """Apply the operation before the query at `next_query`: evict, re-index, store."""
         keep = op.keeps(self.slots, torch.tensor([next_query]))[0]
         if not keep.all():
             self.keys, self.values = self.keys[..., keep, :], self.values[..., keep, :]
-            self.slots, self.coords, self.stored = self.slots[keep], self.coords[keep], self.stored[keep]
+            self.slots, self.coords = self.slots[keep], self.coords[keep]
+            self.stored, self.stored_v = self.stored[keep], self.stored_v[keep]
         if getattr(op, "reindex", False):
             target = torch.arange(len(self.slots))
             if not torch.equal(target, self.coords):
@@ -222,17 +308,26 @@ class _Held:
         if op.transforms_storage:
             due = (~self.stored & (op.stored_after(self.slots) < next_query)).nonzero().squeeze(1)
             if len(due):
-                k, v = op.store(self.keys[..., due, :], self.values[..., due, :], self.slots[due])
-                self.keys[..., due, :], self.values[..., due, :] = k, v
+                self.keys[..., due, :] = op.store_keys(self.keys[..., due, :], self.slots[due])
                 self.stored[due] = True
+            due = (~self.stored_v & (op.values_stored_after(self.slots) < next_query)).nonzero().squeeze(1)
+            if len(due):
+                self.values[..., due, :] = op.store_values(self.values[..., due, :], self.slots[due])
+                self.stored_v[due] = True
 
 
 @torch.inference_mode()
 def score_step(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
-               exact_kv: KV | None = None) -> torch.Tensor:
+               exact_kv: KV | Prefilled | None = None, stats: dict | None = None) -> torch.Tensor:
     """The reference for `score_fast`: one forward per decode token against the cache as the
-    operation holds it, applying the operation after every token. Returns (decode, vocab)."""
-    kv = _prefilled(loaded, op, ids, prefill, exact_kv)
+    operation holds it, applying the operation after every token. Returns (decode, vocab).
+    Data-dependent methods: `stats["held"]` (per layer (kv_heads, prefill) bool, what is held
+    after the prefill) or, for a transformers cache object, `stats["cache_bytes"]`."""
+    if hasattr(op, "make_cache"):
+        return _score_cache_object(loaded, op, ids, prefill, decode, _prefilled(loaded, op, ids, prefill, exact_kv), stats)
+    if op.needs_views:
+        return _score_masked_step(loaded, op, ids, prefill, decode, _prefilled(loaded, op, ids, prefill, exact_kv), stats)
+    kv = _prefilled(loaded, op, ids, prefill, exact_kv).kv
     states = [_Held(k, v, torch.arange(prefill)) for k, v in kv]
     for i, state in enumerate(states):
         state.settle(loaded, i, op, prefill)
@@ -247,6 +342,52 @@ def score_step(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
         for i, (state, layer) in enumerate(zip(states, layers)):
             state.extend(layer.keys, layer.values, n, coord)
             state.settle(loaded, i, op, n + 1)
+    return torch.stack(logits)
+
+
+def _score_masked_step(loaded: Loaded, op, ids, prefill: int, decode: int, pre: Prefilled, stats) -> torch.Tensor:
+    """Presses and decode-time policies, one token per forward: every entry stays in the layer's
+    tensors and what a KV head no longer holds is masked out for it (the same softmax as removing
+    it). A policy sees each query's attention weights and updates what is held after it."""
+    policy = hasattr(op, "step")
+    if policy:
+        states = [op.start(v) for v in pre.views]
+        held = [s["held"] for s in states]
+    else:
+        held = op.decide(pre.views)
+    if stats is not None:
+        stats["held"] = [h.clone() for h in held]
+    layers = [_held_layer(k, v) for k, v in pre.kv]
+    logits = []
+    for n in range(prefill, prefill + decode):
+        seen = {}
+        masks = {i: torch.cat([h, torch.ones(h.shape[0], 1, dtype=torch.bool)], -1) for i, h in enumerate(held)}
+        visible = attention_masks(loaded, torch.ones(1, n + 1, dtype=torch.bool), torch.tensor([n]), torch.arange(n + 1))
+        record = (lambda layer, q, k, v, weights, scale: seen.__setitem__(layer, weights)) if policy else None
+        with attention.session(loaded, masks=masks, record=record):
+            logits.append(_run(loaded, ids[None, n:n + 1], torch.tensor([n]), visible, layers)[-1])
+        if policy:
+            held = [op.step(state, seen[i]())["held"] for i, state in enumerate(states)]
+        else:
+            held = list(masks.values())
+    return torch.stack(logits)
+
+
+def _score_cache_object(loaded: Loaded, op, ids, prefill: int, decode: int, pre: Prefilled, stats) -> torch.Tensor:
+    """A transformers cache object (e.g. QuantizedCache) as the model uses it: filled with the
+    exact prefill through its own `update`, then one cached forward per decoded token."""
+    from .hf_caches import cache_object_bytes
+
+    cache = op.make_cache(loaded.model.config)
+    for i, (k, v) in enumerate(pre.kv):
+        cache.update(k, v, i)
+    if stats is not None:
+        stats["cache_bytes"] = cache_object_bytes(cache)
+    logits = []
+    for n in range(prefill, prefill + decode):
+        out = loaded.model(input_ids=ids[None, n:n + 1].to(loaded.device),
+                           position_ids=torch.tensor([[n]], device=loaded.device), cache=cache, use_cache=True)
+        logits.append(out.logits[0, -1])
     return torch.stack(logits)
 
 

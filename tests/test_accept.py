@@ -8,6 +8,7 @@ values differ in the last bit between the two paths); an identity that only reor
 arithmetic (an operation that should change nothing, against the exact cache) 2e-5, as in
 test_exactness.py.
 """
+import dataclasses
 import json
 import math
 
@@ -16,7 +17,7 @@ import torch
 
 from conftest import CAUSAL_TINY, load_cached
 from kvutils import accept as acceptance
-from kvutils import cache, data, models
+from kvutils import cache, data, models, teacher
 from kvutils.cache import Cast, ChunkBlend, Exact, Window
 from kvutils.teacher import score_fast, score_step
 
@@ -41,7 +42,12 @@ def _exact(loaded, ids):
 # --------------------------------------------------------------------------- the two paths
 
 
-@pytest.mark.parametrize("op", cache.example_ops(), ids=lambda op: op.spec)
+FAST_STEP_TOL_FP64 = 1e-9
+WITH_FAST = [op for op in cache.example_ops() if op.has_fast_path]
+STEP_ONLY = [op for op in cache.example_ops() if not op.has_fast_path]
+
+
+@pytest.mark.parametrize("op", WITH_FAST, ids=lambda op: op.spec)
 @pytest.mark.parametrize("name", CAUSAL_TINY)
 def test_fast_path_equals_step_path(name, op, texts):
     loaded = load_cached(name, "float32")
@@ -52,6 +58,67 @@ def test_fast_path_equals_step_path(name, op, texts):
     assert (fast - step).abs().max() <= FAST_STEP_TOL
     if op != Exact():  # the comparison is not blind: every example operation changes the logits
         assert (fast - _exact(loaded, ids)).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("op", [op for op in WITH_FAST if op.needs_views], ids=lambda op: op.spec)
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_press_fast_path_equals_step_path_in_fp64(name, op, texts):
+    """In fp64 the per-head masked forward of all decoded tokens and the token-by-token one agree to
+    rounding (the presses decide in fp64 too, so both paths keep the same entries)."""
+    loaded = load_cached(name, "float64")
+    ids = _ids(loaded, texts[0])
+    stats_fast, stats_step = {}, {}
+    fast = score_fast(loaded, op, ids, PREFILL, DECODE, stats=stats_fast)
+    step = score_step(loaded, op, ids, PREFILL, DECODE, stats=stats_step)
+    assert all(torch.equal(a, b) for a, b in zip(stats_fast["held"], stats_step["held"]))
+    assert (fast - step).abs().max() <= FAST_STEP_TOL_FP64
+
+
+@pytest.mark.parametrize("op", STEP_ONLY, ids=lambda op: op.spec)
+def test_step_only_methods_refuse_the_fast_path_and_change_the_logits(op, texts):
+    loaded = load_cached("tiny-qwen3", "float32")  # full attention only: the transformers cache accepts it
+    ids = _ids(loaded, texts[0])
+    with pytest.raises(ValueError, match="only the step path"):
+        score_fast(loaded, op, ids, PREFILL, DECODE)
+    step = score_step(loaded, op, ids, PREFILL, DECODE)
+    assert (step - _exact(loaded, ids)).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("spec", ["h2o:compression_ratio=0.5", "tova:compression_ratio=0.5"])
+def test_decode_time_policies_hold_their_budget_while_decoding(spec, texts):
+    """After every decoded token each KV head holds exactly (1 - ratio) x prefill entries."""
+    loaded = load_cached("tiny-llama", "float32")
+    ids = _ids(loaded, texts[1])
+    op = cache.parse_op(spec)
+    pre = teacher.exact_prefill(loaded, ids[None, :PREFILL], views=True)
+    states = [op.start(v) for v in pre.views]
+    budget = int(PREFILL * 0.5)
+    assert all((s["held"].sum(-1) == budget).all() for s in states)
+    g = torch.Generator().manual_seed(0)
+    for n in range(PREFILL, PREFILL + 5):
+        for s in states:
+            heads = loaded.config.num_attention_heads
+            w = torch.rand(1, heads, 1, n + 1, generator=g).softmax(-1)
+            op.step(s, w)
+            assert s["held"].shape[-1] == n + 1 and (s["held"].sum(-1) == budget).all()
+    if op.name == "h2o":  # the recent half of the budget is the most recent tokens
+        recent = budget // 2
+        assert all(s["held"][:, -recent:].all() for s in states)
+    else:  # TOVA: one kept set per layer
+        assert all((s["held"] == s["held"][:1]).all() for s in states)
+
+
+def test_tova_evicts_the_entry_the_current_query_attends_least(texts):
+    loaded = load_cached("tiny-llama", "float32")
+    ids = _ids(loaded, texts[1])
+    op = cache.parse_op("tova:compression_ratio=0.5")
+    state = op.start(teacher.exact_prefill(loaded, ids[None, :PREFILL], views=True).views[0])
+    before = state["held"][0].clone()
+    w = torch.full((1, loaded.config.num_attention_heads, 1, PREFILL + 1), 1.0)
+    victim = int(before.nonzero()[3])
+    w[..., victim] = 0.01
+    op.step(state, w / w.sum(-1, keepdim=True))
+    assert not state["held"][0, victim] and state["held"][0, -1]
 
 
 @pytest.mark.parametrize("name", CAUSAL_TINY)
@@ -156,6 +223,10 @@ def no_model_load(monkeypatch):
     (dict(ops=["window:size=8,sinks=8"]), "sinks must be smaller than size=8"),
     (dict(ops=["chunk_blend:recompute_fraction=2"]), "recompute_fraction must be a number between 0 and 1"),
     (dict(ops=["chunk_reuse:chunk=20"]), "chunk must be smaller than prefill=20"),
+    (dict(ops=["snapkv:compression_ratio=1"]), "compression_ratio must be a number with 0 <= compression_ratio < 1"),
+    (dict(ops=["snapkv:window=20"]), "window must be smaller than prefill=20"),
+    (dict(ops=["h2o:recent=2"]), "recent must be a number between 0 and 1"),
+    (dict(ops=["hf_quantized:backend=int3"]), "backend must be one of fp8, quanto, hqq"),
     (dict(prefill=0), "prefill must be >= 1"),
     (dict(path="slow"), "path: 'slow' is not allowed"),
     (dict(dtype="float16"), "dtype: unsupported dtype 'float16'"),
@@ -201,6 +272,36 @@ def test_cli_rejects_bad_ops_when_parsing(spec, message, capsys, no_model_load):
         acceptance.main(["--model", "tiny-llama", "--op", spec, "--docs", "pydoc"])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_cli_help_lists_every_operation_with_its_fields(capsys):
+    with pytest.raises(SystemExit):
+        acceptance.main(["--help"])
+    text = capsys.readouterr().out
+    for name, cls in cache.OPS.items():
+        line = next(line for line in text.splitlines() if line.strip().startswith(f"{name} (") or line.strip().startswith(f"{name}:"))
+        assert all(f"{f.name}=" in line for f in dataclasses.fields(cls)), line
+
+
+def test_presses_at_half_hold_half_the_bytes(texts):
+    loaded = load_cached("tiny-llama", "float32")
+    specs = ["exact", "snapkv:compression_ratio=0.5,window=4", "tova:compression_ratio=0.5", "h2o:compression_ratio=0.5",
+             "pyramidkv:compression_ratio=0.5,window=2,beta=2", "adakv:compression_ratio=0.5,window=4"]
+    run = acceptance.accept_many(loaded, specs, texts[:2], prefill=PREFILL, decode=DECODE, progress=False)
+    exact = run["ops"]["exact"]["cache_bytes"]
+    assert [r["cache_bytes"] for r in run["ops"].values()] == [exact] + [exact / 2] * 5
+    assert run["ops"]["tova:compression_ratio=0.5"]["path"] == "step"
+    assert run["ops"]["snapkv:compression_ratio=0.5,window=4,kernel=5"]["path"] == "fast"
+
+
+def test_a_cache_that_refuses_the_model_is_named_not_skipped(texts, capsys):
+    loaded = load_cached("tiny-gemma3", "float32")
+    run = acceptance.accept_many(loaded, ["exact", "hf_quantized:backend=fp8"], texts[:1], prefill=PREFILL,
+                                 decode=DECODE, progress=False)
+    assert list(run["ops"]) == ["exact"]
+    assert "sliding_attention" in run["refused"]["hf_quantized:backend=fp8"]
+    assert "hf_quantized:backend=fp8 not scored" in capsys.readouterr().err
+    assert "refused: transformers' QuantizedCache refuses" in acceptance.table(run)
 
 
 def test_cli_end_to_end_on_a_folder_of_text_files(tmp_path, texts, capsys):

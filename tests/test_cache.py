@@ -10,7 +10,9 @@ import torch
 from conftest import CAUSAL_TINY, load_cached
 from kvutils import cache, engines
 from kvutils.cache import (ARTICLE_OPS, EXTRA_OPS, OPS, Cast, ChunkBlend, ChunkReuse, Exact, QuantizeKivi,
-                           QuantizeNaive, Window, parse_op, parse_ops)
+                           QuantizeNaive, Window, parse_op, parse_ops, quantize_asymmetric)
+from kvutils import presses
+from kvutils.teacher import exact_prefill
 from kvutils.rotary import rotary_cos_sin, rotate_keys
 from kvutils.teacher import kv_forward
 
@@ -25,7 +27,9 @@ def _ids(n: int, seed: int = 0) -> torch.Tensor:
 
 
 def test_registry_holds_every_operation_of_the_issue():
-    assert list(OPS) == ["exact", "cast", "quantize_naive", "quantize_kivi", "window", "chunk_reuse", "chunk_blend"]
+    assert list(OPS) == ["exact", "cast", "quantize_naive", "quantize_kivi", "window", "chunk_reuse", "chunk_blend",
+                         "random", "knorm", "snapkv", "pyramidkv", "expected_attention", "adakv", "h2o", "tova",
+                         "hf_quantized"]
     assert all(cls.examples and all(parse_op(s).name == name for s in cls.examples) for name, cls in OPS.items())
     assert len(ARTICLE_OPS) == 12 and len(parse_ops(ARTICLE_OPS + EXTRA_OPS)) == 21
 
@@ -61,6 +65,14 @@ def test_parse_op_converts_by_field_type(spec, expected):
     ("chunk_reuse:positions=shifted", ["positions", "'original' or 'reindexed'"]),
     ("cast:dtype=int8", ["dtype", "float16, bfloat16"]),
     ("window:width=8", ["width", "keys: reindex, sinks, size"]),
+    ("snapkv:compression_ratio=1.0", ["compression_ratio", "0 <= compression_ratio < 1"]),
+    ("knorm:compression_ratio=-0.1", ["compression_ratio", "0 <= compression_ratio < 1"]),
+    ("snapkv:kernel=4", ["kernel", "odd"]),
+    ("pyramidkv:beta=0", ["beta", ">= 1"]),
+    ("adakv:safeguard=1.5", ["safeguard", "between 0 and 1"]),
+    ("expected_attention:future=0", ["future", ">= 1"]),
+    ("tova:budget=3", ["budget", "keys: compression_ratio"]),
+    ("hf_quantized:backend=int4", ["backend", "fp8, quanto, hqq"]),
     ("evict_all", ["unknown operation 'evict_all'", "exact, cast, quantize_naive, quantize_kivi, window"]),
 ])
 def test_bad_op_specs_name_the_field_and_what_is_allowed(spec, words):
@@ -100,7 +112,7 @@ def test_kivi_beats_naive_on_keys_with_an_outlier_channel():
     keys[..., 3] = 50.0 + torch.rand(1, 2, 64, generator=g)
     slots = torch.arange(64)
     naive = QuantizeNaive(4).store(keys, keys, slots)[0]
-    kivi = QuantizeKivi(4, group=32, residual=64).store(keys, keys, slots)[0]
+    kivi = QuantizeKivi(4, group=32, residual=64).store_keys(keys, slots)
     ordinary = torch.arange(16) != 3
     assert (naive[..., ordinary] == 0).all()
     naive_error = (naive - keys)[..., ordinary].abs().mean().item()
@@ -118,6 +130,70 @@ def test_kivi_stores_whole_residual_blocks():
     x = torch.randn(1, 1, 8, 4, generator=torch.Generator().manual_seed(1))
     with pytest.raises(ValueError, match="whole groups"):
         op.store(x, x, torch.arange(2, 10))
+
+
+def _kivi_reference(x: torch.Tensor, group: int, bits: int, dim: int) -> torch.Tensor:
+    """jy-yuan/KIVI quant/new_pack.py, quant_and_pack_kcache (dim=-2: groups of `group` tokens per
+    channel) and quant_and_pack_vcache (dim=-1: groups of `group` channels per token), then the
+    matching unpack_and_dequant: mn, mx per group; scale = (mx - mn) / (2^bits - 1);
+    q = round(clamp((x - mn) / scale, 0, 2^bits - 1)); x' = q * scale + mn."""
+    max_int = 2 ** bits - 1
+    if dim == -2:
+        B, nh, T, D = x.shape
+        data = x.reshape(B, nh, T // group, group, D)
+        mn, mx = data.min(-2, keepdim=True)[0], data.max(-2, keepdim=True)[0]
+    else:
+        data = x.reshape(*x.shape[:-1], x.shape[-1] // group, group)
+        mn, mx = data.min(-1, keepdim=True)[0], data.max(-1, keepdim=True)[0]
+    scale = (mx - mn) / max_int
+    q = ((data - mn) / scale).clamp(0, max_int).round()
+    return (q * scale + mn).reshape(x.shape)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_kivi_quantiser_matches_the_reference_formulas(bits):
+    """Keys per channel over groups of `group` tokens, values per token over groups of `group`
+    channels, on fixed fp64 tensors: equal to the reference's formulas to rounding."""
+    g = torch.Generator().manual_seed(5)
+    keys = torch.randn(1, 2, 16, 8, generator=g, dtype=torch.float64) * torch.linspace(0.5, 8, 8, dtype=torch.float64)
+    values = torch.randn(1, 2, 16, 8, generator=g, dtype=torch.float64)
+    op = QuantizeKivi(bits, group=4, residual=8)
+    slots = torch.arange(16)
+    torch.testing.assert_close(op.store_keys(keys, slots), _kivi_reference(keys, 4, bits, -2), rtol=0, atol=1e-12)
+    torch.testing.assert_close(op.store_values(values, slots), _kivi_reference(values, 4, bits, -1), rtol=0, atol=1e-12)
+    # the groups are real: a per-token (not per-channel-group) value quantiser would differ
+    assert (op.store_values(values, slots) - quantize_asymmetric(values, bits, dim=-1)).abs().max() > 1e-3
+
+
+def _kivi_full_precision(prefill: int, decode: int, residual: int):
+    """Replays models/llama_kivi.py's bookkeeping: for each decode query n, which earlier slots
+    are read in full precision, for keys (key_states_full) and values (value_states_full)."""
+    def split_keys(n):
+        return n - n % residual if n % residual else n  # quantised prefix length of the prefill
+    key_quant = split_keys(prefill) if prefill >= residual else 0
+    key_full = list(range(key_quant, prefill))
+    value_full = list(range(max(0, prefill - residual), prefill)) if prefill > residual else list(range(prefill))
+    seen = []
+    for n in range(prefill, prefill + decode):
+        key_full.append(n)
+        value_full.append(n)
+        seen.append((n, set(key_full) - {n}, set(value_full) - {n}))  # what the query at n reads fresh
+        if len(key_full) == residual:
+            key_full = []
+        if len(value_full) > residual:
+            value_full = value_full[1:]
+    return seen
+
+
+@pytest.mark.parametrize("prefill", [5, 8, 13, 16])
+def test_kivi_residuals_follow_the_reference(prefill):
+    """Keys: a full-precision block of `residual` tokens quantised whole once complete; values: a
+    sliding window of the last `residual` tokens (the query at n also reads n - residual fresh)."""
+    op = QuantizeKivi(2, group=4, residual=8)
+    for n, keys_fresh, values_fresh in _kivi_full_precision(prefill, 20, 8):
+        slots = torch.arange(n)
+        assert set((op.stored_after(slots) >= n).nonzero().squeeze(1).tolist()) == keys_fresh, n
+        assert set((op.values_stored_after(slots) >= n).nonzero().squeeze(1).tolist()) == values_fresh, n
 
 
 def test_cast_to_the_models_own_dtype_changes_nothing():
@@ -198,3 +274,74 @@ def test_cache_bytes_follow_each_operation():
     # KIVI keeps the unfinished residual block (here 64 - 48 = 16 tokens) in full precision
     kivi = cache.cache_bytes(config, QuantizeKivi(4, group=16, residual=48), 64, torch.float32)
     assert naive4 < kivi < exact
+    # KIVI at 64 tokens, residual 48: keys 0-47 stored (one block), values 0-15 stored (the last 48 fresh)
+    per_head_layer = 2 * 2  # layers x KV heads
+    keys = 48 * 16 * 4 / 8 + 3 * 16 * 2 * 2 + 16 * 16 * 4
+    values = 16 * (16 * 4 / 8 + 1 * 2 * 2) + 48 * 16 * 4
+    assert kivi == per_head_layer * (keys + values)
+
+
+# --------------------------------------------------------------------------- presses
+
+
+@pytest.fixture(scope="module")
+def views():
+    loaded = load_cached("tiny-qwen3", "float32")  # 4 query heads on 2 KV heads: the group means matter
+    return exact_prefill(loaded, _ids(40, seed=7), views=True).views
+
+
+@pytest.mark.parametrize("ratio, kept", [(0.25, 30), (0.5, 20), (0.75, 10), (0.99, 1)])
+def test_presses_keep_kvpress_budget_per_head(views, ratio, kept):
+    for name in ("random", "knorm", "snapkv", "expected_attention"):
+        op = parse_op(f"{name}:compression_ratio={ratio}" + (",window=4" if name == "snapkv" else ""))
+        for mask in op.decide(views):
+            assert mask.shape == (2, 40) and (mask.sum(-1) == kept).all(), name
+
+
+def test_knorm_keeps_the_smallest_keys(views):
+    mask = presses.KnormPress(0.5).decide(views)[0]
+    norms = views[0].keys[0].norm(dim=-1)
+    for h in range(2):
+        assert norms[h][mask[h]].max() <= norms[h][~mask[h]].min()
+
+
+def test_snapkv_keeps_its_window_and_scores_by_the_windows_attention(views):
+    op = presses.SnapKVPress(0.5, window=6, kernel=1)
+    v = views[1]
+    mask = op.decide(views)[1]
+    assert mask[:, -6:].all()
+    # by hand: the last 6 queries' attention to each earlier key, mean over queries, then the group
+    w = (v.queries[0, :, -6:] @ v.keys[0].repeat_interleave(2, 0).transpose(-1, -2) * v.scale)
+    w = w.masked_fill(torch.ones(6, 40, dtype=torch.bool).tril(34).logical_not(), float("-inf")).softmax(-1)
+    score = w[..., :-6].mean(1).view(2, 2, -1).mean(1)
+    expected = score.topk(20 - 6, -1).indices
+    assert all(set(mask[h, :-6].nonzero().squeeze(1).tolist()) == set(expected[h].tolist()) for h in range(2))
+
+
+def test_pyramidkv_budgets_fall_with_depth_and_keep_the_mean(views):
+    masks = presses.PyramidKVPress(0.5, window=2, beta=2).decide(views)
+    counts = [int(m[0].sum()) for m in masks]
+    assert counts[0] > counts[-1] and counts == sorted(counts, reverse=True)
+    assert sum(counts) == pytest.approx(20 * len(counts), abs=len(counts))
+
+
+def test_adakv_moves_budget_between_heads_with_a_safeguard(views):
+    masks = presses.AdaKVPress(0.5, window=4, safeguard=0.5).decide(views)
+    for m in masks:
+        assert int(m.sum()) == 2 * 20 and (m.sum(-1) >= 10).all()
+    assert any((m.sum(-1) != 20).any() for m in masks)  # not the uniform split
+
+
+def test_expected_attention_keeps_its_sinks_and_uses_future_positions(views):
+    near = presses.ExpectedAttentionPress(0.5, future=1, sinks=3).decide(views)
+    far = presses.ExpectedAttentionPress(0.5, future=512, sinks=3).decide(views)
+    assert all(m[:, :3].all() for m in near + far)
+    assert any(not torch.equal(a, b) for a, b in zip(near, far))
+
+
+def test_rotation_matrix_is_the_rotary_rotation():
+    d = 8
+    cos, sin = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
+    x = torch.randn(3, d, dtype=torch.float64)
+    rotated = torch.cat([presses._rotate(x[:, :4], cos, sin), x[:, 4:]], -1)
+    torch.testing.assert_close(x @ presses._rotation_matrix(cos, sin, d).T, rotated)

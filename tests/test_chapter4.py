@@ -23,6 +23,10 @@ GOOD = dict(QUICK, corpus="pydoc", device="cpu")
     (dict(n_docs=0), r"n_docs must be >= 1"),
     (dict(skip_short=False, prefill=400, decode=100, n_docs=16), r"corpus: documents shorter than prefill \+ decode \+ 1 = 501 tokens: pydoc:"),
     (dict(skip_short="yes"), r"skip_short must be True or False"),
+    (dict(frontier_models="tiny-qwen3"), r"frontier_models: \['tiny-qwen3'\] not in models"),
+    (dict(frontier_ops="snapkv:compression_ratio=1.5"), r"frontier_ops: snapkv: compression_ratio=1.5 is not allowed"),
+    (dict(frontier_ops="chunk_reuse:chunk=32"), r"frontier_ops: .*chunk operation"),
+    (dict(frontier_docs=3), r"frontier_docs: 3 must be at most n_docs=2"),
 ])
 def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads):
     with pytest.raises(ValueError, match=message):
@@ -38,7 +42,8 @@ def test_default_ops_cover_the_article_and_the_additions(no_model_loads):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = approx_study.plan(**{**GOOD, "ops": "default", "prefill": 256, "decode": 200, "chunk_decode": 64,
-                                 "models": "tiny-llama", "table2_models": "tiny-llama", "n_docs": 1})
+                                 "models": "tiny-llama", "table2_models": "tiny-llama", "n_docs": 1,
+                                 "frontier_models": "tiny-llama"})
     names = {op.name for op in p.ops + p.chunk_ops}
     assert names == {"exact", "cast", "quantize_naive", "quantize_kivi", "window", "chunk_reuse", "chunk_blend"}
 
@@ -61,5 +66,34 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     assert all(r["measured_kib_per_token"] == r["held_kib_per_token_fp32"] for r in ours)
     gemma = next(r for r in ours if r["model"].startswith("tiny-gemma3"))
     assert gemma["held_kib_per_token_fp32"] < gemma["formula_kib_per_token_fp32"]  # windowed layers
-    for figure in ("04_decode_step", "04_bytes_per_token", "04_approximations", "04_blend_sweep"):
+    frontier = numbers["frontier"]
+    assert set(frontier) == {"tiny-llama", "tiny-gemma3"}
+    assert "sliding_attention" in frontier["tiny-gemma3"]["refused"]["hf_quantized:backend=fp8"]
+    llama = frontier["tiny-llama"]["ops"]
+    assert llama["hf_quantized:backend=fp8"]["path"] == "step" and llama["h2o:compression_ratio=0.5,recent=0.5"]["path"] == "step"
+    assert llama["random:compression_ratio=0.5,seed=0"]["cache_bytes"] == frontier["tiny-llama"]["exact_cache_bytes"] / 2
+    for figure in ("04_decode_step", "04_bytes_per_token", "04_approximations", "04_blend_sweep", "04_frontier"):
         assert (root / "results" / "figures" / f"{figure}.png").stat().st_size > 10_000
+
+
+def _run(ops: dict) -> dict:
+    return {"exact_cache_bytes": 100.0, "documents": ["d"], "prefill": 8, "decode": 8, "refused": {},
+            "ops": {spec: {"name": spec.split(":")[0], "family": family, "mean_kl": kl, "top1_agreement_pct": 90.0,
+                           "perplexity": 2.0, "cache_bytes": 50.0} for spec, (family, kl) in ops.items()}}
+
+
+def test_frontier_prose_follows_the_numbers():
+    """The glued headline names the best eviction method per budget and the attention-informed
+    methods that do not beat random; it changes when the numbers do."""
+    from kvutils import report_costs
+
+    ops = {"exact": ("exact", 0.0), "random:compression_ratio=0.5": ("press", 0.3),
+           "snapkv:compression_ratio=0.5": ("press", 0.1), "tova:compression_ratio=0.5": ("decode-time eviction", 0.2),
+           "quantize_kivi:bits=2": ("quantisation", 0.01)}
+    text = report_costs.frontier_glue({"m": _run(ops)})
+    assert "at compression 0.5 **snapkv**" in text and "every attention-informed method beats random" in text
+    ops["tova:compression_ratio=0.5"] = ("decode-time eviction", 0.05)
+    ops["snapkv:compression_ratio=0.5"] = ("press", 0.4)
+    text = report_costs.frontier_glue({"m": _run(ops)})
+    assert "at compression 0.5 **tova**" in text and "not better than random: snapkv" in text
+    assert report_costs.frontier_glue({}) == "not run"
