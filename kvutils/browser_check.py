@@ -177,13 +177,13 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
     page.on("pageerror", lambda e: problems.append(f"uncaught exception: {e}"))
     page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
     page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    in_flight: set = set()
+    page.on("request", in_flight.add)
+    page.on("requestfinished", in_flight.discard)
+    page.on("requestfailed", in_flight.discard)
     try:
         page.goto(base + page_path, wait_until="load")
-        if base.startswith("http"):
-            page.wait_for_load_state("networkidle")
-        else:  # file:// pages never report network idle; let a redirect (index.html) land first
-            page.wait_for_timeout(500)
-            page.wait_for_load_state("load")
+        _wait_until_quiet(page, in_flight)
         state = page.evaluate(_PAGE_STATE)
         shown = page.url.removeprefix(base).split("#")[0].split("?")[0]
     finally:
@@ -194,11 +194,27 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
     if state["mathErrors"]:
         problems.append(f"{state['mathErrors']} MathJax errors")
     if state["truncated"]:
-        problems.append(f"{state['truncated']} table cells cut short ('...'): set pandas' display.max_colwidth")
+        problems.append(f"{state['truncated']} table cells cut short ('...'): set pandas' display.max_colwidth and display.max_rows")
     if is_chapter and state["tables"] == 0:
         problems.append("a chapter page without a table")
     check = PageCheck(problems, len(state["images"]), state["maths"], state["tables"])
     return check, shown, state["hrefs"]
+
+
+def _wait_until_quiet(page, in_flight: set, quiet_ms: int = 500, limit_ms: int = 30_000) -> None:
+    """Wait until no request of the page's own has been in flight for `quiet_ms`, and a redirect
+    (index.html) has landed. Playwright's "networkidle" is not used: with plotly.js on a page it
+    sometimes never fired (seen here under load) though every request had finished; and file://
+    pages never report it at all."""
+    quiet = waited = 0
+    while quiet < quiet_ms and waited < limit_ms:
+        page.wait_for_timeout(100)
+        waited += 100
+        quiet = quiet + 100 if not in_flight else 0
+    page.wait_for_load_state("load")
+    if in_flight:
+        raise TimeoutError(f"{page.url}: requests still in flight after {limit_ms} ms: "
+                           + ", ".join(sorted(r.url for r in in_flight))[:500])
 
 
 def _check_search(context, base: str) -> list[str]:
