@@ -178,9 +178,9 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
     page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
     page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
     in_flight: set = set()
-    page.on("request", in_flight.add)
-    page.on("requestfinished", in_flight.discard)
-    page.on("requestfailed", in_flight.discard)
+    page.on("request", lambda r: in_flight.add(r))
+    page.on("requestfinished", lambda r: in_flight.discard(r))
+    page.on("requestfailed", lambda r: in_flight.discard(r))
     try:
         page.goto(base + page_path, wait_until="load")
         _wait_until_quiet(page, in_flight)
