@@ -302,9 +302,13 @@ def chapter4_findings(numbers: dict) -> dict[str, str]:
         speeds = " → ".join(f"{fmt(s['speedup'], 3)}×" for s in ordered)
         (grew if all(a["speedup"] < b["speedup"] for a, b in zip(ordered, ordered[1:])) else not_grew).append(
             f"{m} ({speeds} from {ordered[0]['context']} to {ordered[-1]['context']} tokens)")
-    out["speed_grows"] = ("In this run the speed-up grew with context on " + ("every model: " if not not_grew else "")
-                          + _list(grew) + (f"; it did not on {_list(not_grew)}" if not_grew else "") + "."
-                          if grew or not_grew else "Only one context was timed, so no trend is measured.")
+    if not grew and not not_grew:
+        out["speed_grows"] = "Only one context was timed, so no trend is measured."
+    elif not grew:
+        out["speed_grows"] = f"In this run the speed-up did not grow with context on any model: {_list(not_grew)}."
+    else:
+        out["speed_grows"] = ("In this run the speed-up grew with context on " + ("every model: " if not not_grew else "")
+                              + _list(grew) + (f"; it did not on {_list(not_grew)}" if not_grew else "") + ".")
     ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
     less = [f"{r['model']} holds {fmt(100 * r['held_kib_per_token_fp32'] / r['formula_kib_per_token_fp32'], 3)}% of "
             f"the formula's bytes at {r['check_tokens']} tokens" for r in ours
