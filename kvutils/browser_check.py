@@ -120,7 +120,7 @@ _PAGE_STATE = """async () => {
     truncated: [...document.querySelectorAll('td')].filter(td => td.textContent.trim().endsWith('...')).length,
     hrefs: [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href')),
     charts: [...document.querySelectorAll('.kvutils-plotly[id^="kvutils-chart-"]')].map(c => ({
-      id: c.id, points: (c.data || []).reduce((n, t) => n + ((t.x || []).length), 0)})),
+      id: c.id, points: c.querySelectorAll('.scatterlayer .point').length})),
   };
 }"""
 
