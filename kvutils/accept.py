@@ -241,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-docs", type=int, default=None, help="use the first N documents (default: all)")
     parser.add_argument("--skip-short", action="store_true", help="leave out documents that are too short")
     parser.add_argument("--dtype", default="float32", choices=list(models.DTYPES))
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, or auto: accelerate's device_map=\"auto\" "
+                        "spreads the model over every accelerator, then the CPU")
     parser.add_argument("--path", default="fast", choices=list(PATHS), help="fast (one forward) or step (reference)")
     parser.add_argument("--out", type=Path, default=None, help="write the numbers here as JSON")
     args = parser.parse_args(argv)

@@ -3,10 +3,26 @@ token, Table 1), and what each approximation costs in quality (Table 2, by `kvut
 
 `plan()` checks every parameter, parses every cache operation and tokenises every document before
 any model loads.
+
+Where the decode step is timed. `make book` runs the chapters in two one-thread lanes side by side
+(`kvutils.chapters --lanes`); a decode step timed inside a lane would share the machine's memory
+bandwidth and caches with the other lane's work, so its speed-up would not be comparable with the
+article's or with the benchmark's. The lanes runner therefore times the steps first, alone, with
+this chapter's own parameters and every torch thread (`time_alone`, written to
+`DECODE_TIMING_FILE`), and tells the chapter where the file is through `TIMINGS_ENV`; the chapter
+then reads those timings instead of timing itself. Run any other way (`make chapter N=04`,
+papermill, the quick profile without lanes) it times itself. Either way the page says which, and on
+how many threads. The simple alternative of re-running the chapter after the lanes would double
+its cost (Table 2 and the frontier dominate it); timing before the lanes costs what the timing
+costs.
 """
 from __future__ import annotations
 
+import json
+import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -16,6 +32,9 @@ from .cache import ARTICLE_OPS, EXTRA_OPS, FRONTIER_OPS, CacheOp, ChunkBlend, Ch
 from .models import load, load_tokenizer
 from .report import article
 
+NOTEBOOK = "04_cache_approximations"
+TIMINGS_ENV = "KVUTILS_CH4_DECODE_TIMING"  # set by the lanes runner: the file `time_alone` wrote
+DECODE_TIMING_FILE = "04_decode_timing.json"  # in the results folder
 DEFAULT_OPS = "default"  # the article's twelve rows and this book's additions (cache.ARTICLE_OPS + EXTRA_OPS)
 CHUNK_OPS = (ChunkReuse, ChunkBlend)
 
@@ -136,26 +155,73 @@ def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list
     return rows
 
 
-def run(p: Plan) -> tuple[dict, list[dict]]:
-    """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "bytes": [...], "table2": {model: {"plain":
-    accept run, "chunks": accept run}}}."""
+def decode_timings(p: Plan, where: str) -> dict:
+    """E4 and the measured side of Table 1: one decode step with and without the cache at every
+    context of every model, the machine's memory bandwidth, and the bytes a real cache held at the
+    longest context. `where` says how the timings were taken (shown on the page)."""
     bandwidth = costs.memory_bandwidth()
-    numbers = {"bandwidth_gb_s": bandwidth / 1e9, "decode": {}, "table2": {}, "frontier": {}}
-    described, configs, measured = [], {}, {}
-    check_tokens = max(p.contexts)
+    out = {"where": where, "threads": torch.get_num_threads(), "cores": os.cpu_count(),
+           "bandwidth_gb_s": bandwidth / 1e9, "decode": {}, "cache_bytes": {}, "key": _timing_key(p)}
+    started = time.time()
     for name in p.models:
         loaded = load(name, "float32", device=p.device)
-        described.append(loaded.describe())
         steps = []
         for context in p.contexts:
             t = costs.decode_step_times(loaded, p.timing_ids[name][:, :context], p.timing_repeats)
-            if context == check_tokens:  # the longest timed context doubles as the bytes check
-                measured[name] = t.cache_bytes
+            if context == max(p.contexts):  # the longest timed context doubles as the bytes check
+                out["cache_bytes"][name] = t.cache_bytes
             steps.append({"context": context, "cached_ms": t.cached_ms, "uncached_ms": t.uncached_ms,
                           "speedup": t.speedup,
                           "analytical_ratio": costs.step_flops(loaded, context, False) / costs.step_flops(loaded, context, True),
                           "bound_ms": costs.bandwidth_bound_ms(loaded, context, bandwidth)})
-        numbers["decode"][name] = {"steps": steps}
+        out["decode"][name] = {"steps": steps}
+        del loaded
+    out["wall_time_s"] = round(time.time() - started, 2)
+    return out
+
+
+def _timing_key(p: Plan) -> dict:
+    """What the timings depend on: a file timed for other settings must not be read."""
+    return {"models": p.models, "contexts": p.contexts, "timing_repeats": p.timing_repeats, "device": p.device,
+            "timing_ids": {m: ids[0].tolist()[:8] + [int(ids.shape[-1])] for m, ids in p.timing_ids.items()}}
+
+
+def time_alone(results_dir: str | Path, overrides: dict | None = None) -> Path:
+    """Time chapter 4's decode steps with the notebook's own parameters (updated by `overrides`,
+    e.g. the quick profile's) on every thread, before the lanes start; returns the file written."""
+    from .params import notebook_parameters
+    from .results import write_json_atomic
+
+    settings = {**notebook_parameters(NOTEBOOK), **(overrides or {})}
+    timings = decode_timings(plan(**settings), "alone, before the chapters ran in lanes")
+    path = Path(results_dir) / DECODE_TIMING_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, timings)
+    return path
+
+
+def deferred_timings(p: Plan) -> dict | None:
+    """The timings `time_alone` took for this chapter, where the lanes runner says there are some."""
+    where = os.environ.get(TIMINGS_ENV)
+    if not where:
+        return None
+    timings = json.loads(Path(where).read_text())
+    if timings["key"] != json.loads(json.dumps(_timing_key(p))):
+        raise ValueError(f"{TIMINGS_ENV}: {where} was timed for other settings ({timings['key']}) than this run's "
+                         f"({_timing_key(p)}); unset {TIMINGS_ENV} to time the steps in this run")
+    return timings
+
+
+def run(p: Plan) -> tuple[dict, list[dict]]:
+    """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "decode_timing": {where, threads, cores},
+    "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}}, "frontier": ...}."""
+    timings = deferred_timings(p) or decode_timings(p, "in this chapter's run")
+    numbers = {"bandwidth_gb_s": timings["bandwidth_gb_s"], "decode": timings["decode"],
+               "decode_timing": {k: timings[k] for k in ("where", "threads", "cores")}, "table2": {}, "frontier": {}}
+    described, configs = [], {}
+    for name in p.models:
+        loaded = load(name, "float32", device=p.device)
+        described.append(loaded.describe())
         configs[name] = loaded.config
         if name in p.table2_models:
             texts = [doc for doc, _ in p.docs[name]]
@@ -169,5 +235,5 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
             texts = [doc for doc, _ in p.docs[name][:p.frontier_docs]]
             numbers["frontier"][name] = accept_many(loaded, p.frontier_ops, texts, p.prefill, p.decode)
         del loaded
-    numbers["bytes"] = _bytes_rows(configs, check_tokens, measured)
+    numbers["bytes"] = _bytes_rows(configs, max(p.contexts), timings["cache_bytes"])
     return numbers, described

@@ -11,7 +11,10 @@ Prints and writes results/bench.json:
 - chapter 4's teacher-forced scoring: the fast path vs the step-by-step reference path, in fp32
   on a window that evicts while decoding, and on naive int4 in fp64 and fp32. Quantisation and
   casts are discontinuous: in fp32 a last-bit difference between the paths before quantising can
-  move a value to the next level, so the two paths are compared for exactness in fp64;
+  move a value to the next level, so the two paths are compared for exactness in fp64; and on one
+  prefill-time press (SnapKV at compression 0.5), whose kept set is fixed after the prefill;
+- the step cost of one decode-time policy (TOVA at compression 0.5, which has only the step path):
+  its scoring time against the exact cache's on the fast path and on the step path;
 - one decode step with vs without the cache at 2,000 tokens of context, and the cached step
   against the memory-bandwidth bound (weight + cache bytes ÷ measured bandwidth);
 - chapter 5's switch to a LoRA tail: tail patch vs full recompute of the prefix, per k;
@@ -87,7 +90,13 @@ def bench_recompute(loaded: models.Loaded, prompt_tokens: int, new_tokens: int, 
 
 
 TEACHER_OPS = {"teacher": ("window:size=128,sinks=4", "float32"), "teacher_fp64": ("quantize_naive:bits=4", "float64"),
-               "teacher_fp32_discrete": ("quantize_naive:bits=4", "float32")}
+               "teacher_fp32_discrete": ("quantize_naive:bits=4", "float32"),
+               "teacher_press": ("snapkv:compression_ratio=0.5,window=32", "float32")}
+# the quick profile's sizes: the window must evict within its few tokens, SnapKV's observation
+# window must fit in its prefill
+QUICK_SPECS = {"window:size=128,sinks=4": "window:size=16,sinks=4",
+               "snapkv:compression_ratio=0.5,window=32": "snapkv:compression_ratio=0.5,window=8"}
+DECODE_POLICY = "tova:compression_ratio=0.5"
 
 
 def bench_teacher(loaded: models.Loaded, prefill: int, decode: int, op: str = "window:size=128,sinks=4") -> dict:
@@ -96,12 +105,12 @@ def bench_teacher(loaded: models.Loaded, prefill: int, decode: int, op: str = "w
     from . import data
     from .accept import tokenize_documents
     from .cache import parse_op
-    from .teacher import kv_forward, score_fast, score_step
+    from .teacher import exact_prefill, score_fast, score_step
 
     used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, 1)
     doc, ids = used[0]
     cache_op = parse_op(op)
-    exact_kv = kv_forward(loaded, ids[None, :prefill])
+    exact_kv = exact_prefill(loaded, ids[None, :prefill], views=cache_op.needs_views)  # shared, outside the timing
     start = time.perf_counter()
     fast = score_fast(loaded, cache_op, ids, prefill, decode, exact_kv)
     fast_s = time.perf_counter() - start
@@ -111,6 +120,30 @@ def bench_teacher(loaded: models.Loaded, prefill: int, decode: int, op: str = "w
     return {"op": cache_op.spec, "dtype": str(loaded.dtype).removeprefix("torch."), "document": doc.id,
             "prefill": prefill, "decode": decode, "fast_s": fast_s,
             "step_s": step_s, "speedup": step_s / fast_s, "max_logit_diff": (fast - step).abs().max().item()}
+
+
+def bench_decode_policy(loaded: models.Loaded, prefill: int, decode: int, op: str = DECODE_POLICY) -> dict:
+    """What scoring a decode-time policy costs: it evicts after every token, so it has only the
+    step path. Its time beside the exact cache's on the fast path (how every prefill-time method
+    is scored) and on the step path (the same path without the policy's decisions)."""
+    from . import data
+    from .accept import tokenize_documents
+    from .cache import Exact, parse_op
+    from .teacher import exact_prefill, score_fast, score_step
+
+    used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, 1)
+    doc, ids = used[0]
+    policy = parse_op(op)
+    pre = exact_prefill(loaded, ids[None, :prefill], views=policy.needs_views)  # shared, outside the timing
+    times = {}
+    for key, (score, cache_op) in {"policy_step_s": (score_step, policy), "exact_fast_s": (score_fast, Exact()),
+                                   "exact_step_s": (score_step, Exact())}.items():
+        start = time.perf_counter()
+        score(loaded, cache_op, ids, prefill, decode, pre)
+        times[key] = time.perf_counter() - start
+    return {"op": policy.spec, "document": doc.id, "prefill": prefill, "decode": decode, **times,
+            "over_exact_fast": times["policy_step_s"] / times["exact_fast_s"],
+            "over_exact_step": times["policy_step_s"] / times["exact_step_s"]}
 
 
 def bench_step_at(loaded: models.Loaded, context: int, repeats: int, bandwidth: float) -> dict:
@@ -156,7 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     for key, (op, dtype) in TEACHER_OPS.items():
         on = loaded if dtype == "float32" else models.load(args.model, dtype)
         # the quick profile's window must evict within its few tokens
-        report[key] = bench_teacher(on, prefill, decode, op if not args.quick else op.replace("size=128", "size=16"))
+        report[key] = bench_teacher(on, prefill, decode, QUICK_SPECS.get(op, op) if args.quick else op)
+    report["decode_policy"] = bench_decode_policy(loaded, prefill, decode)
     bandwidth = memory_bandwidth()
     report["bandwidth_gb_s"] = bandwidth / 1e9
     report["step_2000"] = bench_step_at(loaded, context, args.repeats, bandwidth)
@@ -187,6 +221,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"teacher-forced scoring ({t['op']}, {t['dtype']}, {t['prefill']}+{t['decode']} tokens): fast "
               f"{t['fast_s']:.2f} s vs step-by-step {t['step_s']:.2f} s -> {t['speedup']:.1f}x (target >= 10x); "
               f"max logit diff {t['max_logit_diff']:.2e}")
+    pol = report["decode_policy"]
+    print(f"decode-time policy ({pol['op']}, step path only): {pol['policy_step_s']:.2f} s vs the exact cache's fast "
+          f"path {pol['exact_fast_s']:.2f} s -> {pol['over_exact_fast']:.1f}x, and its step path "
+          f"{pol['exact_step_s']:.2f} s -> {pol['over_exact_step']:.2f}x")
     s2k = report["step_2000"]
     print(f"decode step at {s2k['context']} tokens: cached {s2k['cached_ms']:.1f} ms vs recompute "
           f"{s2k['uncached_ms']:.0f} ms -> {s2k['speedup']:.1f}x; cached vs the bandwidth bound "

@@ -7,7 +7,7 @@ browser download) opens every page. Any request to another host is blocked and r
 page that needs the network fails. On each page it checks: no console error or uncaught
 exception, no failed request or HTTP error, every image loaded with a non-zero size, every
 formula typeset by MathJax without error, at least one table on each chapter page, no table cell
-cut short, and every
+cut short, every interactive chart (kvutils.interactive) drawn by Plotly with its points, and every
 internal link pointing at a page (and anchor) that exists. Search is run once offline.
 
 `check_explorer` drives chapter 3's offline attention explorer like a reader: it changes each
@@ -45,6 +45,7 @@ class PageCheck:
     images: int = 0
     formulas: int = 0
     tables: int = 0
+    charts: dict[str, int] = field(default_factory=dict)  # interactive chart id -> points Plotly drew
 
 
 class BrowserUnavailable(RuntimeError):
@@ -118,6 +119,8 @@ _PAGE_STATE = """async () => {
     tables: document.querySelectorAll('article table, main table').length,
     truncated: [...document.querySelectorAll('td')].filter(td => td.textContent.trim().endsWith('...')).length,
     hrefs: [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href')),
+    charts: [...document.querySelectorAll('.kvutils-plotly[id^="kvutils-chart-"]')].map(c => ({
+      id: c.id, points: c.querySelectorAll('.scatterlayer .point').length})),
   };
 }"""
 
@@ -197,7 +200,9 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
         problems.append(f"{state['truncated']} table cells cut short ('...'): set pandas' display.max_colwidth and display.max_rows")
     if is_chapter and state["tables"] == 0:
         problems.append("a chapter page without a table")
-    check = PageCheck(problems, len(state["images"]), state["maths"], state["tables"])
+    problems += [f"interactive chart {c['id']} drew no points" for c in state["charts"] if not c["points"]]
+    check = PageCheck(problems, len(state["images"]), state["maths"], state["tables"],
+                      {c["id"]: c["points"] for c in state["charts"]})
     return check, shown, state["hrefs"]
 
 

@@ -48,7 +48,8 @@ PAGES = {"06": "06_conclusions", "A": "appendix_a_reproducibility", "B": "append
 EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
 # `--lanes`: the chapters split into two queues of about equal length on the full profile, one per
 # core, each kernel on one thread. On 2 cores this beats one queue on two threads: these small models
-# keep two threads only partly busy. Timings inside a chapter are then taken beside the other lane.
+# keep two threads only partly busy. Timings inside a chapter would then be taken beside the other
+# lane, so chapter 4's decode steps are timed first, alone (kvutils.approx_study.time_alone).
 LANES = (("04", "02", "03"), ("01", "05"))
 
 
@@ -88,8 +89,18 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
 
 def run_lanes(lanes, profile: str, results_dir: str, output_dir: str) -> None:
     """Run each lane's chapters in its own process on one thread, the lanes side by side; wait for
-    all, then fail naming every lane that failed (its chapter's own error is printed above)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    all, then fail naming every lane that failed (its chapter's own error is printed above).
+    Before the lanes, chapter 4's decode steps are timed alone on every thread; the chapter reads
+    those timings (see kvutils.approx_study)."""
+    from . import approx_study
+
+    started = time.time()
+    name = NOTEBOOKS["04"]
+    print(f"== timing chapter 4's decode steps alone ({profile} profile) ...", flush=True)
+    timed = approx_study.time_alone(results_dir, dict(QUICK[name]) if profile == "quick" else {})
+    alone_s = time.time() - started
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           approx_study.TIMINGS_ENV: str(Path(timed).resolve())}
     started = time.time()
     procs = [(lane, subprocess.Popen([sys.executable, "-m", "kvutils.chapters", *lane, "--no-pages", "--profile",
                                       profile, "--results-dir", results_dir, "--output-dir", output_dir], env=env))
@@ -111,7 +122,8 @@ def run_lanes(lanes, profile: str, results_dir: str, output_dir: str) -> None:
     wall = time.time() - started
     # the appendix's wall time of `make book` counts the lanes once, not the sum of their chapters
     write_json_atomic(Path(results_dir) / "chapter_lanes.json",
-                      {"lanes": [list(lane) for lane in lanes], "threads_per_lane": 1, "wall_time_s": round(wall, 2)})
+                      {"lanes": [list(lane) for lane in lanes], "threads_per_lane": 1, "wall_time_s": round(wall, 2),
+                       "decode_timing_alone_s": round(alone_s, 2)})
     print(f"== all lanes done in {wall:.0f} s", flush=True)
 
 

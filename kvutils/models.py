@@ -385,6 +385,14 @@ class Loaded:
 
     @property
     def device(self) -> torch.device:
+        """Where inputs go: the first parameter's device, or for a model spread by accelerate
+        (`load(..., device="auto")`) the device of its first module (its hooks move activations
+        between the others; an offloaded module's weights sit on "meta" until they are used)."""
+        spread = getattr(self.model, "hf_device_map", None)
+        if spread:
+            first = next(iter(spread.values()))
+            return torch.device("cpu" if first in ("cpu", "disk") else
+                                f"cuda:{first}" if isinstance(first, int) else first)
         return next(self.model.parameters()).device
 
     def describe(self) -> dict:
@@ -405,12 +413,20 @@ def as_dtype(dtype: torch.dtype | str, parameter: str = "dtype") -> torch.dtype:
 
 
 def load(name: str, dtype: torch.dtype | str = torch.float32, device: str = "cpu",
-         attn_implementation: str | None = None) -> Loaded:
+         attn_implementation: str | None = None, max_memory: dict | None = None,
+         offload_folder: str | Path | None = None) -> Loaded:
     """Load a registry key, tiny model, Hugging Face id or local path, in eval mode.
 
-    `attn_implementation="eager"` is needed where attention weights are read.
+    `attn_implementation="eager"` is needed where attention weights are read. `device="auto"`
+    spreads the model with accelerate (as transformers' `device_map="auto"`): whole decoder layers
+    over every accelerator, then the CPU, then `offload_folder` on disk, within `max_memory`
+    ({0: "20GiB", "cpu": "60GiB"}; default: what each device has free). The numbers are the same
+    as on one device. The weights are first read into CPU memory (as for every other device), so
+    the model must fit there; what "auto" spares is accelerator memory.
     """
     dtype = as_dtype(dtype)
+    if device != "auto" and (max_memory is not None or offload_folder is not None):
+        raise ValueError(f"max_memory / offload_folder: only with device='auto' (got device={device!r})")
     resolved = resolve(name)
     if resolved.kind == "tiny":
         loaded = _build_tiny(TINY[name], attn_implementation)
@@ -420,11 +436,31 @@ def load(name: str, dtype: torch.dtype | str = torch.float32, device: str = "cpu
         else:
             path, sha = resolved.path, ""
         loaded = _load_dir(name, resolved.family, path, attn_implementation, sha)
-    loaded.model.to(device=device, dtype=dtype).eval()
+    loaded.model.to(device="cpu" if device == "auto" else device, dtype=dtype).eval()
     if dtype == torch.float64:
         keep_norms_in_float64(loaded.model)
     loaded.dtype = dtype
+    if device == "auto":
+        _spread(loaded.model, max_memory, offload_folder)
     return loaded
+
+
+def _spread(model: torch.nn.Module, max_memory: dict | None, offload_folder: str | Path | None) -> None:
+    """accelerate's device_map="auto" on a loaded model: never split a decoder layer (its
+    attention needs its keys and values on one device), fill the devices in order."""
+    from accelerate import dispatch_model, infer_auto_device_map
+    from accelerate.utils import get_balanced_memory
+
+    no_split = getattr(model, "_no_split_modules", None) or []
+    if max_memory is None:
+        max_memory = get_balanced_memory(model, no_split_module_classes=no_split)
+    device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=no_split)
+    if "disk" in device_map.values() and offload_folder is None:
+        raise ValueError("device='auto': the model does not fit in max_memory and part of it would go to disk; "
+                         "give offload_folder (a folder for the offloaded weights) or more max_memory")
+    if set(device_map.values()) == {"cpu"}:
+        return  # nothing to spread: the model stays as loaded
+    dispatch_model(model, device_map=device_map, offload_dir=str(offload_folder) if offload_folder else None)
 
 
 def keep_norms_in_float64(model: torch.nn.Module) -> int:

@@ -51,10 +51,15 @@ def check_list(name: str, value, allowed: Iterable[str]) -> list[str]:
 
 
 def check_device(device: str) -> str:
+    """A torch device, or "auto": accelerate's device_map="auto" spreads the model over every
+    accelerator, then the CPU (kvutils.models.load)."""
+    if device == "auto":
+        return device
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:1' or 'mps'") from None
+        raise ValueError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:1', 'mps' or 'auto' "
+                         "(spread over every accelerator, then the CPU)") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device: {device!r} asked for, but no CUDA device is available here; use 'cpu'")
     if dev.type == "mps" and not torch.backends.mps.is_available():

@@ -123,7 +123,7 @@ def performance_rows(bench: dict) -> list[dict]:
          "measured": f"{fmt(s['uncached_ms'], 4)} ms ÷ {fmt(s['cached_ms'], 3)} ms", "ratio": s["speedup"],
          "target": "—", "met": None},
     ]
-    for key, target in (("teacher_fp64", 1e-9), ("teacher_fp32_discrete", None)):
+    for key, target in (("teacher_fp64", 1e-9), ("teacher_fp32_discrete", None), ("teacher_press", 1e-4)):
         if key in bench:
             q = bench[key]
             rows.append({"measure": f"teacher forcing ({q['op']}, {q['dtype']}): step-by-step ÷ fast path",
@@ -132,6 +132,15 @@ def performance_rows(bench: dict) -> list[dict]:
                          "target": f"|Δlogit| ≤ {target:g}: the same computation" if target else
                                    "none: rounding before quantising can change a level",
                          "met": q["max_logit_diff"] <= target if target else None})
+    if "decode_policy" in bench:
+        q = bench["decode_policy"]
+        rows.append({"measure": f"decode-time policy ({q['op']}, step path only) ÷ the exact cache's fast path",
+                     "measured": f"{fmt(q['policy_step_s'], 3)} s ÷ {fmt(q['exact_fast_s'], 3)} s",
+                     "ratio": q["over_exact_fast"], "target": "reported (the price of deciding after every token)",
+                     "met": None})
+        rows.append({"measure": f"decode-time policy ({q['op']}) ÷ the exact cache, both on the step path",
+                     "measured": f"{fmt(q['policy_step_s'], 3)} s ÷ {fmt(q['exact_step_s'], 3)} s",
+                     "ratio": q["over_exact_step"], "target": "reported (the policy's own decisions)", "met": None})
     if "bound_ms" in s:
         rows.append({"measure": f"cached decode step at {s['context']} tokens ÷ memory-bandwidth bound",
                      "measured": f"{fmt(s['cached_ms'], 3)} ms ÷ {fmt(s['bound_ms'], 3)} ms "
@@ -164,6 +173,9 @@ def _book_time_rows(bench: dict, runs: dict) -> list[dict]:
         lane = lane_of.get(number.get(chapter))
         rows.append({"step": f"chapter {chapter}" + (f" (lane {lane}, one thread)" if lane else ""),
                      "seconds": run["wall_time_s"], "counted": lane is None})
+    if lanes and "decode_timing_alone_s" in lanes:
+        rows.append({"step": "chapter 4's decode steps, timed alone before the lanes",
+                     "seconds": lanes["decode_timing_alone_s"], "counted": True})
     if lanes:
         rows.append({"step": f"chapters: {len(lanes['lanes'])} lanes side by side",
                      "seconds": lanes["wall_time_s"], "counted": True})

@@ -296,13 +296,15 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
             pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's {fmt(article_rows_by_spec()[spec]['top1_pct'])}%")
     out["rq3_eviction"] = "; ".join(pairs) or "not run (no window or chunk operation in chapter 4's ops)"
     longest = _longest_steps(ch4)
-    machine = runs[NOTEBOOKS["04"]]["machine"]
+    # the threads the steps were timed on: under `make book` they are timed alone, not in the chapter's lane
+    machine, timing = runs[NOTEBOOKS["04"]]["machine"], ch4.get("decode_timing") or {}
+    cores, threads = timing.get("cores", machine["cores"]), timing.get("threads", machine["torch_threads"])
     grows = all([s["speedup"] for s in sorted(d["steps"], key=lambda s: s["context"])]
                 == sorted(s["speedup"] for s in d["steps"]) and len(d["steps"]) > 1 for d in ch4["decode"].values())
     out["rq3_speed_reason"] = (
         "Speed-up of the exact cache at the longest context: " + ", ".join(
             f"{fmt(s['speedup'], 3)}× ({m}, {s['context']} tokens)" for m, s in longest.items())
-        + f" on {machine['cores']} cores and {machine['torch_threads']} torch thread(s), against "
+        + f" on {cores} cores and {threads} torch thread(s), against "
         f"{fmt(a['e4_decode_time']['ctx_2000']['speedup'])}× for {ARTICLE_MODEL} on the article's 6-core CPU. "
         + ("In this run the ratio grew with context on every model, as it must where recomputation grows with the "
            "context and a cached step barely does; " if grows else

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .report import article, fmt, rows_table
+from .report import article, bold_numbers, fmt, rows_table, styled
+from .report_frontier import (  # noqa: F401  (chapter 4 calls them through this module)
+    frontier_chart, frontier_glue, frontier_table, frontier_winners, plot_frontier)
 
 
 # --------------------------------------------------------------------------- E4: decode cost
@@ -42,13 +44,14 @@ def decode_table(decode: dict) -> pd.DataFrame:
     return rows_table(rows)
 
 
+@styled
 def plot_decode(decode: dict):
     """Chart 3: one decode step with and without the cache, per context length and model (log
     scale), with the memory-bandwidth bound of the cached step."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
     labels, cached, uncached, bound = [], [], [], []
     for model, r in decode.items():
         for step in r["steps"]:
@@ -62,13 +65,13 @@ def plot_decode(decode: dict):
     ax.scatter(x - 0.2, bound, marker="_", s=400, color="black", zorder=3,
                label="bandwidth bound of the cached step")
     for xi, c, u in zip(x, cached, uncached):
-        ax.text(xi + 0.2, u * 1.1, f"{u / c:.1f}×", ha="center", fontsize=8)
+        ax.text(xi + 0.2, u * 1.1, f"{u / c:.1f}×", ha="center")
     ax.set_yscale("log")
-    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_xticks(x, labels)
     ax.set_ylabel("time of one decode step (ms, log scale)")
     ax.set_xlabel("model and context length")
-    ax.set_title(f"What the cache buys: one decode step, median of repeats — models: {', '.join(decode)}", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title(f"What the cache buys: one decode step, median of repeats\nmodels: {', '.join(decode)}")
+    ax.legend()
     fig.tight_layout()
     return fig
 
@@ -98,23 +101,24 @@ def bytes_table(bytes_rows: list[dict]) -> pd.DataFrame:
     return rows_table(rows, "configuration")
 
 
+@styled
 def plot_bytes(bytes_rows: list[dict]):
     """Chart 4: KV-cache size of a 128K-token sequence per configuration."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
     names = [r["model"] for r in bytes_rows]
     values = [r["gib_per_128k"] for r in bytes_rows]
     colours = ["tab:blue" if r.get("source") == "published" else "tab:orange" for r in bytes_rows]
     ax.barh(names, values, color=colours)
     for i, v in enumerate(values):
-        ax.text(v, i, f" {v:.3g}", va="center", fontsize=8)
+        ax.text(v, i, f" {v:.3g}", va="center")
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("KV cache of one 128K-token sequence (GiB, 16-bit values, log scale)")
     ax.set_ylabel("configuration")
     ax.set_title("The price of exactness: cache memory per sequence\n"
-                 "(blue: published configurations; orange: this book's models, formula at 16 bits)", fontsize=10)
+                 "(blue: published configurations;\norange: this book's models, formula at 16 bits)")
     fig.tight_layout()
     return fig
 
@@ -159,6 +163,7 @@ def approximations_table(table2: dict) -> pd.DataFrame:
     return table
 
 
+@styled
 def plot_approximations(table2: dict):
     """Chart 5: top-1 agreement with the exact cache per operation and model, the article's value
     marked for the operations it ran."""
@@ -167,7 +172,7 @@ def plot_approximations(table2: dict):
 
     art = article_rows_by_spec()
     specs = list(dict.fromkeys(s for runs in table2.values() for kind in ("plain", "chunks") for s in _ops(runs[kind])))
-    fig, ax = plt.subplots(figsize=(10, 0.32 * len(specs) + 1.8))
+    fig, ax = plt.subplots(figsize=(7.5, 0.3 * len(specs) * max(len(table2), 1) ** 0.5 + 2.2))
     y = np.arange(len(specs))
     height = 0.8 / max(len(table2), 1)
     for i, (model, runs) in enumerate(table2.items()):
@@ -178,14 +183,13 @@ def plot_approximations(table2: dict):
     if marked:
         ax.scatter([v for _, v in marked], [k + 0.4 - height / 2 for k, _ in marked], marker="|", s=200,
                    color="black", zorder=3, label="article (Pythia-160M)")
-    ax.set_yticks(y + 0.4 - height / 2, specs, fontsize=7.5)
+    ax.set_yticks(y + 0.4 - height / 2, specs)
     ax.invert_yaxis()
     ax.set_xlim(0, 101)
     ax.set_xlabel("top-1 agreement with the exact cache (%)")
     ax.set_ylabel("cache operation")
-    ax.set_title(f"What each cache approximation costs: next-token agreement — models: {', '.join(table2)}",
-                 fontsize=10)
-    ax.legend(fontsize=8, loc="lower left")
+    ax.set_title(f"What each cache approximation costs: next-token agreement\nmodels: {', '.join(table2)}")
+    ax.legend(loc="lower left")
     fig.tight_layout()
     return fig
 
@@ -207,24 +211,25 @@ def blend_sweep(table2: dict) -> dict[str, list[tuple[float, float, float]]]:
     return out
 
 
+@styled
 def plot_blend_sweep(table2: dict):
     """Selective recompute of a reused chunk: how quality returns with the recomputed fraction."""
     import matplotlib.pyplot as plt
 
     sweep = blend_sweep(table2)
-    fig, (ax_kl, ax_top) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_kl, ax_top) = plt.subplots(1, 2, figsize=(7.5, 4.2))
     for model, points in sweep.items():
         fractions, kls, tops = zip(*points)
         ax_kl.plot(fractions, [max(k, 1e-6) for k in kls], marker="o", label=model)
         ax_top.plot(fractions, tops, marker="o", label=model)
     ax_kl.set_yscale("log")
-    ax_kl.set_ylabel("mean KL vs the exact cache (nats, log; 1e-6 = exact)")
+    ax_kl.set_ylabel("mean KL vs the exact cache\n(nats, log; 1e-6 = exact)")
     ax_top.set_ylabel("top-1 agreement (%)")
     for ax in (ax_kl, ax_top):
-        ax.set_xlabel("fraction of the chunk's tokens recomputed in context")
+        ax.set_xlabel("fraction of the chunk\nrecomputed in context")
         ax.grid(alpha=0.3)
-    ax_top.legend(fontsize=8)
-    fig.suptitle(f"CacheBlend-style selective recompute of a reused chunk — models: {', '.join(sweep)}", fontsize=10)
+    ax_top.legend()
+    fig.suptitle(f"CacheBlend-style selective recompute of a reused chunk\nmodels: {', '.join(sweep)}")
     fig.tight_layout()
     return fig
 
@@ -267,108 +272,81 @@ def chapter4_glue(numbers: dict) -> dict[str, str]:
     return out
 
 
-# --------------------------------------------------------------------------- the frontier
+def _list(items: list[str]) -> str:
+    return ", ".join(items) if items else "none"
 
 
-EVICTION_FAMILIES = ("press", "decode-time eviction")
-ATTENTION_INFORMED = ("snapkv", "expected_attention", "pyramidkv", "adakv", "h2o", "tova")
-
-
-def _ratio(spec: str) -> float | None:
-    return float(spec.split("compression_ratio=")[1].split(",")[0]) if "compression_ratio=" in spec else None
-
-
-def frontier_table(frontier: dict) -> pd.DataFrame:
-    """Per method and model: mean KL · top-1 % · perplexity, and the cache held as % of the exact one."""
-    rows: dict[str, dict[str, str]] = {}
-    for model, run in frontier.items():
-        exact = run["exact_cache_bytes"]
-        for spec, r in run["ops"].items():
-            row = rows.setdefault(spec, {"family": r["family"]})
-            row[model] = _triple(r)
-            row[f"{model}: cache % of exact"] = fmt(100 * r["cache_bytes"] / exact, 3)
-        for spec, why in run.get("refused", {}).items():
-            rows.setdefault(spec, {"family": "transformers QuantizedCache"})[model] = f"refused: {why}"
-    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
-    table.index.name = "method (KL nats · top-1 % · perplexity)"
-    return table
-
-
-def plot_frontier(frontier: dict):
-    """Mean KL (log) against the bytes the cache holds, one panel per model, families coloured,
-    each press and decode-time policy a line through its budgets."""
-    import matplotlib.pyplot as plt
-
-    models = list(frontier)
-    fig, axes = plt.subplots(1, max(len(models), 1), figsize=(6.5 * max(len(models), 1), 5.2), squeeze=False)
-    colours = {}
-    for ax, model in zip(axes[0], models):
-        run = frontier[model]
-        exact = run["exact_cache_bytes"]
-        by_name: dict[str, list] = {}
-        for spec, r in run["ops"].items():
-            by_name.setdefault(r["name"], []).append((r["cache_bytes"] / exact * 100, max(r["mean_kl"], 1e-7), r["family"], spec))
-        for name, points in by_name.items():
-            family = points[0][2]
-            colour = colours.setdefault(family, f"C{len(colours)}")
-            points.sort()
-            xs, ys = [p[0] for p in points], [p[1] for p in points]
-            marker = "o" if family == "press" else ("s" if family == "decode-time eviction" else "D")
-            ax.plot(xs, ys, marker=marker, color=colour, lw=1, ms=5, label=None)
-            spec = points[0][3]
-            single = name + (f" {spec.split(':')[1].split(',')[0].split('=')[1]}" if ":" in spec else "")
-            ax.annotate(name if len(points) > 1 else single, (xs[-1], ys[-1]), fontsize=8, xytext=(3, 3),
-                        textcoords="offset points")
-        ax.set_yscale("log")
-        ax.set_xlabel("cache held after the prefill (% of the exact cache's bytes)")
-        ax.set_ylabel("mean KL from the exact cache (nats, log; 1e-7 = exact)")
-        n = len(run["documents"])
-        ax.set_title(f"{model}: {n} document{'s' * (n != 1)}, {run['prefill']}+{run['decode']} tokens", fontsize=10)
-        ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=f) for f, c in colours.items()]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=9, frameon=False)
-    fig.suptitle(f"Bytes against fidelity: every cache method on one frontier — models: {', '.join(models)}", fontsize=11)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    return fig
-
-
-def frontier_winners(frontier: dict) -> dict[str, dict]:
-    """Per model: at each compression ratio the eviction method (press or decode-time policy) with
-    the lowest mean KL, and which attention-informed methods beat `random` at each ratio."""
+def chapter4_findings(numbers: dict) -> dict[str, str]:
+    """The chapter's measured sentences, each computed from the results (glued as Markdown, numbers
+    in bold); each says the opposite when the numbers do."""
     out = {}
-    for model, run in frontier.items():
-        per_ratio: dict[float, list] = {}
-        for spec, r in run["ops"].items():
-            ratio = _ratio(spec)
-            if ratio is not None and r["family"] in EVICTION_FAMILIES:
-                per_ratio.setdefault(ratio, []).append((r["mean_kl"], r["name"], r["top1_agreement_pct"]))
-        winners = {}
-        for ratio, entries in sorted(per_ratio.items()):
-            kl, name, top1 = min(entries)
-            random_kl = next((k for k, n, _ in entries if n == "random"), None)
-            beat = sorted(n for k, n, _ in entries if n in ATTENTION_INFORMED and random_kl is not None and k < random_kl)
-            lost = sorted(n for k, n, _ in entries if n in ATTENTION_INFORMED and random_kl is not None and k >= random_kl)
-            winners[ratio] = {"best": name, "kl": kl, "top1": top1, "random_kl": random_kl, "beat_random": beat,
-                              "not_beating_random": lost}
-        out[model] = winners
+    timing = numbers.get("decode_timing")
+    out["timing"] = (f"Timed {timing['where']}, on {timing['threads']} torch thread(s) of {timing['cores']} cores."
+                     if timing else "Timed in this chapter's run (thread count not recorded).")
+    steps = [(m, s) for m, r in numbers["decode"].items() for s in r["steps"]]
+    below = [f"{m} at {s['context']} tokens ({fmt(s['speedup'], 3)}× vs {fmt(s['analytical_ratio'], 3)}×)"
+             for m, s in steps if s["speedup"] < s["analytical_ratio"]]
+    above = [f"{m} at {s['context']} tokens" for m, s in steps if s["speedup"] >= s["analytical_ratio"]]
+    bound = [s["cached_ms"] / s["bound_ms"] for _, s in steps]
+    out["speed_vs_analytical"] = (
+        ("The measured speed-up is smaller than the analytical compute ratio " + ("everywhere: " if not above else "for ")
+         + _list(below) + ("" if not above else f"; it reaches it for {_list(above)}") + ". " if below else
+         f"The measured speed-up reaches the analytical compute ratio everywhere ({_list(above)}). ")
+        + f"The cached step took {fmt(min(bound), 3)}× to {fmt(max(bound), 3)}× its bandwidth bound "
+        "(1× would mean it only streams the weights and the cache once).")
+    grew, not_grew = [], []
+    for m, r in numbers["decode"].items():
+        ordered = sorted(r["steps"], key=lambda s: s["context"])
+        if len(ordered) < 2:
+            continue
+        speeds = " → ".join(f"{fmt(s['speedup'], 3)}×" for s in ordered)
+        (grew if all(a["speedup"] < b["speedup"] for a, b in zip(ordered, ordered[1:])) else not_grew).append(
+            f"{m} ({speeds} from {ordered[0]['context']} to {ordered[-1]['context']} tokens)")
+    if not grew and not not_grew:
+        out["speed_grows"] = "Only one context was timed, so no trend is measured."
+    elif not grew:
+        out["speed_grows"] = f"In this run the speed-up did not grow with context on any model: {_list(not_grew)}."
+    else:
+        out["speed_grows"] = ("In this run the speed-up grew with context on " + ("every model: " if not not_grew else "")
+                              + _list(grew) + (f"; it did not on {_list(not_grew)}" if not_grew else "") + ".")
+    ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
+    less = [f"{r['model']} holds {fmt(100 * r['held_kib_per_token_fp32'] / r['formula_kib_per_token_fp32'], 3)}% of "
+            f"the formula's bytes at {r['check_tokens']} tokens" for r in ours
+            if r["held_kib_per_token_fp32"] < r["formula_kib_per_token_fp32"]]
+    full = [r["model"] for r in ours if r["held_kib_per_token_fp32"] >= r["formula_kib_per_token_fp32"]]
+    out["bytes_windowed"] = ((f"Where a model has sliding-window layers the cache holds less than the formula says: "
+                              f"{_list(less)}, because those layers keep only their most recent window" if less else
+                              "No model of this run holds fewer bytes than the formula")
+                             + (f"; {_list(full)} hold{'s' * (len(full) == 1)} what the formula says." if full else "."))
+    pairs = []
+    for model, runs in numbers["table2"].items():
+        ops = _ops(runs["plain"])
+        for spec, r in ops.items():
+            if r["name"] == "window" and "sinks=0" not in spec and "reindex=false" in spec:
+                bare = spec.split("sinks=")[0] + "sinks=0," + spec.split("sinks=")[1].split(",", 1)[1]
+                if bare in ops:
+                    pairs.append((model, spec, r, ops[bare]))
+    def pair(m, spec, a, b):
+        return (f"{m}, {spec.split(':')[1].split(',')[0]}: KL {fmt(a['mean_kl'], 3)} with vs {fmt(b['mean_kl'], 3)} "
+                f"without, top-1 {fmt(a['top1_agreement_pct'], 4)}% vs {fmt(b['top1_agreement_pct'], 4)}%")
+
+    helped = [pair(*p) for p in pairs if p[2]["mean_kl"] < p[3]["mean_kl"]]
+    hurt = [pair(*p) for p in pairs if p[2]["mean_kl"] >= p[3]["mean_kl"]]
+    out["sinks"] = ((("Keeping the sinks lowered the window's mean KL " + ("on every model" if not hurt else "on")
+                      + f" ({'; '.join(helped)})" + (f"; it did not ({'; '.join(hurt)})" if hurt else "") + ".")
+                     if helped else f"In this run keeping the sinks did not lower the window's mean KL ({'; '.join(hurt)}).")
+                    if pairs else "No window was scored both with and without sinks in this run.")
+    sweep = blend_sweep(numbers["table2"])
+    blend = []
+    for model, points in sweep.items():
+        start = next((p for p in points if p[0] == 0.0), None)
+        partial = [p for p in points if 0.0 < p[0] < 1.0]
+        if start and partial:
+            f, kl, top = min(partial)
+            blend.append((model, f, start[1], kl, start[2], top))
+    out["blend"] = ("; ".join(
+        f"{m}: recomputing {fmt(100 * f, 3)}% of the chunk " + ("lowered" if kl < kl0 else "did not lower")
+        + f" the mean KL ({fmt(kl0, 3)} → {fmt(kl, 3)} nats; top-1 {fmt(top0, 4)}% → {fmt(top, 4)}%)"
+        for m, f, kl0, kl, top0, top in blend) + ".") if blend else "No partial recompute was scored in this run."
     return out
 
-
-def frontier_glue(frontier: dict) -> str:
-    """The frontier's headline, computed: per model and budget the best eviction method, and the
-    attention-informed methods that do not beat random."""
-    if not frontier:
-        return "not run"
-    parts = []
-    for model, winners in frontier_winners(frontier).items():
-        bits = []
-        for ratio, w in winners.items():
-            text = (f"at compression {fmt(ratio)} **{w['best']}** (mean KL {fmt(w['kl'], 3)}, top-1 "
-                    f"{w['top1']:.1f}%)")
-            if w["not_beating_random"]:
-                text += f"; not better than random: {', '.join(w['not_beating_random'])}"
-            elif w["random_kl"] is not None:
-                text += "; every attention-informed method beats random"
-            bits.append(text)
-        parts.append(f"{model}: " + "; ".join(bits) if bits else f"{model}: no eviction method in the run")
-    return ". ".join(parts) + "."

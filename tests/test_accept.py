@@ -335,3 +335,49 @@ def test_jsonl_documents(tmp_path, texts):
     r = acceptance.accept(load_cached("tiny-neox", "float32"), "cast:dtype=bfloat16", str(path),
                           prefill=PREFILL, decode=DECODE, progress=False)
     assert r["documents"] == ["docs.jsonl:1", "docs.jsonl:2"] and 0 < r["mean_kl"] < 1e-3
+
+
+# --------------------------------------------------------------------------- beyond one device
+
+
+AUTO_OPS = ["exact", "snapkv:compression_ratio=0.5,window=4", "quantize_kivi:bits=2,group=4,residual=8",
+            "tova:compression_ratio=0.5"]
+
+
+def test_a_model_spread_over_cpu_and_disk_gives_the_same_numbers(tmp_path, texts):
+    """device="auto" (accelerate's device_map="auto"), forced to split: with max_memory below the
+    model's size part of it goes to disk and is read back per forward. Exact, a press, a quantiser
+    and a decode-time policy give bit-identical numbers to the unsplit model (a wrong input device,
+    a hook that skips the offloaded head, or a cache living on the wrong device would change or
+    break them)."""
+    whole = load_cached("tiny-llama", "float32")
+    size = sum(p.numel() * p.element_size() for p in whole.model.parameters())
+    split = models.load("tiny-llama", device="auto", max_memory={"cpu": size}, offload_folder=tmp_path / "offload")
+    assert {"cpu", "disk"} <= set(split.model.hf_device_map.values()), split.model.hf_device_map
+    assert split.device == torch.device("cpu")
+    kwargs = dict(prefill=PREFILL, decode=DECODE, progress=False)
+    a = acceptance.accept_many(whole, AUTO_OPS, texts[:2], **kwargs)
+    b = acceptance.accept_many(split, AUTO_OPS, texts[:2], **kwargs)
+    assert a["exact_perplexity"] == b["exact_perplexity"]
+    for spec, r in a["ops"].items():
+        assert (b["ops"][spec]["mean_kl"], b["ops"][spec]["top1_agreement_pct"], b["ops"][spec]["cache_bytes"]) == \
+            (r["mean_kl"], r["top1_agreement_pct"], r["cache_bytes"]), spec
+    assert a["ops"]["quantize_kivi:bits=2,group=4,residual=8"]["mean_kl"] > 0  # the comparison is not of zeros only
+
+
+def test_max_memory_needs_device_auto():
+    with pytest.raises(ValueError, match="max_memory / offload_folder: only with device='auto'"):
+        models.load("tiny-llama", device="cpu", max_memory={"cpu": 1})
+
+
+def test_cli_device_auto(tmp_path, texts):
+    """`--device auto` is accepted and, on a machine with one device, gives the CPU's numbers."""
+    out = {}
+    for device in ("cpu", "auto"):
+        out[device] = tmp_path / f"{device}.json"
+        argv = ["--model", "tiny-llama", "--docs", "pydoc", "--prefill", str(PREFILL), "--decode", str(DECODE),
+                "--n-docs", "1", "--skip-short", "--device", device, "--out", str(out[device]),
+                "--op", "quantize_kivi:bits=2,group=4,residual=8"]
+        assert acceptance.main(argv) == 0
+    runs = {d: json.loads(p.read_text())["ops"] for d, p in out.items()}
+    assert [r["mean_kl"] for r in runs["auto"].values()] == [r["mean_kl"] for r in runs["cpu"].values()]

@@ -58,7 +58,11 @@ def test_chapter4_page(built_book):
     assert "tiny-llama: " in text and " ms with and " in text and "without the cache at 128 tokens" in text
     assert "68.625 / 8.578" in text  # the article's DeepSeek-V3 row, recomputed by the formula
     assert "0.064307 · 86.3 · 17.8661" in text  # the article's bf16 row beside ours
+    # decode, bytes, approximations, blend sweep; the frontier is the interactive chart
     assert page.count('<img alt="../../_images/') == 4
+    assert page.count('class="kvutils-plotly"') == 1 and '<script src="../../_static/plotly.min.js' in page
+    assert "snapkv:compression_ratio=0.5" in page and "hf_quantized:backend=fp8" in page  # hover data
+    assert "Timed alone, before the chapters ran in lanes, on" in text and "torch thread(s)" in text
 
 
 def test_chapter5_page(built_book):

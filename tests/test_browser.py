@@ -66,6 +66,9 @@ def test_figures_formulas_and_tables_are_there(site_report):
     for name in ("01_cache_exactness", "04_cache_approximations", "06_conclusions", "appendix_b_performance"):
         assert chapters[f"book/chapters/{name}.html"].images >= 1, name
     assert site_report["book/intro.html"].formulas >= 4  # typeset: a formula left raw is a problem above
+    # chapter 4's frontier, drawn by Plotly in the page: one point per scored method and model
+    charts = chapters["book/chapters/04_cache_approximations.html"].charts
+    assert len(charts) == 1 and list(charts.values())[0] >= 10, charts
 
 
 def _tiny_site(root: Path, body: str) -> Path:

@@ -52,6 +52,10 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     root, _ = quick_chapters
     record = json.loads((root / "results" / "04_cache_approximations.json").read_text())
     numbers = record["numbers"]
+    # run in lanes (as make book runs them): the steps were timed alone, on every thread, not in the lane
+    assert numbers["decode_timing"]["where"] == "alone, before the chapters ran in lanes"
+    assert numbers["decode_timing"]["threads"] >= 1 and record["machine"]["torch_threads"] == 1
+    assert json.loads((root / "results" / approx_study.DECODE_TIMING_FILE).read_text())["decode"] == numbers["decode"]
     for model in ("tiny-llama", "tiny-gemma3"):
         steps = numbers["decode"][model]["steps"]
         assert [s["context"] for s in steps] == [32, 128]
@@ -97,3 +101,55 @@ def test_frontier_prose_follows_the_numbers():
     text = report_costs.frontier_glue({"m": _run(ops)})
     assert "at compression 0.5 **tova**" in text and "not better than random: snapkv" in text
     assert report_costs.frontier_glue({}) == "not run"
+
+
+def test_timings_are_read_only_where_the_lanes_runner_points_and_only_if_they_match(tmp_path, monkeypatch,
+                                                                                    no_model_loads):
+    """Standalone, the chapter times itself; under the lanes it reads the file `time_alone` wrote,
+    and a file timed for other settings is an error, not silently reused."""
+    p = approx_study.plan(**GOOD)
+    monkeypatch.delenv(approx_study.TIMINGS_ENV, raising=False)
+    assert approx_study.deferred_timings(p) is None
+    path = tmp_path / approx_study.DECODE_TIMING_FILE
+    timed = {"where": "alone", "threads": 2, "cores": 2, "bandwidth_gb_s": 1.0, "decode": {}, "cache_bytes": {},
+             "key": json.loads(json.dumps(approx_study._timing_key(p)))}
+    path.write_text(json.dumps(timed))
+    monkeypatch.setenv(approx_study.TIMINGS_ENV, str(path))
+    assert approx_study.deferred_timings(p)["where"] == "alone"
+    other = approx_study.plan(**{**GOOD, "timing_repeats": 7})
+    with pytest.raises(ValueError, match="timed for other settings"):
+        approx_study.deferred_timings(other)
+
+
+def _numbers(speedups: dict, held: float = 50.0, sink_kl: float = 0.1, blend_kl: float = 0.2) -> dict:
+    steps = {m: {"steps": [{"context": c, "cached_ms": 1.0, "uncached_ms": s, "speedup": s, "analytical_ratio": 10.0,
+                            "bound_ms": 0.5} for c, s in zip((128, 2000), pair)]} for m, pair in speedups.items()}
+    ops = {"window:size=8,sinks=4,reindex=false": {"name": "window", "mean_kl": sink_kl, "top1_agreement_pct": 80.0},
+           "window:size=8,sinks=0,reindex=false": {"name": "window", "mean_kl": 0.3, "top1_agreement_pct": 60.0}}
+    chunks = {"chunk_reuse:positions=reindexed,chunk=32": {"name": "chunk_reuse", "mean_kl": 0.3, "top1_agreement_pct": 70.0},
+              "chunk_blend:recompute_fraction=0.15,chunk=32": {"name": "chunk_blend", "mean_kl": blend_kl,
+                                                               "top1_agreement_pct": 75.0}}
+    return {"decode": steps, "decode_timing": {"where": "alone", "threads": 2, "cores": 2},
+            "bytes": [{"source": "ours", "model": "m", "held_kib_per_token_fp32": held,
+                       "formula_kib_per_token_fp32": 100.0, "check_tokens": 2000}],
+            "table2": {"m": {"plain": {"ops": ops}, "chunks": {"ops": chunks}}}}
+
+
+def test_chapter4_findings_follow_the_numbers():
+    """Each measured sentence of chapter 4 is computed, and says the opposite when the numbers do."""
+    from kvutils import report_costs
+
+    f = report_costs.chapter4_findings(_numbers({"a": (2.0, 5.0), "b": (3.0, 4.0)}))
+    assert f["speed_vs_analytical"].startswith("The measured speed-up is smaller than the analytical compute ratio everywhere")
+    assert "2× to 2×" in f["speed_vs_analytical"]  # cached ÷ bandwidth bound
+    assert f["speed_grows"].startswith("In this run the speed-up grew with context on every model")
+    assert "holds 50% of the formula's bytes" in f["bytes_windowed"]
+    assert f["sinks"].startswith("Keeping the sinks lowered the window's mean KL on every model")
+    assert "recomputing 15% of the chunk lowered the mean KL" in f["blend"]
+    assert "2 torch thread(s) of 2 cores" in f["timing"]
+    f = report_costs.chapter4_findings(_numbers({"a": (12.0, 5.0)}, held=100.0, sink_kl=0.5, blend_kl=0.4))
+    assert "it reaches it for a at 128 tokens" in f["speed_vs_analytical"]
+    assert f["speed_grows"].startswith("In this run the speed-up did not grow with context on any model: a (12× → 5×")
+    assert f["bytes_windowed"].startswith("No model of this run holds fewer bytes than the formula")
+    assert f["sinks"].startswith("In this run keeping the sinks did not lower")
+    assert "did not lower the mean KL" in f["blend"]

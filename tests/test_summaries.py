@@ -103,6 +103,10 @@ def _bench(**changes) -> dict:
                          "step_s": 20.0, "speedup": 20.0, "max_logit_diff": 1e-5},
              "teacher_fp64": {"op": "quantize_naive:bits=4", "dtype": "float64", "fast_s": 1.0, "step_s": 20.0,
                               "speedup": 20.0, "max_logit_diff": 1e-13},
+             "teacher_press": {"op": "snapkv:compression_ratio=0.5,window=32,kernel=5", "dtype": "float32", "fast_s": 1.0,
+                               "step_s": 20.0, "speedup": 20.0, "max_logit_diff": 1e-6},
+             "decode_policy": {"op": "tova:compression_ratio=0.5", "policy_step_s": 30.0, "exact_fast_s": 1.0,
+                               "exact_step_s": 20.0, "over_exact_fast": 30.0, "over_exact_step": 1.5},
              "step_2000": {"context": 2000, "cached_ms": 100.0, "uncached_ms": 5000.0, "speedup": 50.0, "bound_ms": 50.0},
              "bandwidth_gb_s": 7.0,
              "switch": {"1": {"tail_patch_ms": 10.0, "recompute_ms": 100.0, "time_fraction": 0.1, "flops_fraction": 0.04}},
@@ -125,6 +129,11 @@ def test_benchmark_targets_are_judged_from_the_ratios():
     assert slow[window] is False and slow[int4] is False
     bound = [r for r in ra.performance_rows(_bench()) if "bandwidth bound" in r["measure"]][0]
     assert bound["ratio"] == 2.0
+    press = "teacher forcing (snapkv:compression_ratio=0.5,window=32,kernel=5, float32): step-by-step ÷ fast path"
+    assert met[press] is True
+    assert {r["measure"]: r["met"] for r in ra.performance_rows(_bench(teacher_press__max_logit_diff=1e-3))}[press] is False
+    policy = {r["measure"]: r["ratio"] for r in ra.performance_rows(_bench()) if "decode-time policy" in r["measure"]}
+    assert sorted(policy.values()) == [1.5, 30.0]  # TOVA's step path ÷ exact's step path and ÷ exact's fast path
 
 
 def test_book_time_adds_set_up_chapters_and_benchmark(runs):
@@ -142,6 +151,10 @@ def test_chapters_run_in_lanes_count_once(runs):
     assert table.loc["total on record", "seconds"] == ra.fmt(200.0 + 1000.0 + 100.0, 4)
     assert table.loc["chapter 04_cache_approximations (lane 1, one thread)", "in the total"].startswith("no")
     assert ra.performance_glue(bench, runs)["total_min"] == ra.fmt(1300.0 / 60, 3)
+    bench["chapter_lanes"]["decode_timing_alone_s"] = 50.0  # chapter 4's decode steps, timed before the lanes
+    table = ra.book_times_table(bench, runs)
+    assert table.loc["total on record", "seconds"] == ra.fmt(1350.0, 4)
+    assert table.loc["chapter 4's decode steps, timed alone before the lanes", "in the total"] == "yes"
 
 
 def test_provenance_tables(runs):
@@ -252,6 +265,9 @@ def test_encoder_and_speed_sentences_follow_the_numbers(runs):
     for model, d in ch4["04_cache_approximations"]["numbers"]["decode"].items():
         shrinking(model, d)
     assert "did not grow with context" in rc.conclusions_glue(ch4)["rq3_speed_reason"]
+    # the thread count is the one the steps were timed on (alone, before the lanes), not the lane's one
+    ch4["04_cache_approximations"]["numbers"]["decode_timing"] = {"where": "alone", "threads": 7, "cores": 9}
+    assert "on 9 cores and 7 torch thread(s)" in rc.conclusions_glue(ch4)["rq3_speed_reason"]
 
 
 NOTEBOOK_FILES = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
@@ -314,15 +330,20 @@ def test_figures_read_at_the_page_width(runs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvutils import report, report_senses
+    from kvutils import report, report_costs, report_senses
 
-    numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03")}
+    numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03", "04")}
     figures = {"chapter 1": report.plot_chapter1(numbers["01"]),
                "chapter 2": report_senses.plot_chapter2(numbers["02"]),
                "chapter 3 probe": report_senses.plot_chapter3_probe(numbers["03"]),
                "chapter 3 attention": report_senses.plot_chapter3_attention(numbers["03"]),
                "decision guide": rc.plot_decision_guide(rc.decision_rows(runs), "tiny-llama"),
-               "benchmark": ra.plot_performance(_bench())}
+               "benchmark": ra.plot_performance(_bench()),
+               "chapter 4 decode": report_costs.plot_decode(numbers["04"]["decode"]),
+               "chapter 4 bytes": report_costs.plot_bytes(numbers["04"]["bytes"]),
+               "chapter 4 approximations": report_costs.plot_approximations(numbers["04"]["table2"]),
+               "chapter 4 blend": report_costs.plot_blend_sweep(numbers["04"]["table2"]),
+               "chapter 4 frontier": report_costs.plot_frontier(numbers["04"]["frontier"])}
     for name, fig in figures.items():
         assert report.illegible_text(fig) == [], name
         plt.close(fig)
