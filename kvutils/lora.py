@@ -423,9 +423,11 @@ def compare_logits(reference: torch.Tensor, other: torch.Tensor) -> dict:
             "top1_agree": ref.argmax(-1) == oth.argmax(-1)}
 
 
-def layer_differences(cache_a, cache_b, length: int) -> list[float]:
+def layer_differences(cache_a, cache_b, length: int) -> list[float | None]:
     """Per layer, max |difference| of the keys and values of positions < `length` that both caches
-    still hold (a sliding-window layer keeps only its most recent entries)."""
+    still hold (a sliding-window layer keeps only its most recent entries); None for a layer where
+    no such position is left. None, not NaN: a NaN here is a real NaN in a cache, and every check
+    must fail on it."""
     from .engines import cache_layers
 
     out = []
@@ -433,7 +435,16 @@ def layer_differences(cache_a, cache_b, length: int) -> list[float]:
         start = max(a.first_position, b.first_position)
         held_a, held_b = a.positions(start, length), b.positions(start, length)
         if start >= length or held_a is None or held_b is None:
-            out.append(float("nan"))
+            out.append(None)
             continue
-        out.append(max((x - y).abs().max().item() for x, y in zip(held_a, held_b)))
+        out.append(nan_max((x - y).abs().max().item() for x, y in zip(held_a, held_b)))
     return out
+
+
+def nan_max(values) -> float | None:
+    """The largest of `values`, NaN if any is NaN (Python's max() keeps or drops a NaN depending
+    on where it stands), None-s skipped, None if nothing is left."""
+    numbers = [float(v) for v in values if v is not None]
+    if any(math.isnan(v) for v in numbers):
+        return math.nan
+    return max(numbers, default=None)
