@@ -33,9 +33,10 @@ QUICK = {
              "window:size=16,sinks=4; window:size=16,sinks=0; window:size=16,sinks=4,reindex=true; "
              "chunk_reuse:positions=reindexed,chunk=32; chunk_reuse:positions=original,chunk=32; "
              "chunk_blend:recompute_fraction=0.15,chunk=32; chunk_blend:recompute_fraction=1.0,chunk=32")),
-    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", activated_k=2, patch_k=2, rank=4, alpha=8,
-                            steps=3, batch_size=8, train_words="bank,bat,pitcher", heldout_words="key,cell",
-                            patch_layer_groups=2, bench_tokens=32, timing_repeats=1),
+    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", patch_k=2, rank=4, alpha=8, steps=3,
+                            batch_size=8, n_train=16, n_heldout=8, passage_tokens=16, candidate_tokens=8,
+                            patch_pairs=2, exact_examples=4, patch_layer_groups=2, bench_tokens=32,
+                            timing_repeats=1),
 }
 # Pages that summarise the results files; their only parameter is results_dir.
 PAGES = {"06": "06_conclusions", "A": "appendix_a_reproducibility", "B": "appendix_b_performance"}
