@@ -74,20 +74,23 @@ def _word_starts(tokenizer, ids: list[int]) -> list[int]:
     return [i for i, t in enumerate(tokens) if t[:1] in ("Ġ", "▁", " ")]
 
 
-def _windows(tokenizer, docs: list[data.Document], a: int, b: int) -> list[tuple[list[int], list[int], list[int]]]:
-    """Per document: its tokens, the non-overlapping starts of A+B windows (A and B both start at a
-    word start), and every word start from which b tokens fit (where a foreign B may come from)."""
+def _windows(tokenizer, docs: list[data.Document], a: int, b: int) -> list[tuple[list[int], ...]]:
+    """Per document: its tokens; the starts of its non-overlapping A+B windows (A and B both start
+    at a word start); the starts of the other, overlapping, windows (a short held-out corpus may
+    need them); every word start from which b tokens fit (where a foreign B may come from)."""
     out = []
     for doc in docs:
         ids = tokenizer(doc.text, add_special_tokens=False).input_ids
         starts = _word_starts(tokenizer, ids)
         begins = set(starts)
-        windows, free = [], 0
-        for s in starts:
-            if s >= free and s + a in begins and s + a + b <= len(ids):
-                windows.append(s)
+        fits = [s for s in starts if s + a in begins and s + a + b <= len(ids)]
+        apart, free = [], 0
+        for s in fits:
+            if s >= free:
+                apart.append(s)
                 free = s + a + b
-        out.append((ids, windows, [s for s in starts if s + b <= len(ids)]))
+        chosen = set(apart)
+        out.append((ids, apart, [s for s in fits if s not in chosen], [s for s in starts if s + b <= len(ids)]))
     return out
 
 
@@ -99,26 +102,29 @@ def continuation_examples(tokenizer, docs: list[data.Document], n: int, a: int, 
     sep = tokenizer(SEPARATOR, add_special_tokens=False).input_ids
     bos = tokenizer("", add_special_tokens=True).input_ids
     windows = _windows(tokenizer, docs, a, b)
-    usable = [i for i, (_, w, _) in enumerate(windows) if w]
-    available = sum(len(w) for _, w, _ in windows)
+    usable = [i for i, (_, apart, _, _) in enumerate(windows) if apart]
+    available = sum(len(apart) + len(rest) for _, apart, rest, _ in windows)
     if len(usable) < 2 or available < n // 2:
         raise ValueError(f"{parameter}: its {len(docs)} documents give {available} passages of {a} + {b} tokens "
                          f"for {name} (in {len(usable)} documents); {n // 2} are needed for {n} examples, from "
                          "at least two documents. Give more or longer documents, or lower the passage lengths "
                          "or the number of examples.")
-    rng = random.Random(seed)
+    rng, spare = random.Random(seed), random.Random(seed + 10_007)
     queues = {i: rng.sample(windows[i][1], len(windows[i][1])) for i in usable}
+    overlapping = {i: spare.sample(windows[i][2], len(windows[i][2])) for i in usable}
     out: list[Example] = []
     turn = 0
     while len(out) < n:
         i = usable[turn % len(usable)]
         turn += 1
-        if not queues[i]:
+        # overlapping passages only once every document's separate ones are used up
+        source = queues[i] if any(queues.values()) else overlapping[i]
+        if not source:
             continue
-        s = queues[i].pop()
-        ids, _, _ = windows[i]
+        s = source.pop()
+        ids = windows[i][0]
         j = rng.choice([u for u in usable if u != i])
-        foreign_ids, _, foreign_starts = windows[j]
+        foreign_ids, foreign_starts = windows[j][0], windows[j][3]
         f = rng.choice(foreign_starts)
         passage = ids[s:s + a]
         for label, (cand, target, other) in enumerate(((ids[s + a:s + a + b], yes, no),

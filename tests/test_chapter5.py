@@ -66,6 +66,20 @@ def test_a_hub_model_without_weights_says_how_to_get_them(no_model_loads, tmp_pa
         switch.plan(**{**GOOD, "models": "Qwen/Qwen3-0.6B"})
 
 
+def test_an_eval_corpus_of_plain_text_documents_is_held_out(tmp_path):
+    """Any folder of documents long enough for a few passages: overlapping passages fill in once
+    the separate ones run out; every held-out example comes from that folder."""
+    from kvutils import data
+
+    words = data.load_senses()  # text of another kind than the training corpus: everyday English
+    for name, part in (("first.txt", words[:8]), ("second.txt", words[8:])):
+        (tmp_path / name).write_text(" ".join(r for w in part for sense in w.senses for r in sense.references))
+    mp = switch.plan(**{**GOOD, "eval_corpus": str(tmp_path), "n_heldout": 24}).models[0]
+    assert {e.group for e in mp.heldout} == {"first.txt", "second.txt"}
+    assert len(mp.heldout) == 24 and len({e.ids for e in mp.heldout}) == 24  # no example twice
+    assert all(e.group.startswith("pydoc:") for e in mp.train)
+
+
 def test_the_plan_knows_l_from_the_config():
     mp = switch.plan(**SENSES).models[0]
     assert (mp.n_layers, mp.k_values, mp.model_type) == (4, [1, 2, 4], "qwen3")
