@@ -389,8 +389,11 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
             f"k = {k}: {fmt(cost['per_k'][str(k)]['tail_time_fraction'], 3)} of the time and "
             f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = {fmt(k / L, 3)})" for k in ks))
         excess = [cost["per_k"][str(k)]["tail_time_fraction"] - k / L for k in ks]
-        parts["cost_trend"].append(f"{model}: the measured time's excess over k/L {trend(excess)} with k ("
-                                   + ", ".join(f"{fmt(e, 2)}" for e in excess) + ")")
+        shape = trend(excess)
+        reading = ("largest at the smallest k, as a fixed cost per forward makes it" if shape == "falls" else
+                   "not largest at the smallest k here, so a fixed cost per forward is not what dominates it")
+        parts["cost_trend"].append(f"{model}: the measured share minus k/L {shape} with k ("
+                                   + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"): {reading}")
         parts["memory"].append(f"{model}: {fmt(cost['boundary_bytes_per_token'] / 1024, 4)} KiB per token "
                                f"({r['hidden_size']} numbers in {parameters['dtype']})")
         pm = r["patching"]

@@ -222,3 +222,36 @@ def test_the_benchmark_reports_the_tail_patch_against_a_recompute():
     assert list(fractions) == ["1", "4"]
     assert fractions["1"]["flops_fraction"] == pytest.approx(0.25, rel=0.2)
     assert fractions["4"]["flops_fraction"] == 1.0 and fractions["1"]["time_fraction"] > 0
+
+
+def _acc(pct, low, high, n=128):
+    return {"accuracy_pct": pct, "ci95_pct": [low, high], "n": n}
+
+
+def test_the_glued_verdicts_follow_the_numbers():
+    from kvutils import report_switch as rs
+
+    assert rs.compare(_acc(80, 72, 86), _acc(50, 41, 59), "the base")[1] == "30 points above the base"
+    below = rs.compare(_acc(55, 46, 63), _acc(60, 51, 68), "the tail patch")[1]
+    assert below.startswith("5 points below the tail patch") and "no clear difference" in below
+    assert rs.compare(_acc(60, 51, 68), _acc(60, 51, 68), "the tail")[1] == "the same as the tail"
+    assert [rs.trend(v) for v in ([1, 2, 3], [3, 2, 1], [1, 3, 2], [1, 1, 2])] == [
+        "rises", "falls", "is not monotonic", "is not monotonic"]
+
+
+def test_chapter5_glue_states_what_the_quick_run_measured(quick_chapters):
+    from kvutils import report_switch as rs
+
+    root, _ = quick_chapters
+    record = json.loads((root / "results" / "05_qwen3_switch.json").read_text())
+    r = record["numbers"]["tiny-qwen3"]
+    glue = rs.chapter5_glue(record["numbers"], record["parameters"])
+    held = r["switch"]["heldout"]
+    deep, zero = held[f"tail{r['k_values'][-1]}"]["tail_patch"], r["training"]["zero_shot"]["heldout"]
+    word = ("above" if deep["accuracy_pct"] > zero["accuracy_pct"] else
+            "below" if deep["accuracy_pct"] < zero["accuracy_pct"] else "the same as")
+    assert word in glue["deepest"] and f"n = {deep['n']}" in glue["deepest"]
+    assert glue["knee"].startswith(f"tiny-qwen3: k = {r['knee_k']} of L = 4")
+    excess = [r["cost"]["per_k"][str(k)]["tail_time_fraction"] - k / 4 for k in r["k_values"]]
+    assert rs.trend(excess) in glue["cost_trend"]
+    assert ("as a fixed cost per forward makes it" in glue["cost_trend"]) == (rs.trend(excess) == "falls")
