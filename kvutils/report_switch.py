@@ -86,6 +86,7 @@ def plot_quality_cost(numbers: dict):
     model's zero-shot accuracy and chance; the top axis gives the tail patch's switch cost at each k
     (time as a share of a full recompute). Stale reuse and the activated adapter cost nothing."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
 
     fig, axes = plt.subplots(1, len(numbers), figsize=(6.6 * len(numbers), 4.8), squeeze=False)
     for ax, (model, r) in zip(axes[0], numbers.items()):
@@ -109,6 +110,7 @@ def plot_quality_cost(numbers: dict):
         ax.set_ylabel(f"held-out accuracy (%), n = {zero['n']}, 95% interval")
         top = ax.secondary_xaxis("top")
         top.set_xticks(ks, [f"{100 * r['cost']['per_k'][str(k)]['tail_time_fraction']:.0f}%" for k in ks])
+        top.xaxis.set_minor_locator(NullLocator())  # the log axis would add its own labels between the k
         top.set_xlabel("tail patch: switch time, % of a full recompute", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
