@@ -250,12 +250,26 @@ def boundary_states(model, ids: torch.Tensor, mask: torch.Tensor, layers: Sequen
     return {layer: out.hidden_states[layer] for layer in layers}
 
 
+@contextmanager
+def contiguous_head(model: torch.nn.Module) -> Iterator:
+    """Inside the block the output head gets a contiguous input. With `logits_to_keep=1` a batch's
+    last hidden states are a strided view, and a linear layer on a strided 3-D input runs as a
+    batched matmul against the weight expanded per row: on CPU that took more than half of a
+    training step of a one-layer tail (and far more with Gemma 3's 262k-token head)."""
+    head = unwrap(model).get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
+    try:
+        yield model
+    finally:
+        handle.remove()
+
+
 def tail_logits(model, boundary: torch.Tensor, mask: torch.Tensor, start: int,
                 alora_offsets: list[int] | None = None) -> torch.Tensor:
     """Last-position logits (batch, vocab) of a left-padded batch, computed from the hidden states
     at layer `start`: only layers start … L−1 run (forward and backward)."""
     extra = {"alora_offsets": alora_offsets} if alora_offsets is not None else {}
-    with skip_lower_layers(model, start):
+    with skip_lower_layers(model, start), contiguous_head(model):
         out = model(inputs_embeds=boundary, attention_mask=mask, position_ids=positions_of(mask),
                     use_cache=False, logits_to_keep=1, **extra)
     return out.logits[:, -1]
@@ -409,7 +423,7 @@ def answer_logits(model, adapter: str | None, cache, marker_ids: torch.Tensor) -
     """Run the marker's tokens (batch, m) on `cache` (which grows by m) under `adapter`; return the
     logits at the marker's last token, (batch, vocab). An activated adapter finds its invocation in
     these tokens and switches on from there."""
-    with active_adapter(model, adapter):
+    with active_adapter(model, adapter), contiguous_head(model):
         out = model(input_ids=marker_ids, cache=cache, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1]
 
