@@ -410,9 +410,10 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
             f"({pm['row_labels'][best_cell[1]]}, layers {pm['col_labels'][best_cell[2]]})")
         whole = flips[-1][:-1]
         top = max(range(len(whole)), key=lambda j: whole[j] if whole[j] == whole[j] else -1)
-        parts["patch_where"].append(
-            f"{model}: copying all of what follows flips most answers in layers {pm['col_labels'][top]} "
-            f"({_pct(whole[top])}); the adapter of this map is on layers {L - pm['k'] + 1}–{L}")
+        where = (f"copying all of what follows flips most answers in layers {pm['col_labels'][top]} "
+                 f"({_pct(whole[top])})" if whole[top] == whole[top] and whole[top] > 0 else
+                 "copying all of what follows, in any one group of layers, flips no answer")
+        parts["patch_where"].append(f"{model}: {where}; the adapter of this map is on layers {L - pm['k'] + 1}–{L}")
         parts["control"].append(
             f"{model}: the two passes' prefix entries differ by {fmt(pm['prefix_kv_max_diff'], 3)}; largest "
             f"|change of log-odds| in the control rows {fmt(pm['control_max_abs_delta'], 3)}")
