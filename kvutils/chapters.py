@@ -39,9 +39,10 @@ QUICK = {
                       "random:compression_ratio=0.5; snapkv:compression_ratio=0.25,window=8; "
                       "snapkv:compression_ratio=0.5,window=8; expected_attention:compression_ratio=0.5,future=64; "
                       "h2o:compression_ratio=0.5; tova:compression_ratio=0.5; hf_quantized:backend=fp8")),
-    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", activated_k=2, patch_k=2, rank=4, alpha=8,
-                            steps=3, batch_size=8, train_words="bank,bat,pitcher", heldout_words="key,cell",
-                            patch_layer_groups=2, bench_tokens=32, timing_repeats=1),
+    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", patch_k=2, rank=4, alpha=8, steps=3,
+                            batch_size=8, n_train=16, n_heldout=8, passage_tokens=16, candidate_tokens=8,
+                            patch_pairs=2, exact_examples=4, patch_layer_groups=2, bench_tokens=32,
+                            timing_repeats=1),
 }
 # Pages that summarise the results files; their only parameter is results_dir.
 PAGES = {"06": "06_conclusions", "A": "appendix_a_reproducibility", "B": "appendix_b_performance"}

@@ -250,12 +250,26 @@ def boundary_states(model, ids: torch.Tensor, mask: torch.Tensor, layers: Sequen
     return {layer: out.hidden_states[layer] for layer in layers}
 
 
+@contextmanager
+def contiguous_head(model: torch.nn.Module) -> Iterator:
+    """Inside the block the output head gets a contiguous input. With `logits_to_keep=1` a batch's
+    last hidden states are a strided view, and a linear layer on a strided 3-D input runs as a
+    batched matmul against the weight expanded per row: on CPU that took more than half of a
+    training step of a one-layer tail (and far more with Gemma 3's 262k-token head)."""
+    head = unwrap(model).get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
+    try:
+        yield model
+    finally:
+        handle.remove()
+
+
 def tail_logits(model, boundary: torch.Tensor, mask: torch.Tensor, start: int,
                 alora_offsets: list[int] | None = None) -> torch.Tensor:
     """Last-position logits (batch, vocab) of a left-padded batch, computed from the hidden states
     at layer `start`: only layers start … L−1 run (forward and backward)."""
     extra = {"alora_offsets": alora_offsets} if alora_offsets is not None else {}
-    with skip_lower_layers(model, start):
+    with skip_lower_layers(model, start), contiguous_head(model):
         out = model(inputs_embeds=boundary, attention_mask=mask, position_ids=positions_of(mask),
                     use_cache=False, logits_to_keep=1, **extra)
     return out.logits[:, -1]
@@ -409,7 +423,7 @@ def answer_logits(model, adapter: str | None, cache, marker_ids: torch.Tensor) -
     """Run the marker's tokens (batch, m) on `cache` (which grows by m) under `adapter`; return the
     logits at the marker's last token, (batch, vocab). An activated adapter finds its invocation in
     these tokens and switches on from there."""
-    with active_adapter(model, adapter):
+    with active_adapter(model, adapter), contiguous_head(model):
         out = model(input_ids=marker_ids, cache=cache, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1]
 
@@ -423,9 +437,11 @@ def compare_logits(reference: torch.Tensor, other: torch.Tensor) -> dict:
             "top1_agree": ref.argmax(-1) == oth.argmax(-1)}
 
 
-def layer_differences(cache_a, cache_b, length: int) -> list[float]:
+def layer_differences(cache_a, cache_b, length: int) -> list[float | None]:
     """Per layer, max |difference| of the keys and values of positions < `length` that both caches
-    still hold (a sliding-window layer keeps only its most recent entries)."""
+    still hold (a sliding-window layer keeps only its most recent entries); None for a layer where
+    no such position is left. None, not NaN: a NaN here is a real NaN in a cache, and every check
+    must fail on it."""
     from .engines import cache_layers
 
     out = []
@@ -433,8 +449,16 @@ def layer_differences(cache_a, cache_b, length: int) -> list[float]:
         start = max(a.first_position, b.first_position)
         held_a, held_b = a.positions(start, length), b.positions(start, length)
         if start >= length or held_a is None or held_b is None:
-            out.append(float("nan"))
+            out.append(None)
             continue
-        # torch's max keeps a NaN in the keys or the values; Python's max() of the two could drop it
-        out.append(torch.stack([(x - y).abs().max() for x, y in zip(held_a, held_b)]).max().item())
+        out.append(nan_max((x - y).abs().max().item() for x, y in zip(held_a, held_b)))
     return out
+
+
+def nan_max(values) -> float | None:
+    """The largest of `values`, NaN if any is NaN (Python's max() keeps or drops a NaN depending
+    on where it stands), None-s skipped, None if nothing is left."""
+    numbers = [float(v) for v in values if v is not None]
+    if any(math.isnan(v) for v in numbers):
+        return math.nan
+    return max(numbers, default=None)

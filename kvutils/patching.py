@@ -178,46 +178,51 @@ def runs(items, n: int) -> list[list]:
 
 @torch.no_grad()
 def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], int, int]],
-               marker_ids: Sequence[int], prefix_len: int, cols: Sequence[tuple[int, ...]], bins: int,
-               device: str = "cpu", chunk: int = 64) -> dict:
+               marker_ids: Sequence[int], prefix_len: int, cols: Sequence[tuple[int, ...]], control_bins: int,
+               bins: int, device: str = "cpu", chunk: int = 64) -> dict:
     """Where an adapter reads its answer from: for each pair (target ids, source ids, target's
     answer token, the other answer token), the adapter's own cache of the target, patched from the
     source's, cell by cell; the adapter then reads the marker.
 
-    Both caches are built as a server with prefix caching would: the shared first `prefix_len`
-    tokens prefilled once, then each continuation appended. Rows: each of those shared tokens (the
-    control: the very same entries in both caches, so copying them must change nothing), `bins` contiguous runs of the rest (copied from the same
-    absolute positions, up to the shorter context's end), and all of the rest; columns: `cols`
-    (tuples of layers). Returns per cell the share of answers that flip (own token above the other
-    or not) and the mean change of the answer's log-odds, with the control's largest change and
-    the largest difference of the shared prefix's entries between the two caches (0 by construction).
-    A patch in layers ≥ s cannot change the marker's states below layer s, so each column runs the
+    Each context's cache comes from its own forward pass over the whole context. Rows: the first
+    `prefix_len` tokens, which both contexts share, in `control_bins` runs (the control: a causal
+    model computes their entries before it reads what differs, so the two caches hold the same bits
+    there — `prefix_kv_max_diff` measures it, it is not assumed — and copying them must change
+    nothing); `bins` contiguous runs of the rest (copied from the same absolute positions, up to
+    the shorter context's end); all of the rest. Columns: `cols` (tuples of layers). Returns per
+    cell the share of answers that flip (own token above the other or not) and the mean change of
+    the answer's log-odds, with the control's largest change.
+    A patch in layers >= s cannot change the marker's states below layer s, so each column runs the
     marker from its first patched layer, starting from the clean run's hidden states there.
     """
     from . import lora
 
     m = len(marker_ids)
     marker = torch.tensor([list(marker_ids)], device=device)  # (1, m)
-    n_rows = prefix_len + bins + 1
+    controls = runs(range(prefix_len), min(prefix_len, control_bins))
+    n_rows = len(controls) + bins + 1
     flips, delta, count = (torch.zeros(n_rows, len(cols), dtype=torch.float64) for _ in range(3))
     control = prefix_gap = 0.0
     clean_right = 0
     for target_ids, source_ids, own, other in tqdm(pairs, desc="patching", unit="context"):
-        caches = _shared_prefix_caches(model, adapter, prefix_len, target_ids, source_ids, device)
+        if list(target_ids[:prefix_len]) != list(source_ids[:prefix_len]):
+            raise ValueError("the two contexts do not share their first prefix_len tokens")
+        caches = [own_cache(model, adapter, ids, device) for ids in (target_ids, source_ids)]
         length, n = len(target_ids), min(len(target_ids), len(source_ids))
-        prefix_gap = max(prefix_gap, max(lora.layer_differences(caches[0], caches[1], prefix_len)))
+        prefix_gap = lora.nan_max([prefix_gap, *lora.layer_differences(caches[0], caches[1], prefix_len)])
         with lora.active_adapter(model, adapter):
             clean = model(input_ids=marker, cache=lora.copy_cache(caches[0]), use_cache=True, output_hidden_states=True)
         clean_right += int(clean.logits[0, -1, own] > clean.logits[0, -1, other])
         marker_positions = torch.arange(length, length + m, device=device)[None]  # (1, m)
-        spans = [(p,) for p in range(prefix_len)] + [tuple(r) for r in runs(range(prefix_len, n), bins)]
+        spans = [tuple(c) for c in controls] + [tuple(r) for r in runs(range(prefix_len, n), bins)]
         spans.append(tuple(range(prefix_len, n)))
         for col, layers in enumerate(cols):
             start = layers[0]
             states = clean.hidden_states[start]  # (1, m, hidden) entering the first patched layer
 
             def answer(cache, rows, start=start, states=states):
-                with lora.active_adapter(model, adapter), lora.skip_lower_layers(model, start):
+                with lora.active_adapter(model, adapter), lora.skip_lower_layers(model, start), \
+                        lora.contiguous_head(model):
                     out = model(inputs_embeds=states.expand(rows, -1, -1), cache=cache, use_cache=True,
                                 position_ids=marker_positions.expand(rows, -1), logits_to_keep=1)
                 logits = out.logits[:, -1]
@@ -228,30 +233,21 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
                 flips[row, col] += (x > 0) != (y > 0)
                 delta[row, col] += x - y
                 count[row, col] += 1
-                if row < prefix_len:
-                    control = max(control, abs(x - y))
+                if row < len(controls):
+                    control = lora.nan_max([control, abs(x - y)])
     seen = count > 0
     return {"flip_pct": torch.where(seen, 100 * flips / count.clamp(min=1), torch.nan).tolist(),
             "delta_logodds_mean": torch.where(seen, delta / count.clamp(min=1), torch.nan).tolist(),
-            "count": count.tolist(), "control_rows": prefix_len, "control_max_abs_delta": control,
-            "prefix_kv_max_diff": prefix_gap, "clean_sense_pct": 100 * clean_right / len(pairs),
+            "count": count.tolist(), "control_rows": len(controls), "control_max_abs_delta": control,
+            "prefix_kv_max_diff": prefix_gap, "clean_accuracy_pct": 100 * clean_right / len(pairs),
             "n_contexts": len(pairs)}
 
 
-def _shared_prefix_caches(model, adapter: str, prefix_len: int, target_ids, source_ids, device: str) -> list:
-    """The adapter's caches of two contexts that share their first `prefix_len` tokens: the prefix
-    prefilled once, each rest appended to its own copy (the adapter's full recompute, chunked)."""
+def own_cache(model, adapter: str, ids: Sequence[int], device: str):
+    """The adapter's cache of one context, from one forward pass over all of it."""
     from . import lora
 
-    if target_ids[:prefix_len] != source_ids[:prefix_len]:
-        raise ValueError("the two contexts do not share their first prefix_len tokens")
-    run = lora.decoder(model)
+    cache = lora.new_cache(model)
     with lora.active_adapter(model, adapter):
-        prefix = lora.new_cache(model)
-        run(input_ids=torch.tensor([target_ids[:prefix_len]], device=device), cache=prefix, use_cache=True)
-        caches = []
-        for ids in (target_ids, source_ids):
-            cache = lora.copy_cache(prefix)
-            run(input_ids=torch.tensor([ids[prefix_len:]], device=device), cache=cache, use_cache=True)
-            caches.append(cache)
-    return caches
+        lora.decoder(model)(input_ids=torch.tensor([list(ids)], device=device), cache=cache, use_cache=True)
+    return cache

@@ -7,8 +7,9 @@ import math
 
 import pandas as pd
 
-from .lora import POLICY_TEXT
-from .switch import TOLERANCE
+from . import switch_tasks
+from .lora import POLICY_TEXT, nan_max
+from .switch import KNEE_POINTS, TOLERANCE
 from .report import article, fmt
 
 POLICY_STYLE = {"recompute": ("tab:blue", "o"), "stale": ("tab:red", "X"),
@@ -51,40 +52,69 @@ def plot_losses(numbers: dict):
     return fig
 
 
-def plot_accuracy(numbers: dict):
-    """Per model, against k: (left) sense accuracy — the right label above the other sense's,
-    chance 50% — and (right) label accuracy — the right label as the top-1 token of the vocabulary —
-    on training and held-out words, with the base model's zero-shot accuracy as dotted lines and
-    the activated adapter as a diamond."""
-    import matplotlib.pyplot as plt
+POLICY_LABEL = {"tail_patch": "LoRA tail, tail patch (exact)", "stale": "LoRA tail, stale reuse of the base cache",
+                "activated": "activated LoRA of the same k, base cache reused"}
 
-    fig, axes = plt.subplots(len(numbers), 2, figsize=(12.5, 4.4 * len(numbers)), squeeze=False)
-    metrics = (("sense_pct", "sense accuracy (%): right label above the other"),
-               ("label_top1_pct", "label accuracy (%): right label is the top-1 token"))
-    for row, (model, r) in zip(axes, numbers.items()):
-        tails = [(a["k"], a) for a in r["training"]["adapters"].values() if not a["activated"]]
-        act = r["training"]["adapters"]["activated"]
-        ks = [k for k, _ in tails]
-        for ax, (metric, ylabel) in zip(row, metrics):
-            for split, colour in (("train", "tab:blue"), ("heldout", "tab:orange")):
-                word = "training words" if split == "train" else "held-out words"
-                ax.plot(ks, [a[split][metric] for _, a in tails], marker="o", color=colour, label=f"LoRA tail, {word}")
-                ax.axhline(r["training"]["zero_shot"][split][metric], color=colour, linestyle=":",
-                           label=f"base model zero-shot, {word}")
-                ax.scatter([act["k"]], [act[split][metric]], marker="D", s=60, color=colour, edgecolor="black",
-                           zorder=3, label=f"activated LoRA (k = {act['k']}), {word}")
-            if metric == "sense_pct":
-                ax.axhline(50, color="grey", linewidth=1, label="chance (50%)")
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(ks, [str(k) for k in ks])
-            ax.minorticks_off()
-            ax.set_ylim(-3, 105)
-            ax.set_xlabel(f"k: adapted layers at the top of the model (of L = {r['layers']})")
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
-            ax.set_title(f"{'Sense' if metric == 'sense_pct' else 'Label'} accuracy against k — "
-                         f"{_title_model(model, r)}", fontsize=10)
-        row[0].legend(fontsize=7, loc="lower left", ncol=2)
+
+def curve_rows(r: dict) -> list[dict]:
+    """The quality-vs-cost curve of one model as tidy rows: per k and policy, the held-out accuracy
+    with its 95 % interval and what the switch costs (FLOPs and time as a fraction of a full
+    recompute, extra memory per prefix token). Plotted here; kept in the results for other charts."""
+    rows = []
+    held, cost = r["switch"]["heldout"], r["cost"]
+    for k in r["k_values"]:
+        c = cost["per_k"][str(k)]
+        for policy, adapter in (("tail_patch", f"tail{k}"), ("stale", f"tail{k}"), ("activated", f"activated{k}")):
+            a = held[adapter][policy]
+            spent = c["tail_patch"] if policy == "tail_patch" else (cost["activated"] if policy == "activated" else c["stale"])
+            rows.append({"k": k, "k_over_L": k / r["layers"], "policy": policy, "accuracy_pct": a["accuracy_pct"],
+                         "ci95_low_pct": a["ci95_pct"][0], "ci95_high_pct": a["ci95_pct"][1], "n": a["n"],
+                         "switch_flops_fraction": spent["flops"] / c["recompute"]["flops"],
+                         "switch_time_fraction": spent["seconds"] / c["recompute"]["seconds"],
+                         "extra_bytes_per_token": spent["extra_bytes"] // cost["prefix_tokens"]})
+    return rows
+
+
+def curve_table(numbers: dict) -> pd.DataFrame:
+    """Every model's curve rows in one tidy DataFrame (a `model` column first)."""
+    return pd.DataFrame([{"model": model, **row} for model, r in numbers.items() for row in curve_rows(r)])
+
+
+def plot_quality_cost(numbers: dict):
+    """Per model: held-out accuracy (95 % intervals as bars) against k, for the tail with the tail
+    patch, the same tail with stale reuse and the activated adapter of the same k, with the base
+    model's zero-shot accuracy and chance; the top axis gives the tail patch's switch cost at each k
+    (time as a share of a full recompute). Stale reuse and the activated adapter cost nothing."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
+
+    fig, axes = plt.subplots(1, len(numbers), figsize=(6.6 * len(numbers), 4.8), squeeze=False)
+    for ax, (model, r) in zip(axes[0], numbers.items()):
+        table = pd.DataFrame(curve_rows(r))
+        ks = r["k_values"]
+        for i, policy in enumerate(("tail_patch", "stale", "activated")):
+            colour, marker = POLICY_STYLE[policy]
+            part = table[table.policy == policy]
+            shift = [k * 2 ** (0.06 * (i - 1)) for k in part.k]  # side by side, so the bars stay apart
+            ax.errorbar(shift, part.accuracy_pct, yerr=[part.accuracy_pct - part.ci95_low_pct,
+                                                        part.ci95_high_pct - part.accuracy_pct],
+                        color=colour, marker=marker, capsize=3, label=POLICY_LABEL[policy])
+        zero = r["training"]["zero_shot"]["heldout"]
+        ax.axhline(zero["accuracy_pct"], color="black", linestyle=":", label=f"base model zero-shot ({fmt(zero['accuracy_pct'], 3)}%)")
+        ax.axhline(50, color="grey", linewidth=1, label="chance (50%)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.minorticks_off()
+        ax.set_ylim(0, 105)
+        ax.set_xlabel(f"k: adapted layers at the top of the model (of L = {r['layers']})")
+        ax.set_ylabel(f"held-out accuracy (%), n = {zero['n']}, 95% interval")
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(ks, [f"{100 * r['cost']['per_k'][str(k)]['tail_time_fraction']:.0f}%" for k in ks])
+        top.xaxis.set_minor_locator(NullLocator())  # the log axis would add its own labels between the k
+        top.set_xlabel("tail patch: switch time, % of a full recompute", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+        ax.set_title(f"Held-out accuracy against switch cost — {_title_model(model, r)}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -116,9 +146,9 @@ def plot_cost_exactness(numbers: dict):
                 ax.annotate(f"k={k}", (x, max(y, floor)), textcoords="offset points", xytext=offset, fontsize=7,
                             ha="left" if policy == "stale" else "center", color=colour)
         colour, marker = POLICY_STYLE["activated"]
-        act = scores["activated"]["activated"]["max_abs_logit_diff"]
+        act = max(scores[f"activated{k}"]["activated"]["max_abs_logit_diff"] for k in r["k_values"])
         ax.scatter([1000 * cost["activated"]["seconds"]], [max(act, floor)], color=colour, marker=marker, s=55,
-                   label=POLICY_TEXT["activated"] + f" (k = {r['activated_k']}), against one pass")
+                   label=POLICY_TEXT["activated"] + ", every k, against one pass")
         ax.axhline(floor, color="grey", linestyle=":", linewidth=1)
         ax.annotate("exact: 0 is drawn at 1e-9", (0.01, floor), xycoords=("axes fraction", "data"),
                     textcoords="offset points", xytext=(0, 4), fontsize=7, color="grey")
@@ -184,23 +214,30 @@ def plot_patch_map(numbers: dict):
 
 
 def switch_table(numbers: dict) -> pd.DataFrame:
-    """Per model, k and policy: the gap to the reference, accuracy, cost and extra memory."""
+    """Per model, k and policy: held-out accuracy, the gap to the reference, cost and extra memory."""
     rows = []
     for model, r in numbers.items():
-        scores, cost = r["switch"]["scores"], r["cost"]
+        scores, cost, held = r["switch"]["scores"], r["cost"], r["switch"]["heldout"]
         for k in r["k_values"]:
             for policy in ("recompute", "tail_patch", "stale"):
-                s, c = scores[f"tail{k}"][policy], cost["per_k"][str(k)][policy]
-                rows.append(_row(model, _k_label(k, r["layers"]), policy, s, c))
-        rows.append(_row(model, f"k = {r['activated_k']}", "activated", scores["activated"]["activated"],
-                         cost["activated"]))
+                accuracy = held[f"tail{k}"].get("tail_patch" if policy == "recompute" else policy)
+                rows.append(_row(model, _k_label(k, r["layers"]), policy, scores[f"tail{k}"][policy],
+                                 cost["per_k"][str(k)][policy], accuracy))
+            rows.append(_row(model, _k_label(k, r["layers"]), "activated", scores[f"activated{k}"]["activated"],
+                             cost["activated"], held[f"activated{k}"]["activated"]))
     return pd.DataFrame(rows).set_index(["model", "adapter", "policy"])
 
 
-def _row(model: str, k: str, policy: str, s: dict, c: dict) -> dict:
+def _interval(a: dict) -> str:
+    low, high = a["ci95_pct"]
+    return f"{fmt(a['accuracy_pct'], 3)} [{fmt(low, 3)}–{fmt(high, 3)}]"
+
+
+def _row(model: str, k: str, policy: str, s: dict, c: dict, accuracy: dict) -> dict:
     return {"model": model, "adapter": k, "policy": policy.replace("_", " "),
+            "held-out accuracy % [95% interval]": _interval(accuracy),
             "max |Δlogit|": fmt(s["max_abs_logit_diff"], 3), "mean KL (nats)": fmt(s["kl_mean"], 3),
-            "top-1 agreement (%)": fmt(s["top1_agree_pct"], 4), "sense accuracy (%)": fmt(s["sense_pct"], 4),
+            "top-1 agree (%)": fmt(s["top1_agree_pct"], 4),
             "switch FLOPs": f"{c['flops']:.3g}", "switch time (ms)": fmt(1000 * c["seconds"], 3),
             "extra memory (KiB)": fmt(c["extra_bytes"] / 1024, 4)}
 
@@ -213,29 +250,30 @@ def chapter5_table(numbers: dict) -> pd.DataFrame:
     chunk = t2["chunk_reuse_reindexed"]
     e2 = a["e2_prefix"]
     rows = {
-        "exact reuse: mean KL / top-1 agreement (%)": {"article": f"0 / 100 (exact fp32 cache, Pythia-160M)"},
+        "exact reuse: mean KL / top-1 agreement (%)": {"article": "0 / 100 (exact fp32 cache, Pythia-160M)"},
         "tail patch: mean KL / top-1 agreement (%)": {"article": "— (not in the article)"},
         "stale cache: mean KL / top-1 agreement (%)": {
             "article": f"{fmt(chunk['kl'])} / {fmt(chunk['top1_pct'])} (nearest: chunk cached in another context)"},
-        "shared prefix: entries bit-identical in both contexts": {
+        "shared prefix, each context in its own pass: entries bit-identical": {
             "article": f"{e2['fp32']['bit_identical']}/{e2['n_prefixes']} prefixes (fp32, Pythia-160M)"},
         "tail patch time / full recompute, smallest k": {"article": "— (not in the article)"},
     }
     for model, r in numbers.items():
         col = f"this run: {model}"
         scores, k_min, k_max = r["switch"]["scores"], min(r["k_values"]), max(r["k_values"])
-        act = scores["activated"]["activated"]
+        act = scores[f"activated{k_max}"]["activated"]
         patch = scores[f"tail{k_max}"]["tail_patch"]
         stale = scores[f"tail{k_max}"]["stale"]
         rows["exact reuse: mean KL / top-1 agreement (%)"][col] = (
-            f"{fmt(act['kl_mean'], 3)} / {fmt(act['top1_agree_pct'], 4)} (activated adapter)")
+            f"{fmt(act['kl_mean'], 3)} / {fmt(act['top1_agree_pct'], 4)} (activated adapter, k = {k_max})")
         rows["tail patch: mean KL / top-1 agreement (%)"][col] = (
             f"{fmt(patch['kl_mean'], 3)} / {fmt(patch['top1_agree_pct'], 4)} (k = {k_max})")
         rows["stale cache: mean KL / top-1 agreement (%)"][col] = (
             f"{fmt(stale['kl_mean'], 3)} / {fmt(stale['top1_agree_pct'], 4)} (k = {k_max})")
         pm = r["patching"]
-        rows["shared prefix: entries bit-identical in both contexts"][col] = (
-            "yes" if pm["prefix_kv_max_diff"] == 0 else f"no: max |Δ| {fmt(pm['prefix_kv_max_diff'], 3)}")
+        rows["shared prefix, each context in its own pass: entries bit-identical"][col] = (
+            f"yes, {pm['n_contexts']}/{pm['n_contexts']} pairs" if pm["prefix_kv_max_diff"] == 0
+            else f"no: max |Δ| {fmt(pm['prefix_kv_max_diff'], 3)}")
         frac = r["cost"]["per_k"][str(k_min)]["tail_time_fraction"]
         rows["tail patch time / full recompute, smallest k"][col] = f"{fmt(frac, 3)} (k/L = {fmt(k_min / r['layers'], 3)})"
     table = pd.DataFrame.from_dict(rows, orient="index")
@@ -258,75 +296,127 @@ def _pct(value) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{fmt(value, 4)}%"
 
 
+def _acc(a: dict) -> str:
+    low, high = a["ci95_pct"]
+    return f"{fmt(a['accuracy_pct'], 3)}% (95% interval {fmt(low, 3)}–{fmt(high, 3)}%, n = {a['n']})"
+
+
+def compare(a: dict, b: dict, what: str) -> tuple[float, str]:
+    """(a − b in points, a phrase that holds for these numbers: "N points above <what>", ...). A
+    difference whose two 95 % intervals overlap is said to be no clear difference."""
+    diff = a["accuracy_pct"] - b["accuracy_pct"]
+    if diff == 0:
+        return diff, f"the same as {what}"
+    apart = a["ci95_pct"][0] > b["ci95_pct"][1] or b["ci95_pct"][0] > a["ci95_pct"][1]
+    phrase = f"{fmt(abs(diff), 3)} points {'above' if diff > 0 else 'below'} {what}"
+    return diff, phrase + ("" if apart else " (the two intervals overlap: no clear difference at this n)")
+
+
+def trend(values: list[float]) -> str:
+    """'rises', 'falls' or 'is not monotonic' — of a sequence (ordered by k)."""
+    pairs = list(zip(values, values[1:]))
+    if all(b > a for a, b in pairs):
+        return "rises"
+    if all(b < a for a, b in pairs):
+        return "falls"
+    return "is not monotonic"
+
+
+def _final_loss(losses: list[float]) -> float:
+    tail = losses[-max(1, len(losses) // 10):]
+    return sum(tail) / len(tail)
+
+
 def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
-    """Every number the prose cites, as text."""
+    """Every number and every finding the prose cites, as text; each finding's wording follows the numbers."""
+    task = parameters["task"]
     out = {"models": ", ".join(numbers), "steps": str(parameters["steps"]), "rank": str(parameters["rank"]),
            "alpha": fmt(parameters["alpha"]), "lr": fmt(parameters["lr"]), "targets": parameters["targets"],
-           "train_words": parameters["train_words"].replace(",", ", "),
-           "heldout_words": parameters["heldout_words"].replace(",", ", "),
-           "marker": repr(parameters["marker"]), "dtype": parameters["dtype"],
+           "batch_size": str(parameters["batch_size"]), "task": task,
+           "marker": repr(parameters["marker"] or switch_tasks.MARKERS[task]), "dtype": parameters["dtype"],
+           "knee_points": fmt(KNEE_POINTS), "exact_examples": str(parameters["exact_examples"]),
            "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in {parameters['dtype']}"}
-    parts = {key: [] for key in ("setup", "zero_shot", "accuracy", "exact", "stale", "activated", "cost",
-                                 "memory", "patching", "patch_where", "control", "timings")}
+    if task == "senses":
+        out["data"] = (f"trained on the contexts and reference sentences of the words "
+                       f"{parameters['train_words'].replace(',', ', ')}, held out: {parameters['heldout_words'].replace(',', ', ')}")
+    else:
+        held = parameters["eval_corpus"] or f"the held-out quarter (every 4th document) of {parameters['corpus']!r}"
+        out["data"] = (f"passages A of {parameters['passage_tokens']} tokens and B of {parameters['candidate_tokens']} "
+                       f"tokens, trained on documents of {parameters['corpus']!r}, scored on documents of {held}")
+    keys = ("setup", "zero_shot", "deepest", "knee", "fit", "stale_acc", "activated_acc", "exact", "stale",
+            "activated", "cost", "cost_trend", "memory", "patching", "patch_where", "control", "timings")
+    parts: dict[str, list[str]] = {key: [] for key in keys}
     for model, r in numbers.items():
-        tr, L = r["training"], r["layers"]
-        z = tr["zero_shot"]
-        parts["setup"].append(
-            f"{model}: L = {L} layers, k ∈ {{{', '.join(map(str, r['k_values']))}}}, {r['n_train_examples']} "
-            f"training and {r['n_heldout_examples']} held-out examples")
-        parts["zero_shot"].append(f"{model}: {_pct(z['train']['sense_pct'])} on the training words and "
-                                  f"{_pct(z['heldout']['sense_pct'])} on the held-out words (label as top-1 token: "
-                                  f"{_pct(z['train']['label_top1_pct'])} / {_pct(z['heldout']['label_top1_pct'])})")
-        parts["accuracy"].append(f"{model}: " + "; ".join(
-            f"{_adapter_label(r, name)}: {_pct(a['train']['sense_pct'])} train, {_pct(a['heldout']['sense_pct'])} "
-            f"held out (label top-1 {_pct(a['train']['label_top1_pct'])} / {_pct(a['heldout']['label_top1_pct'])}; "
-            f"loss {fmt(a['losses'][0], 3)} → {fmt(a['losses'][-1], 3)} in {fmt(a['train_seconds'], 3)} s)"
-            for name, a in tr["adapters"].items()))
-        sc, layers = r["switch"]["scores"], r["switch"]["cache_layers"]
+        tr, L, ks = r["training"], r["layers"], r["k_values"]
+        held, sc, layers = r["switch"]["heldout"], r["switch"]["scores"], r["switch"]["cache_layers"]
+        z = tr["zero_shot"]["heldout"]
+        parts["setup"].append(f"{model}: L = {L} layers, k ∈ {{{', '.join(map(str, ks))}}}, {r['n_train_examples']} "
+                              f"training and {r['n_heldout_examples']} held-out examples")
+        parts["zero_shot"].append(f"{model}: {_acc(z)}")
+        deep = held[f"tail{ks[-1]}"]["tail_patch"]
+        parts["deepest"].append(f"{model}: the deepest tail (k = {ks[-1]}) {_acc(deep)}, "
+                                f"{compare(deep, z, 'the base model zero-shot')[1]}")
+        best = max(ks, key=lambda k: held[f"tail{k}"]["tail_patch"]["accuracy_pct"])
+        knee_acc = held[f"tail{r['knee_k']}"]["tail_patch"]["accuracy_pct"]
+        parts["knee"].append(f"{model}: k = {r['knee_k']} of L = {L} ({fmt(knee_acc, 3)}%; the best tail, k = {best}: "
+                             f"{fmt(held[f'tail{best}']['tail_patch']['accuracy_pct'], 3)}%)")
+        finals = [_final_loss(tr["adapters"][f"tail{k}"]["losses"]) for k in ks]
+        parts["fit"].append(f"{model}: the training loss at the end of training (mean of the last tenth of the steps) "
+                            f"{trend(finals)} with k: " + ", ".join(f"{fmt(v, 3)} (k = {k})" for k, v in zip(ks, finals)))
+        parts["stale_acc"].append(f"{model}: " + "; ".join(
+            f"k = {k}: stale {fmt(held[f'tail{k}']['stale']['accuracy_pct'], 3)}% against "
+            f"{fmt(held[f'tail{k}']['tail_patch']['accuracy_pct'], 3)}% patched, "
+            f"{compare(held[f'tail{k}']['stale'], held[f'tail{k}']['tail_patch'], 'the tail patch')[1]}" for k in ks))
+        parts["activated_acc"].append(f"{model}: " + "; ".join(
+            f"k = {k}: activated {fmt(held[f'activated{k}']['activated']['accuracy_pct'], 3)}% against "
+            f"{fmt(held[f'tail{k}']['tail_patch']['accuracy_pct'], 3)}% for the tail, "
+            f"{compare(held[f'activated{k}']['activated'], held[f'tail{k}']['tail_patch'], 'the tail')[1]}" for k in ks))
         parts["exact"].append(f"{model}: largest |logit difference| of the tail patch "
-                              + ", ".join(f"{fmt(sc[f'tail{k}']['tail_patch']['max_abs_logit_diff'], 3)} (k = {k})"
-                                          for k in r["k_values"])
-                              + f"; largest K/V difference {fmt(max(max(layers[f'tail{k}']['tail_patch']) for k in r['k_values']), 3)}")
-        parts["stale"].append(f"{model}: " + "; ".join(
+                              + ", ".join(f"{fmt(sc[f'tail{k}']['tail_patch']['max_abs_logit_diff'], 3)} (k = {k})" for k in ks)
+                              + f"; largest K/V difference {fmt(max(nan_max(layers[f'tail{k}']['tail_patch']) for k in ks), 3)}")
+        stale_gaps = [sc[f"tail{k}"]["stale"]["kl_mean"] for k in ks]
+        parts["stale"].append(f"{model}: its mean KL from the recompute {trend(stale_gaps)} with k — " + "; ".join(
             f"k = {k}: max |Δlogit| {fmt(sc[f'tail{k}']['stale']['max_abs_logit_diff'], 3)}, mean KL "
-            f"{fmt(sc[f'tail{k}']['stale']['kl_mean'], 3)}, top-1 agreement {_pct(sc[f'tail{k}']['stale']['top1_agree_pct'])}, "
-            f"sense accuracy {_pct(sc[f'tail{k}']['stale']['sense_pct'])} vs {_pct(sc[f'tail{k}']['recompute']['sense_pct'])} "
-            f"recomputed; {_stale_layers(L, k, r['first_changed_layer'][str(k)])}" for k in r["k_values"]))
-        act, tail = sc["activated"]["activated"], sc[f"tail{r['activated_k']}"]["recompute"]
-        prefix = [d for d in layers["activated"]["prefix_vs_base"] if d == d]
-        parts["activated"].append(
-            f"{model}: the activated adapter (k = {r['activated_k']}) reusing the whole base cache is "
-            f"{fmt(act['max_abs_logit_diff'], 3)} from one pass over the whole sequence (top-1 agreement "
-            f"{_pct(act['top1_agree_pct'])}); its prefix K/V differ from the base's by {fmt(max(prefix), 3)}; "
-            f"sense accuracy {_pct(act['sense_pct'])} vs {_pct(tail['sense_pct'])} for the LoRA tail of the same k")
+            f"{fmt(sc[f'tail{k}']['stale']['kl_mean'], 3)}, top-1 agreement {_pct(sc[f'tail{k}']['stale']['top1_agree_pct'])}; "
+            f"{_stale_layers(L, k, r['first_changed_layer'][str(k)])}" for k in ks))
+        prefix = nan_max(d for k in ks for d in layers[f"activated{k}"]["prefix_vs_base"])
+        worst = max(sc[f"activated{k}"]["activated"]["max_abs_logit_diff"] for k in ks)
+        parts["activated"].append(f"{model}: reusing the whole base cache, the activated adapters are at most "
+                                  f"{fmt(worst, 3)} from one pass over the whole sequence; their prefix K/V differ "
+                                  f"from the base's by {fmt(prefix, 3)}")
         cost = r["cost"]
         parts["cost"].append(f"{model} ({cost['prefix_tokens']}-token prefix): full recompute "
-                             + ", ".join(f"{fmt(1000 * cost['per_k'][str(k)]['recompute']['seconds'], 3)} ms"
-                                         for k in r["k_values"][:1])
-                             + "; tail patch as a share of it: " + ", ".join(
+                             f"{fmt(1000 * cost['per_k'][str(ks[0])]['recompute']['seconds'], 3)} ms; tail patch as a "
+                             "share of it: " + ", ".join(
             f"k = {k}: {fmt(cost['per_k'][str(k)]['tail_time_fraction'], 3)} of the time and "
-            f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = {fmt(k / L, 3)})"
-            for k in r["k_values"]))
+            f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = {fmt(k / L, 3)})" for k in ks))
+        excess = [cost["per_k"][str(k)]["tail_time_fraction"] - k / L for k in ks]
+        shape = trend(excess)
+        reading = ("largest at the smallest k, as a fixed cost per forward makes it" if shape == "falls" else
+                   "not largest at the smallest k here, so a fixed cost per forward is not what dominates it")
+        parts["cost_trend"].append(f"{model}: the measured share minus k/L {shape} with k ("
+                                   + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"): {reading}")
         parts["memory"].append(f"{model}: {fmt(cost['boundary_bytes_per_token'] / 1024, 4)} KiB per token "
                                f"({r['hidden_size']} numbers in {parameters['dtype']})")
         pm = r["patching"]
         flips = pm["flip_pct"]
-        best = max(((v, i, j) for i, row in enumerate(flips) for j, v in enumerate(row)
-                    if v == v and i >= pm["control_rows"] and i < len(flips) - 1), default=(float("nan"), 0, 0))
+        below = [(v, i, j) for i, row in enumerate(flips) for j, v in enumerate(row)
+                 if v == v and pm["control_rows"] <= i < len(flips) - 1]
+        best_cell = max(below, default=(math.nan, 0, 0))
         parts["patching"].append(
-            f"{model} ({_adapter_label(r, pm['adapter'])}, {pm['n_contexts']} contexts, clean sense accuracy "
-            f"{_pct(pm['clean_sense_pct'])}): copying the whole continuation in all layers flips "
-            f"{_pct(flips[-1][-1])} of the answers; the largest cell below the control rows and above the "
-            f"whole-continuation row flips {_pct(best[0])} ({pm['row_labels'][best[1]]}, layers "
-            f"{pm['col_labels'][best[2]]})")
-        whole = flips[-1][:-1]  # the whole continuation, per layer group
+            f"{model} ({_adapter_label(r, pm['adapter'])}, {pm['n_contexts']} pairs, clean accuracy "
+            f"{_pct(pm['clean_accuracy_pct'])}): copying all of what follows the shared prefix, in all layers, flips "
+            f"{_pct(flips[-1][-1])} of the answers; the largest single cell flips {_pct(best_cell[0])} "
+            f"({pm['row_labels'][best_cell[1]]}, layers {pm['col_labels'][best_cell[2]]})")
+        whole = flips[-1][:-1]
         top = max(range(len(whole)), key=lambda j: whole[j] if whole[j] == whole[j] else -1)
-        parts["patch_where"].append(
-            f"{model}: copying the whole continuation flips most answers in layers {pm['col_labels'][top]} "
-            f"({_pct(whole[top])}); the adapter of this map is on layers {L - pm['k'] + 1}–{L}")
+        where = (f"copying all of what follows flips most answers in layers {pm['col_labels'][top]} "
+                 f"({_pct(whole[top])})" if whole[top] == whole[top] and whole[top] > 0 else
+                 "copying all of what follows, in any one group of layers, flips no answer")
+        parts["patch_where"].append(f"{model}: {where}; the adapter of this map is on layers {L - pm['k'] + 1}–{L}")
         parts["control"].append(
-            f"{model}: largest |change of log-odds| in the control rows {fmt(pm['control_max_abs_delta'], 3)} "
-            f"(the two caches' prefix entries differ by {fmt(pm['prefix_kv_max_diff'], 3)})")
+            f"{model}: the two passes' prefix entries differ by {fmt(pm['prefix_kv_max_diff'], 3)}; largest "
+            f"|change of log-odds| in the control rows {fmt(pm['control_max_abs_delta'], 3)}")
         t = r["timings"]
         parts["timings"].append(f"{model}: training {fmt(t['training_s'], 3)} s, switch {fmt(t['switch_s'], 3)} s, "
                                 f"cost benchmark {fmt(t['cost_s'], 3)} s, patching {fmt(t['patching_s'], 3)} s")

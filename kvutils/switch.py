@@ -1,10 +1,12 @@
 """Chapter 5: switch to a LoRA tail mid-sequence — train it, switch under four cache policies,
-and patch the cache to see where the adapter reads the sense.
+and patch the cache to see where the adapter reads its answer.
 
-The task after the marker: `"The <word><continuation>" + marker` -> the sense label (" river").
-Adapters train on the contexts and reference sentences of `train_words` and are scored on those of
-`heldout_words`. `plan()` checks every parameter and tokenises everything before any model loads
-(L and the architecture come from the model's config); `run(plan)` returns (numbers, described).
+The task after the marker is one of `kvutils.switch_tasks` (`continuation`: does passage B continue
+passage A?, or `senses`: name the sense of an ambiguous word). For every k of the sweep a LoRA tail
+and an activated LoRA of that depth are trained from cached boundary states, and scored on held-out
+examples under each switch policy. `plan()` checks every parameter and tokenises everything before
+any model loads (L and the architecture come from the model's config); `run(plan)` returns
+(numbers, described).
 """
 from __future__ import annotations
 
@@ -13,26 +15,18 @@ import time
 from dataclasses import dataclass
 
 import torch
-from tqdm import tqdm
 
-from . import data, lora, models, params
+from . import data, lora, models, params, switch_tasks
 from .models import load, load_tokenizer
+from .switch_policies import (CONTINUATION_BINS, CONTROL_BINS, EVAL_BATCH, binomial_interval, by_length,  # noqa: F401
+                              exactness, heldout_accuracy, layer_groups, patch_map, scored, switch_costs)
+from .switch_tasks import Example
 
 DEFAULT_TRAIN_WORDS = "bank,bat,pitcher,mouse,spring,seal,plant,match,organ,pen,bark,palm"
 DEFAULT_HELDOUT_WORDS = "key,cell,club,fan"
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # tail patch vs recompute: logits and K/V
-CONTINUATION_BINS = 4  # rows of the patch map: the continuation in quarters, by relative position
-EVAL_BATCH = 32
-
-
-@dataclass
-class Example:
-    word: str
-    sense: int
-    kind: str  # "context" ("The <word><continuation>") or "reference"
-    ids: list[int]  # the text's tokens, then the marker's
-    target: int  # the sense label's token
-    other: int  # the other sense's label token
+TRAIN_ACCURACY_MAX = 128  # training examples scored per adapter (the fit, not the skill)
+KNEE_POINTS = 2.0  # the knee: the smallest k whose held-out accuracy is within this many points of the best
 
 
 @dataclass
@@ -41,18 +35,20 @@ class ModelPlan:
     model_type: str
     n_layers: int
     k_values: list[int]
-    activated_k: int
     patch_k: int
     marker_ids: list[int]
     train: list[Example]
     heldout: list[Example]
-    prefix_tokens: list[str]  # the shared "The <word>" tokens, the word shown as ⟨word⟩
+    patch_pairs: list[tuple[Example, Example]]  # two examples sharing their first `prefix_len` tokens
+    prefix_len: int
+    prefix_labels: list[str]  # one per control row of the patch map
     bench_ids: torch.Tensor  # (1, bench_tokens): the long prefix of the cost benchmark
 
 
 @dataclass
 class Plan:
     models: list[ModelPlan]
+    task: str
     rank: int
     alpha: float
     targets: list[str]
@@ -64,6 +60,7 @@ class Plan:
     device: str
     timing_repeats: int
     patch_layer_groups: int
+    exact_examples: int
 
 
 # --------------------------------------------------------------------------- checking the parameters
@@ -115,26 +112,6 @@ def split_words(words: list[data.Word], train_words: str, heldout_words: str) ->
     return [known[n] for n in chosen["train_words"]], [known[n] for n in chosen["heldout_words"]]
 
 
-def _label_token(tokenizer, word: data.Word, sense: data.Sense, name: str) -> int:
-    ids = tokenizer(" " + sense.label, add_special_tokens=False).input_ids
-    if len(ids) != 1:
-        raise ValueError(f"senses_file: the label {sense.label!r} of {word.word!r} is {len(ids)} tokens for "
-                         f"{name}; the answer must be one token (choose a one-token label)")
-    return ids[0]
-
-
-def build_examples(tokenizer, words: list[data.Word], marker_ids: list[int], name: str) -> list[Example]:
-    out = []
-    for w in words:
-        labels = [_label_token(tokenizer, w, s, name) for s in w.senses]
-        for s, sense in enumerate(w.senses):
-            texts = [("context", w.prefix + sense.continuation)] + [("reference", r) for r in sense.references]
-            for kind, text in texts:
-                ids = tokenizer(text, add_special_tokens=True).input_ids + marker_ids
-                out.append(Example(w.word, s, kind, ids, labels[s], labels[1 - s]))
-    return out
-
-
 def check_contexts(examples: list[Example], tokenizer, prefix_len: int, m: int, name: str) -> None:
     """Both contexts of a word must start with the same prefix tokens ("The <word>") — the patch
     map's control rows rely on it — and share at least CONTINUATION_BINS continuation tokens."""
@@ -142,7 +119,7 @@ def check_contexts(examples: list[Example], tokenizer, prefix_len: int, m: int, 
     contexts: dict[str, list[Example]] = {}
     for e in examples:
         if e.kind == "context":
-            contexts.setdefault(e.word, []).append(e)
+            contexts.setdefault(e.group, []).append(e)
     for word, (a, b) in contexts.items():
         if a.ids[:prefix_len] != b.ids[:prefix_len] or len(tokenizer("The " + word).input_ids) != prefix_len:
             problems.append(f"{word!r}: 'The {word}' is not the same {prefix_len} tokens at the start of both contexts")
@@ -152,35 +129,79 @@ def check_contexts(examples: list[Example], tokenizer, prefix_len: int, m: int, 
         raise ValueError(f"senses_file: contexts unusable with {name}:\n  " + "\n  ".join(problems))
 
 
-def plan(*, models: str, k_values: str, rank: int, alpha: float, steps: int, lr: float, train_words: str,
-         heldout_words: str, seed: int, senses_file: str, marker: str, targets: str, batch_size: int,
-         activated_k, patch_k, patch_layer_groups: int, bench_tokens: int, timing_repeats: int,
-         dtype: str, device: str, **_ignored) -> Plan:
+@dataclass(frozen=True)
+class TaskData:
+    """What `plan` reads for the task, once for all models."""
+
+    task: str
+    marker: str
+    words: tuple = ()  # senses: (train words, held-out words)
+    train_docs: tuple = ()  # continuation
+    eval_docs: tuple = ()
+    eval_source: str = ""
+
+
+def check_task(task: str, marker: str, train_words: str, heldout_words: str, senses_file: str, corpus: str,
+               eval_corpus: str, passage_tokens: int, candidate_tokens: int, n_train: int, n_heldout: int) -> TaskData:
+    params.check_choice("task", task, switch_tasks.TASKS)
+    if not isinstance(marker, str):
+        raise ValueError(f"marker must be a string ('' = the task's own marker), got {marker!r}")
+    marker = marker or switch_tasks.MARKERS[task]
+    if task == "senses":
+        words = data.load_senses(senses_file)
+        return TaskData(task, marker, words=split_words(words, train_words, heldout_words))
+    params.check_int("passage_tokens", passage_tokens, 4)
+    params.check_int("candidate_tokens", candidate_tokens, CONTINUATION_BINS)
+    for name, value in (("n_train", n_train), ("n_heldout", n_heldout)):
+        params.check_int(name, value, 2)
+        if value % 2:
+            raise ValueError(f"{name} must be even (each passage A is shown with its true continuation and "
+                             f"with another document's passage), got {value}")
+    if not isinstance(eval_corpus, str):
+        raise ValueError(f"eval_corpus must be a string: '' (the held-out quarter of corpus), a folder of .txt "
+                         f"files or a .jsonl file; got {eval_corpus!r}")
+    docs = data.load_corpus(corpus, parameter="corpus")
+    if eval_corpus:
+        train_docs, eval_docs = docs, data.load_corpus(eval_corpus, parameter="eval_corpus")
+        source = eval_corpus
+        shared = {d.text for d in train_docs} & {d.text for d in eval_docs}
+        if shared:
+            raise ValueError(f"eval_corpus: {len(shared)} of its documents are also in corpus {corpus!r}; "
+                             "held-out documents must never be trained on")
+    else:
+        train_docs, eval_docs = switch_tasks.split_documents(docs)
+        source = f"every 4th document of {corpus}"
+    return TaskData(task, marker, train_docs=tuple(train_docs), eval_docs=tuple(eval_docs), eval_source=source)
+
+
+def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, steps: int, lr: float, seed: int,
+         marker: str, targets: str, batch_size: int, patch_k, patch_layer_groups: int, patch_pairs: int,
+         exact_examples: int, bench_tokens: int, timing_repeats: int, dtype: str, device: str,
+         train_words: str, heldout_words: str, senses_file: str, corpus: str, eval_corpus: str,
+         passage_tokens: int, candidate_tokens: int, n_train: int, n_heldout: int, **_ignored) -> Plan:
     """Check every parameter of chapter 5 and tokenise every example; loads tokenizers and config
     files only. Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
     params.check_device(device)
     params.check_choice("dtype", dtype, list(TOLERANCE))
-    params.check_int("rank", rank, 1)
-    params.check_int("steps", steps, 1)
-    params.check_int("batch_size", batch_size, 1)
+    for name, value in (("rank", rank), ("steps", steps), ("batch_size", batch_size), ("patch_layer_groups",
+                        patch_layer_groups), ("patch_pairs", patch_pairs), ("exact_examples", exact_examples),
+                        ("timing_repeats", timing_repeats)):
+        params.check_int(name, value, 1)
     params.check_int("seed", seed, 0)
-    params.check_int("patch_layer_groups", patch_layer_groups, 1)
     params.check_int("bench_tokens", bench_tokens, 8)
-    params.check_int("timing_repeats", timing_repeats, 1)
     for name, value in (("alpha", alpha), ("lr", lr)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a number > 0, got {value!r}")
     target_list = lora.parse_targets(targets)
-    words = data.load_senses(senses_file)
-    train, heldout = split_words(words, train_words, heldout_words)
-    docs = data.load_corpus()
+    td = check_task(task, marker, train_words, heldout_words, senses_file, corpus, eval_corpus, passage_tokens,
+                    candidate_tokens, n_train, n_heldout)
+    bench_docs = data.load_corpus()
     plans = []
     for r in params.check_models("models", models, family="causal"):
         config = model_config(r.name, r)
         lora.family_of(config.model_type, r.name)  # an unknown architecture fails here
         n_layers = config.num_hidden_layers
         ks = parse_k_values(k_values, n_layers, r.name)
-        act_k = parse_k(activated_k, n_layers, r.name, "activated_k")
         p_k = parse_k(patch_k, n_layers, r.name, "patch_k")
         if p_k not in ks:
             raise ValueError(f"patch_k: {patch_k!r} (k={p_k}) is not one of the trained k_values {ks} of {r.name}")
@@ -188,21 +209,52 @@ def plan(*, models: str, k_values: str, rank: int, alpha: float, steps: int, lr:
             raise ValueError(f"patch_layer_groups must be between 1 and {n_layers} (the layers of {r.name}), "
                              f"got {patch_layer_groups}")
         tokenizer = load_tokenizer(r.name)
-        data.check_words_for_tokenizer(train + heldout, tokenizer, r.name)
-        texts = [w.prefix + s.continuation for w in train + heldout for s in w.senses]
-        texts += [ref for w in train + heldout for s in w.senses for ref in s.references]
-        marker_ids = lora.check_marker(tokenizer, texts, marker, r.name)
-        prefix = tokenizer(train[0].prefix).input_ids
-        tokens = [t.replace("Ġ", " ").replace("▁", " ") for t in tokenizer.convert_ids_to_tokens(prefix)]
-        examples = {split: build_examples(tokenizer, ws, marker_ids, r.name) for split, ws in
-                    (("train", train), ("heldout", heldout))}
-        check_contexts(examples["train"] + examples["heldout"], tokenizer, len(prefix), len(marker_ids), r.name)
-        bench = data.prompts_from_corpus(tokenizer, docs, 1, bench_tokens, parameter="bench_tokens")
-        plans.append(ModelPlan(r.name, config.model_type, n_layers, ks, act_k, p_k, marker_ids,
-                               examples["train"], examples["heldout"],
-                               tokens[:-1] + ["⟨word⟩"], bench))
-    return Plan(plans, rank, float(alpha), target_list, steps, float(lr), batch_size, seed, dtype, device,
-                timing_repeats, patch_layer_groups)
+        task_plan = (_senses_plan if td.task == "senses" else _continuation_plan)(
+            td, tokenizer, r.name, seed=seed, passage_tokens=passage_tokens, candidate_tokens=candidate_tokens,
+            n_train=n_train, n_heldout=n_heldout)
+        marker_ids, train, heldout, pairs, prefix_len, labels = task_plan
+        bench = data.prompts_from_corpus(tokenizer, bench_docs, 1, bench_tokens, parameter="bench_tokens")
+        plans.append(ModelPlan(r.name, config.model_type, n_layers, ks, p_k, marker_ids, train, heldout,
+                               pairs[:patch_pairs], prefix_len, labels, bench))
+    return Plan(plans, td.task, rank, float(alpha), target_list, steps, float(lr), batch_size, seed, dtype, device,
+                timing_repeats, patch_layer_groups, exact_examples)
+
+
+def _senses_plan(td: TaskData, tokenizer, name: str, **_):
+    train, heldout = td.words
+    data.check_words_for_tokenizer(train + heldout, tokenizer, name)
+    texts = [w.prefix + s.continuation for w in train + heldout for s in w.senses]
+    texts += [ref for w in train + heldout for s in w.senses for ref in s.references]
+    marker_ids = lora.check_marker(tokenizer, texts, td.marker, name)
+    prefix = tokenizer(train[0].prefix).input_ids
+    tokens = [t.replace("Ġ", " ").replace("▁", " ") for t in tokenizer.convert_ids_to_tokens(prefix)]
+    examples = {split: switch_tasks.senses_examples(tokenizer, ws, marker_ids, name)
+                for split, ws in (("train", train), ("heldout", heldout))}
+    check_contexts(examples["train"] + examples["heldout"], tokenizer, len(prefix), len(marker_ids), name)
+    contexts: dict[str, list] = {}
+    for e in examples["train"] + examples["heldout"]:
+        if e.kind == "context":
+            contexts.setdefault(e.group, [None, None])[e.label] = e
+    pairs = [(a, b) for a, b in contexts.values()]
+    pairs += [(b, a) for a, b in contexts.values()]
+    return marker_ids, examples["train"], examples["heldout"], pairs, len(prefix), tokens[:-1] + ["⟨word⟩"]
+
+
+def _continuation_plan(td: TaskData, tokenizer, name: str, *, seed: int, passage_tokens: int,
+                       candidate_tokens: int, n_train: int, n_heldout: int):
+    marker_ids = lora.invocation_tokens(tokenizer, td.marker)
+    if not marker_ids:
+        raise ValueError("marker must give at least one token")
+    train = switch_tasks.continuation_examples(tokenizer, list(td.train_docs), n_train, passage_tokens,
+                                               candidate_tokens, marker_ids, seed, name, "corpus")
+    heldout = switch_tasks.continuation_examples(tokenizer, list(td.eval_docs), n_heldout, passage_tokens,
+                                                 candidate_tokens, marker_ids, seed + 1, name,
+                                                 "eval_corpus" if td.eval_source and "every 4th" not in td.eval_source
+                                                 else "corpus (its held-out quarter)")
+    prefix_len = len(tokenizer("", add_special_tokens=True).input_ids) + passage_tokens
+    pairs = [(heldout[i], heldout[i + 1]) for i in range(0, len(heldout), 2)]  # the same A, true / foreign B
+    bins = min(prefix_len, CONTROL_BINS)
+    return marker_ids, train, heldout, pairs, prefix_len, [f"passage A {i}/{bins}" for i in range(1, bins + 1)]
 
 
 # --------------------------------------------------------------------------- training and accuracy
@@ -218,233 +270,59 @@ def _batch(examples: list[Example], pad_id: int, marker_len: int, device: str) -
 @torch.no_grad()
 def accuracy(model, adapter: str | None, boundary: torch.Tensor, batch: lora.Batch, others: torch.Tensor,
              start: int, activated: bool = False) -> dict:
-    """Sense accuracy (the right label's logit above the other sense's: chance 50%) and label
-    accuracy (the right label is the top-1 token of the whole vocabulary), in %. `adapter` None:
-    the base model."""
+    """Accuracy (the right answer's logit above the wrong one's: chance 50 %) and label top-1 (the
+    right answer is the most likely token of the whole vocabulary), in %, from the hidden states at
+    layer `start`. `adapter` None: the base model."""
+    right, top1 = [], []
     with lora.active_adapter(model, adapter):
-        return _accuracy(model, boundary, batch, others, start, activated)
+        for a in range(0, len(others), EVAL_BATCH):
+            rows = slice(a, a + EVAL_BATCH)
+            offsets = [batch.marker_len] * len(others[rows]) if activated else None
+            logits = lora.tail_logits(model, boundary[rows], batch.mask[rows], start, offsets)
+            target, other = batch.targets[rows], others[rows]
+            right += (logits.gather(1, target[:, None]) > logits.gather(1, other[:, None]))[:, 0].tolist()
+            top1 += (logits.argmax(-1) == target).tolist()
+    return {**scored(right), "label_top1_pct": 100 * statistics.fmean(top1)}
 
 
-def _accuracy(model, boundary, batch, others, start, activated) -> dict:
-    right = top1 = 0
-    for a in range(0, len(others), EVAL_BATCH):
-        rows = slice(a, a + EVAL_BATCH)
-        offsets = [batch.marker_len] * len(others[rows]) if activated else None
-        logits = lora.tail_logits(model, boundary[rows], batch.mask[rows], start, offsets)
-        target, other = batch.targets[rows], others[rows]
-        margin = logits.gather(1, target[:, None]) - logits.gather(1, other[:, None])
-        right += int((margin > 0).sum())
-        top1 += int((logits.argmax(-1) == target).sum())
-    n = len(others)
-    return {"sense_pct": 100 * right / n, "label_top1_pct": 100 * top1 / n, "n": n}
+def adapter_names(mp: ModelPlan) -> list[tuple[str, int, bool]]:
+    """(name, k, activated) of every adapter: a LoRA tail and an activated LoRA per k."""
+    return [(f"tail{k}", k, False) for k in mp.k_values] + [(f"activated{k}", k, True) for k in mp.k_values]
 
 
 def _train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict]:
+    """Every adapter, trained from the boundary states of the training set (computed once); their
+    fit on (at most TRAIN_ACCURACY_MAX) training examples. Held-out accuracy comes from the switch."""
     marker_len = len(mp.marker_ids)
     train, train_other = _batch(mp.train, pad_id, marker_len, p.device)
-    held, held_other = _batch(mp.heldout, pad_id, marker_len, p.device)
-    starts = sorted({mp.n_layers - k for k in mp.k_values} | {mp.n_layers - mp.activated_k, 0})
-    b_train = lora.boundary_states(model, train.ids, train.mask, starts)
-    b_held = lora.boundary_states(model, held.ids, held.mask, starts)
-    out = {"zero_shot": {"train": accuracy(model, None, b_train[0], train, train_other, 0),
-                         "heldout": accuracy(model, None, b_held[0], held, held_other, 0)},
+    starts = sorted({mp.n_layers - k for k in mp.k_values})
+    boundary = lora.boundary_states(model, train.ids, train.mask, starts)
+    fit = slice(0, TRAIN_ACCURACY_MAX)
+    fit_batch = lora.Batch(train.ids[fit], train.mask[fit], train.targets[fit], marker_len)
+    out = {"zero_shot": {"train": accuracy(model, None, boundary[starts[0]][fit], fit_batch, train_other[fit],
+                                           starts[0])},
            "adapters": {}}
-    adapters = [(f"tail{k}", k, False) for k in mp.k_values] + [("activated", mp.activated_k, True)]
-    for name, k, activated in adapters:  # each training has its own progress bar
+    for name, k, activated in adapter_names(mp):  # each training has its own progress bar
         start = mp.n_layers - k
         model = lora.lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
                                invocation_tokens=mp.marker_ids if activated else None)
         began = time.perf_counter()
-        losses = lora.train_adapter(model, name, b_train[start], train, start, p.steps, p.lr, p.batch_size,
+        losses = lora.train_adapter(model, name, boundary[start], train, start, p.steps, p.lr, p.batch_size,
                                     p.seed, activated=activated)
-        seconds = time.perf_counter() - began
         out["adapters"][name] = {
-            "k": k, "activated": activated, "losses": losses, "train_seconds": seconds,
+            "k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
             "trainable_parameters": sum(t.numel() for t in lora.adapter_parameters(model, name)),
-            "train": accuracy(model, name, b_train[start], train, train_other, start, activated),
-            "heldout": accuracy(model, name, b_held[start], held, held_other, start, activated)}
+            "train": accuracy(model, name, boundary[start][fit], fit_batch, train_other[fit], start, activated)}
     return model, out
 
 
-# --------------------------------------------------------------------------- the switch policies
-
-
-def _contexts(mp: ModelPlan) -> list[Example]:
-    return [e for e in mp.train + mp.heldout if e.kind == "context"]
-
-
-class _Scores:
-    """Per (adapter, policy): each context's gap to the reference and whether it answered right."""
-
-    def __init__(self):
-        self.rows: dict[tuple[str, str], list[dict]] = {}
-
-    def add(self, adapter: str, policy: str, logits: torch.Tensor, reference: torch.Tensor,
-            examples: list[Example], heldout: set[str]) -> None:
-        """`logits` and `reference`: (batch, vocab), one row per example."""
-        gap = lora.compare_logits(reference, logits)
-        for i, e in enumerate(examples):
-            self.rows.setdefault((adapter, policy), []).append({
-                "max_abs_logit_diff": gap["max_abs_logit_diff"][i].item(), "kl": gap["kl"][i].item(),
-                "top1_agree": bool(gap["top1_agree"][i]), "heldout": e.word in heldout,
-                "sense_right": bool(logits[i, e.target] > logits[i, e.other]),
-                "label_top1": bool(logits[i].argmax() == e.target)})
-
-    def summary(self) -> dict:
-        out: dict = {}
-        for (adapter, policy), rows in self.rows.items():
-            held = [r for r in rows if r["heldout"]]
-            out.setdefault(adapter, {})[policy] = {
-                "max_abs_logit_diff": max(r["max_abs_logit_diff"] for r in rows),
-                "kl_mean": statistics.fmean(r["kl"] for r in rows), "kl_max": max(r["kl"] for r in rows),
-                "top1_agree_pct": 100 * statistics.fmean(r["top1_agree"] for r in rows),
-                "sense_pct": 100 * statistics.fmean(r["sense_right"] for r in rows),
-                "sense_heldout_pct": 100 * statistics.fmean(r["sense_right"] for r in held) if held else None,
-                "label_top1_pct": 100 * statistics.fmean(r["label_top1"] for r in rows), "n": len(rows)}
-        return out
-
-
-def _max_layers(current: list[float] | None, new: list[float]) -> list[float]:
-    """Element-wise max of two per-layer lists; NaN (a layer not compared) yields to a number."""
-    if current is None:
-        return new
-    return [b if a != a else a if b != b else max(a, b) for a, b in zip(current, new)]
-
-
-def by_length(examples: list[Example], m: int) -> list[list[Example]]:
-    """Contexts grouped by prefix length, so each group runs as one unpadded batch (a small model
-    on a CPU pays per forward, nearly whatever the batch)."""
-    groups: dict[int, list[Example]] = {}
-    for e in examples:
-        groups.setdefault(len(e.ids) - m, []).append(e)
-    return [groups[n] for n in sorted(groups)]
-
-
-@torch.no_grad()
-def evaluate_policies(mp: ModelPlan, model, device: str) -> dict:
-    """Every context of the study, prefilled by the base model, then switched under each policy:
-    answers and logits against the reference, and per layer how far each policy's cache is from it."""
-    m = len(mp.marker_ids)
-    starts = sorted({mp.n_layers - k for k in mp.k_values})
-    heldout = {e.word for e in mp.heldout}
-    scores, layers = _Scores(), {}
-
-    def track(key, values):
-        layers[key] = _max_layers(layers.get(key), values)
-
-    for group in tqdm(by_length(_contexts(mp), m), desc=f"{mp.name} switch", unit="batch"):
-        ids = torch.tensor([e.ids[:-m] for e in group], device=device)  # (batch, prefix)
-        marker = torch.tensor([mp.marker_ids] * len(group), device=device)  # (batch, m)
-        pre = lora.base_prefill(model, ids, starts)
-        base = lora.answer_logits(model, None, lora.copy_cache(pre.cache), marker)
-        scores.add("base", "zero_shot", base, base, group, heldout)
-        for k in mp.k_values:
-            adapter = f"tail{k}"
-            caches = {p: lora.switch_cache(model, p, pre, ids, adapter, k) for p in ("recompute", "stale", "tail_patch")}
-            logits = {p: lora.answer_logits(model, adapter, lora.copy_cache(c), marker) for p, c in caches.items()}
-            for policy, value in logits.items():
-                scores.add(adapter, policy, value, logits["recompute"], group, heldout)
-            for policy in ("stale", "tail_patch"):
-                track((adapter, policy), lora.layer_differences(caches[policy], caches["recompute"], pre.length))
-        # the activated adapter: reuse the base cache whole, against one pass over the whole sequence
-        reuse = lora.answer_logits(model, "activated", lora.copy_cache(pre.cache), marker)
-        one_pass = {}
-        for adapter in (None, "activated"):
-            cache = lora.new_cache(model)
-            logits = lora.answer_logits(model, adapter, cache, torch.cat([ids, marker], -1))
-            one_pass[adapter] = (logits, cache)
-        scores.add("activated", "activated", reuse, one_pass["activated"][0], group, heldout)
-        scores.add("activated", "one_pass", one_pass["activated"][0], one_pass["activated"][0], group, heldout)
-        track(("activated", "prefix_vs_base"),
-              lora.layer_differences(one_pass[None][1], one_pass["activated"][1], pre.length))
-    cache_layers: dict = {}
-    for (adapter, what), values in layers.items():
-        cache_layers.setdefault(adapter, {})[what] = values
-    return {"scores": scores.summary(), "cache_layers": cache_layers, "n_contexts": len(_contexts(mp))}
-
-
-# --------------------------------------------------------------------------- what a switch costs
-
-
-def _flops(fn) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
-    with counter:
-        fn()
-    return int(counter.get_total_flops())
-
-
-def _seconds(fn, repeats: int) -> float:
-    from .costs import median_seconds
-
-    fn()  # warm-up
-    return median_seconds(fn, repeats)
-
-
-@torch.no_grad()
-def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
-    """On one long prefix (`bench_tokens` of the default corpus): per k, the FLOPs and median time
-    of building the adapter's cache under each policy, and the memory the policy keeps besides the
-    cache (the tail patch stores the boundary hidden states: prefix × hidden numbers)."""
-    ids = mp.bench_ids.to(device)
-    tokens = ids.shape[-1]
-    starts = sorted({mp.n_layers - k for k in mp.k_values})
-    pre = lora.base_prefill(model, ids, starts)
-    hidden = pre.boundary[starts[0]]
-    boundary_bytes = hidden.shape[-1] * hidden.element_size() * tokens
-    per_k = {}
-    for k in tqdm(mp.k_values, desc=f"{mp.name} switch cost", unit="k"):
-        adapter, row = f"tail{k}", {}
-        for policy in ("recompute", "tail_patch", "stale"):
-            def build(policy=policy):
-                return lora.switch_cache(model, policy, pre, ids, adapter, k)
-            row[policy] = {"flops": _flops(build), "seconds": _seconds(build, repeats),
-                           "extra_bytes": boundary_bytes if policy == "tail_patch" else 0}
-        row["tail_time_fraction"] = row["tail_patch"]["seconds"] / row["recompute"]["seconds"]
-        row["tail_flops_fraction"] = row["tail_patch"]["flops"] / row["recompute"]["flops"]
-        row["k_over_L"] = k / mp.n_layers
-        per_k[str(k)] = row
-
-    def reuse():
-        return lora.switch_cache(model, "activated", pre, ids, "activated", mp.activated_k)
-    activated = {"flops": _flops(reuse), "seconds": _seconds(reuse, repeats), "extra_bytes": 0}
-    return {"prefix_tokens": tokens, "per_k": per_k, "activated": activated,
-            "boundary_bytes_per_token": boundary_bytes // tokens}
-
-
-# --------------------------------------------------------------------------- where the sense is read
-
-
-def layer_groups(n_layers: int, groups: int) -> list[tuple[int, ...]]:
-    """`groups` contiguous runs of layers, as even as possible."""
-    from .patching import runs
-
-    return [tuple(b) for b in runs(range(n_layers), groups)]
-
-
-def patch_map(mp: ModelPlan, model, device: str, groups: int) -> dict:
-    """The patching map of the tail of depth `patch_k`: both contexts of every word, each patched
-    from the other (see `kvutils.patching.answer_map`). Rows: each token of the shared prefix (the
-    control), the continuation in quarters, the whole continuation; columns: layer groups, all layers."""
-    from .patching import answer_map
-
-    m = len(mp.marker_ids)
-    by_word: dict[str, list] = {}
-    for e in _contexts(mp):
-        by_word.setdefault(e.word, [None, None])[e.sense] = e
-    pairs = [(e.ids[:-m], by_word[e.word][1 - e.sense].ids[:-m], e.target, e.other)
-             for pair in by_word.values() for e in pair]
-    cols = layer_groups(mp.n_layers, groups) + [tuple(range(mp.n_layers))]
-    out = answer_map(model, f"tail{mp.patch_k}", pairs, mp.marker_ids, len(mp.prefix_tokens), cols,
-                     CONTINUATION_BINS, device)
-    out["row_labels"] = mp.prefix_tokens + [f"continuation {i}/{CONTINUATION_BINS}"
-                                            for i in range(1, CONTINUATION_BINS + 1)] + ["whole continuation"]
-    out["col_labels"] = [f"{g[0] + 1}–{g[-1] + 1}" if len(g) > 1 else str(g[0] + 1) for g in cols[:-1]] + ["all"]
-    return {"adapter": f"tail{mp.patch_k}", "k": mp.patch_k, **out}
-
-
 # --------------------------------------------------------------------------- the chapter
+
+
+def knee(curve: dict[int, float], points: float = KNEE_POINTS) -> int:
+    """The smallest k whose accuracy is within `points` of the best k's."""
+    best = max(curve.values())
+    return min(k for k, v in curve.items() if v >= best - points)
 
 
 def run(p: Plan) -> tuple[dict, list[dict]]:
@@ -459,15 +337,20 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
         timings = {}
         model, training = _train_all(p, mp, loaded.model, pad_id)
         timings["training_s"] = time.perf_counter() - began
-        switch = evaluate_policies(mp, model, p.device)
+        heldout = heldout_accuracy(mp, model, p.device)
+        training["zero_shot"]["heldout"] = heldout["base"]["zero_shot"]
+        for name, _, activated in adapter_names(mp):
+            training["adapters"][name]["heldout"] = heldout[name]["activated" if activated else "tail_patch"]
+        switch = {"heldout": heldout, **exactness(mp, model, p.device, p.exact_examples)}
         timings["switch_s"] = time.perf_counter() - began - sum(timings.values())
         cost = switch_costs(mp, model, p.device, p.timing_repeats)
         timings["cost_s"] = time.perf_counter() - began - sum(timings.values())
-        patching = patch_map(mp, model, p.device, p.patch_layer_groups)
+        patching = patch_map(mp, model, p.device, p.patch_layer_groups, p.task)
         timings["patching_s"] = time.perf_counter() - began - sum(timings.values())
+        tails = {k: heldout[f"tail{k}"]["tail_patch"]["accuracy_pct"] for k in mp.k_values}
         numbers[mp.name] = {
-            "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
-            "activated_k": mp.activated_k, "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size,
+            "task": p.task, "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
+            "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee(tails),
             "first_changed_layer": {str(k): lora.first_changed_layer(mp.n_layers, k, p.targets, lora.family_of(mp.model_type))
                                     for k in mp.k_values},
             "n_train_examples": len(mp.train), "n_heldout_examples": len(mp.heldout),
@@ -489,9 +372,9 @@ def bench(model: str = "smollm2-135m", k_values: str = "1,2,4,L", tokens: int = 
     peft_model = loaded.model
     for k in ks:
         peft_model = lora.lora_tail(peft_model, k, 8, 16, "q,k,v,o,mlp", random_init=True)
-    peft_model = lora.lora_tail(peft_model, ks[0], 8, 16, "q,k,v,o,mlp", adapter_name="activated",
+    peft_model = lora.lora_tail(peft_model, ks[0], 8, 16, "q,k,v,o,mlp", adapter_name=f"activated{ks[0]}",
                                 invocation_tokens=[0], random_init=True)
-    mp = ModelPlan(model, config.model_type, n_layers, ks, ks[0], ks[0], [0], [], [], [], ids)
+    mp = ModelPlan(model, config.model_type, n_layers, ks, ks[0], [0], [], [], [], 0, [], ids)
     cost = switch_costs(mp, peft_model, device, repeats)
     return {str(k): {"k_over_L": row["k_over_L"], "time_fraction": row["tail_time_fraction"],
                      "flops_fraction": row["tail_flops_fraction"],
@@ -499,32 +382,39 @@ def bench(model: str = "smollm2-135m", k_values: str = "1,2,4,L", tokens: int = 
             for k, row in cost["per_k"].items()}
 
 
+def _within(value, tol: float) -> bool:
+    """value <= tol, False for NaN (a NaN compares False with everything, so `NaN > tol` would pass)."""
+    return value is not None and value <= tol
+
+
 def check_exactness(numbers: dict, dtype: str) -> None:
-    """The chapter's theorems, asserted on the run's numbers: tail patch == recompute within the
-    dtype's tolerance; stale reuse exact below the tail and off inside it; the activated adapter's
-    prefix K/V identical to the base's; the patch map's control rows copy bit-identical entries (both
-    caches share the prefix's), so the answer may move only by the rounding of a batch row."""
+    """The chapter's theorems, asserted on the run's numbers, failing on NaN: tail patch ==
+    recompute within the dtype's tolerance; stale reuse exact below the tail and off inside it; each
+    activated adapter's prefix K/V identical to the base's; in the patch map, the shared prefix's
+    entries bit-identical although each context was computed in its own forward pass, so copying
+    them moves the answer only by the rounding of a batch row."""
     tol, problems = TOLERANCE[dtype], []
     for model, r in numbers.items():
         for k in r["k_values"]:
             adapter = f"tail{k}"
             layers = r["switch"]["cache_layers"][adapter]
+            patch_kv = lora.nan_max(layers["tail_patch"])
             patch_gap = r["switch"]["scores"][adapter]["tail_patch"]["max_abs_logit_diff"]
-            if max(layers["tail_patch"]) > tol or patch_gap > tol:
-                problems.append(f"{model} k={k}: tail patch off the recompute by {max(layers['tail_patch'])} (K/V), "
-                                f"{patch_gap} (logits) > {tol}")
+            if not (_within(patch_kv, tol) and _within(patch_gap, tol)):
+                problems.append(f"{model} k={k}: tail patch off the recompute by {patch_kv} (K/V), "
+                                f"{patch_gap} (logits); allowed {tol}")
             first = r["first_changed_layer"][str(k)]
-            if any(d != 0 for d in layers["stale"][:r["layers"] - k]):
+            if not all(d == 0 for d in layers["stale"][:r["layers"] - k]):
                 problems.append(f"{model} k={k}: stale cache differs below the tail: {layers['stale']}")
-            if any(not d > 0 for d in layers["stale"][first:]):
+            if not all(d is not None and d > 0 for d in layers["stale"][first:]):
                 problems.append(f"{model} k={k}: stale cache equals the recompute inside the tail: {layers['stale']}")
-        prefix = r["switch"]["cache_layers"]["activated"]["prefix_vs_base"]
-        if any(d != 0 for d in prefix if d == d):
-            problems.append(f"{model}: the activated adapter changed the prefix's K/V: {prefix}")
+            prefix = r["switch"]["cache_layers"][f"activated{k}"]["prefix_vs_base"]
+            if not all(d is None or d == 0 for d in prefix) or all(d is None for d in prefix):
+                problems.append(f"{model} k={k}: the activated adapter changed the prefix's K/V: {prefix}")
         patch = r["patching"]
         # the control copies bit-identical entries; the answer may still move by rounding, because a
         # batched forward need not round every batch row the same way on multi-threaded CPUs
-        if patch["prefix_kv_max_diff"] != 0 or patch["control_max_abs_delta"] > tol:
+        if not (patch["prefix_kv_max_diff"] == 0 and _within(patch["control_max_abs_delta"], tol)):
             problems.append(f"{model}: patching the shared prefix moved the answer by "
                             f"{patch['control_max_abs_delta']} (its entries differ by {patch['prefix_kv_max_diff']})")
     if problems:

@@ -8,10 +8,12 @@ from conftest import run_failing_chapter
 
 from kvutils import models, switch
 
-GOOD = dict(models="tiny-qwen3", k_values="1,2,L", activated_k=2, rank=4, alpha=8, targets="q,k,v,o,mlp",
-            steps=2, lr=1e-2, batch_size=4, train_words="bank,bat", heldout_words="key", seed=0,
-            marker="\nSense:", patch_k=2, patch_layer_groups=2, bench_tokens=16, timing_repeats=1,
-            dtype="float32", senses_file="data/senses.json", device="cpu")
+GOOD = dict(models="tiny-qwen3", task="continuation", k_values="1,2,L", rank=4, alpha=8, targets="q,k,v,o,mlp",
+            steps=2, lr=1e-2, batch_size=4, seed=0, marker="", corpus="pydoc", eval_corpus="", passage_tokens=16,
+            candidate_tokens=8, n_train=8, n_heldout=8, train_words="bank,bat", heldout_words="key",
+            senses_file="data/senses.json", exact_examples=2, patch_k=2, patch_pairs=2, patch_layer_groups=2,
+            bench_tokens=16, timing_repeats=1, dtype="float32", device="cpu")
+SENSES = dict(GOOD, task="senses")
 
 
 @pytest.mark.parametrize("change, message", [
@@ -19,13 +21,20 @@ GOOD = dict(models="tiny-qwen3", k_values="1,2,L", activated_k=2, rank=4, alpha=
     (dict(k_values="1,5"), r"k_values: k=5 is not allowed for tiny-qwen3, which has 4 layers"),
     (dict(k_values="1,two"), r"k_values: k='two' is not allowed"),
     (dict(models="tiny-llama", k_values="1,4"), r"k_values: k=4 is not allowed for tiny-llama, which has 2 layers"),
-    (dict(activated_k=9), r"activated_k: k=9 is not allowed for tiny-qwen3"),
     (dict(patch_k=3), r"patch_k: 3 \(k=3\) is not one of the trained k_values \[1, 2, 4\]"),
     (dict(rank=0), r"rank must be >= 1, got 0"),
-    (dict(marker="..Sense:"), r"marker: '\.\.Sense:' tokenises differently after the text than alone .* never find its invocation tokens"),
-    (dict(heldout_words="key,bat"), r"train_words and heldout_words overlap \(bat\)"),
-    (dict(train_words="bank,riverbank"), r"train_words: 'riverbank' not in the senses file"),
-    (dict(heldout_words=""), r"heldout_words must name at least one word"),
+    (dict(task="sense"), r"task: 'sense' is not allowed; choose one of 'continuation', 'senses'"),
+    (dict(n_heldout=7), r"n_heldout must be even"),
+    (dict(n_train=0), r"n_train must be >= 2"),
+    (dict(passage_tokens=2), r"passage_tokens must be >= 4"),
+    (dict(n_heldout=100_000), r"corpus \(its held-out quarter\): its 8 documents give \d+ passages of 16 \+ 8 tokens"),
+    (dict(eval_corpus="no/such/folder"), r"eval_corpus: 'no/such/folder' is neither"),
+    (dict(corpus="pydocs"), r"corpus: 'pydocs' is neither"),
+    (dict(patch_pairs=0), r"patch_pairs must be >= 1"),
+    (dict(SENSES, marker="..Sense:"), r"marker: '\.\.Sense:' tokenises differently after the text than alone .* never find its invocation tokens"),
+    (dict(SENSES, heldout_words="key,bat"), r"train_words and heldout_words overlap \(bat\)"),
+    (dict(SENSES, train_words="bank,riverbank"), r"train_words: 'riverbank' not in the senses file"),
+    (dict(SENSES, heldout_words=""), r"heldout_words must name at least one word"),
     (dict(targets="q,gate"), r"targets: 'gate' not allowed; give one or more of q, k, v, o, mlp"),
     (dict(patch_layer_groups=5), r"patch_layer_groups must be between 1 and 4"),
     (dict(dtype="float16"), r"dtype: 'float16' is not allowed"),
@@ -35,6 +44,13 @@ GOOD = dict(models="tiny-qwen3", k_values="1,2,L", activated_k=2, rank=4, alpha=
 def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads):
     with pytest.raises(ValueError, match=message):
         switch.plan(**{**GOOD, **change})
+
+
+def test_an_eval_corpus_too_small_is_named(no_model_loads, tmp_path):
+    (tmp_path / "one.txt").write_text("A short note. " * 5)
+    (tmp_path / "two.txt").write_text("Another short note. " * 5)
+    with pytest.raises(ValueError, match=r"eval_corpus: its 2 documents give 0 passages of 16 \+ 8 tokens"):
+        switch.plan(**{**GOOD, "eval_corpus": str(tmp_path)})
 
 
 def test_an_unknown_architecture_is_named(no_model_loads, tmp_path):
@@ -54,12 +70,106 @@ def test_a_hub_model_without_weights_says_how_to_get_them(no_model_loads, tmp_pa
         switch.plan(**{**GOOD, "models": "Qwen/Qwen3-0.6B"})
 
 
+def test_an_eval_corpus_of_plain_text_documents_is_held_out(tmp_path):
+    """Any folder of documents long enough for a few passages: overlapping passages fill in once
+    the separate ones run out; every held-out example comes from that folder."""
+    from kvutils import data
+
+    words = data.load_senses()  # text of another kind than the training corpus: everyday English
+    for name, part in (("first.txt", words[:8]), ("second.txt", words[8:])):
+        (tmp_path / name).write_text(" ".join(r for w in part for sense in w.senses for r in sense.references))
+    mp = switch.plan(**{**GOOD, "eval_corpus": str(tmp_path), "n_heldout": 24}).models[0]
+    assert {e.group for e in mp.heldout} == {"first.txt", "second.txt"}
+    assert len(mp.heldout) == 24 and len({e.ids for e in mp.heldout}) == 24  # no example twice
+    assert all(e.group.startswith("pydoc:") for e in mp.train)
+
+
 def test_the_plan_knows_l_from_the_config():
-    p = switch.plan(**GOOD)
+    mp = switch.plan(**SENSES).models[0]
+    assert (mp.n_layers, mp.k_values, mp.model_type) == (4, [1, 2, 4], "qwen3")
+    assert mp.prefix_labels == ["The", "⟨word⟩"] and mp.prefix_len == 2
+    assert {e.group for e in mp.heldout} == {"key"} and len(mp.train) == 2 * 2 * 4
+
+
+def test_continuation_examples_are_balanced_split_by_document_and_cut_at_words():
+    from kvutils import data, models, switch_tasks
+
+    p = switch.plan(**{**GOOD, "n_train": 40, "n_heldout": 24})
     mp = p.models[0]
-    assert (mp.n_layers, mp.k_values, mp.activated_k, mp.model_type) == (4, [1, 2, 4], 2, "qwen3")
-    assert mp.prefix_tokens == ["The", "⟨word⟩"]
-    assert {e.word for e in mp.heldout} == {"key"} and len(mp.train) == 2 * 2 * 4
+    tokenizer = models.load_tokenizer("tiny-qwen3")
+    docs = {d.id: d for d in data.load_corpus()}
+    assert {e.group for e in mp.train}.isdisjoint({e.group for e in mp.heldout})
+    assert len({e.group for e in mp.train}) > 4  # drawn round-robin over the documents
+    yes, no = switch_tasks.answer_tokens(tokenizer, "tiny-qwen3")
+    m, a, b = len(mp.marker_ids), 16, 8
+    for examples in (mp.train, mp.heldout):
+        assert [e.target for e in examples] == [yes, no] * (len(examples) // 2)  # balanced, one of each per A
+        for true, foreign in zip(examples[::2], examples[1::2]):
+            assert true.ids[:a] == foreign.ids[:a] and true.ids[-m:] == foreign.ids[-m:] == tuple(mp.marker_ids)
+            text = tokenizer.decode(true.ids[:a] + true.ids[-m - b:-m])  # A then B, without the separator
+            assert text in docs[true.group].text  # B really follows A in its document
+            assert tokenizer.decode(foreign.ids[:a] + foreign.ids[-m - b:-m]) not in docs[true.group].text
+            for e in (true, foreign):
+                first_of_b = tokenizer.convert_ids_to_tokens([e.ids[-m - b]])[0]
+                assert first_of_b.startswith("Ġ")  # B begins a word: no cut word gives the answer away
+    assert mp.patch_pairs[0] == (mp.heldout[0], mp.heldout[1])
+
+
+def test_no_continuation_names_its_words_labels():
+    """An adapter must infer the sense from the context, not copy a label that stands in it."""
+    import re
+
+    from kvutils import data
+
+    leaks = [(w.word, s.continuation, label) for w in data.load_senses() for s in w.senses
+             for label in (x.label for x in w.senses)
+             if re.search(rf"\b{re.escape(label)}\b", s.continuation, re.IGNORECASE)]
+    assert leaks == []
+
+
+def test_accuracy_intervals_are_wilson_intervals():
+    low, high = switch.binomial_interval(50, 100)
+    assert (round(low, 2), round(high, 2)) == (40.38, 59.62)
+    assert switch.binomial_interval(0, 64)[0] == 0 and 0 < switch.binomial_interval(0, 64)[1] < 6
+    assert switch.scored([True, False, True, True]) == {"accuracy_pct": 75.0, "n": 4, "right": 3,
+                                                         "ci95_pct": list(switch.binomial_interval(3, 4))}
+    assert switch.knee({1: 60.0, 2: 71.0, 4: 72.5, 8: 72.0}) == 2
+
+
+def _identities(n_layers: int = 2) -> dict:
+    """The smallest results that hold every identity check_exactness asserts: one model, k = 1."""
+    return {"m": {"k_values": [1], "layers": n_layers, "first_changed_layer": {"1": 1},
+                  "switch": {"cache_layers": {"tail1": {"tail_patch": [0.0, 1e-7], "stale": [0.0, 0.3]},
+                                              "activated1": {"prefix_vs_base": [0.0, 0.0]}},
+                             "scores": {"tail1": {"tail_patch": {"max_abs_logit_diff": 2e-6}}}},
+                  "patching": {"prefix_kv_max_diff": 0.0, "control_max_abs_delta": 1e-7}}}
+
+
+@pytest.mark.parametrize("where", ["tail_patch_kv_first", "tail_patch_kv_last", "tail_patch_logits", "stale_tail",
+                                   "stale_below", "activated_prefix", "control_delta", "prefix_kv"])
+def test_every_identity_check_fails_on_nan(where):
+    numbers = _identities()
+    switch.check_exactness(numbers, "float32")  # passes as built
+    r, nan = numbers["m"], float("nan")
+    layers = r["switch"]["cache_layers"]
+    if where == "tail_patch_kv_first":
+        layers["tail1"]["tail_patch"][0] = nan  # max() over a list starting with NaN returns NaN
+    elif where == "tail_patch_kv_last":
+        layers["tail1"]["tail_patch"][1] = nan  # ... and drops a NaN that comes later
+    elif where == "tail_patch_logits":
+        r["switch"]["scores"]["tail1"]["tail_patch"]["max_abs_logit_diff"] = nan
+    elif where == "stale_tail":
+        layers["tail1"]["stale"][1] = nan
+    elif where == "stale_below":
+        layers["tail1"]["stale"][0] = nan
+    elif where == "activated_prefix":
+        layers["activated1"]["prefix_vs_base"][1] = nan
+    elif where == "control_delta":
+        r["patching"]["control_max_abs_delta"] = nan
+    else:
+        r["patching"]["prefix_kv_max_diff"] = nan
+    with pytest.raises(AssertionError, match="chapter 5 identities failed"):
+        switch.check_exactness(numbers, "float32")
 
 
 def test_notebook_stops_in_its_first_cell_on_a_bad_k(tmp_path):
@@ -70,7 +180,7 @@ def test_notebook_stops_in_its_first_cell_on_a_bad_k(tmp_path):
 def test_chapter5_quick_results_hold_the_identities(quick_chapters):
     root, _ = quick_chapters
     record = json.loads((root / "results" / "05_qwen3_switch.json").read_text())
-    assert record["parameters"]["models"] == "tiny-qwen3"
+    assert record["parameters"]["models"] == "tiny-qwen3" and record["parameters"]["task"] == "continuation"
     r = record["numbers"]["tiny-qwen3"]
     n_layers = r["layers"]
     assert n_layers == 4 and r["k_values"][-1] == n_layers
@@ -84,13 +194,31 @@ def test_chapter5_quick_results_hold_the_identities(quick_chapters):
         cost = r["cost"]["per_k"][str(k)]
         assert cost["tail_flops_fraction"] == pytest.approx(k / n_layers, rel=0.2)
         assert cost["stale"]["flops"] == 0
-    assert all(d == 0 for d in r["switch"]["cache_layers"]["activated"]["prefix_vs_base"] if d is not None)
+        assert r["switch"]["cache_layers"][f"activated{k}"]["prefix_vs_base"] == [0.0] * n_layers
     assert r["patching"]["prefix_kv_max_diff"] == 0 and r["patching"]["control_max_abs_delta"] <= 1e-5
-    assert r["patching"]["row_labels"][:2] == ["The", "⟨word⟩"]
-    for name, adapter in r["training"]["adapters"].items():
-        assert len(adapter["losses"]) == record["parameters"]["steps"]
-    for figure in ("05_loss_curves", "05_accuracy_vs_k", "05_cost_vs_exactness", "05_patching_map"):
+    assert r["patching"]["row_labels"][:4] == [f"passage A {i}/4" for i in range(1, 5)]
+    # what a script reads: accuracy with n for the base and every adapter, held out
+    training, n = r["training"], record["parameters"]["n_heldout"]
+    assert training["zero_shot"]["heldout"]["n"] == n and 0 <= training["zero_shot"]["heldout"]["accuracy_pct"] <= 100
+    assert sorted(training["adapters"]) == sorted([f"tail{k}" for k in r["k_values"]] + [f"activated{k}" for k in r["k_values"]])
+    for name, adapter in training["adapters"].items():
+        assert adapter["heldout"]["n"] == n and len(adapter["losses"]) == record["parameters"]["steps"]
+        low, high = adapter["heldout"]["ci95_pct"]
+        assert low <= adapter["heldout"]["accuracy_pct"] <= high
+    curve = r["curve"]
+    assert len(curve) == 3 * len(r["k_values"]) and {row["policy"] for row in curve} == {"tail_patch", "stale", "activated"}
+    assert r["knee_k"] in r["k_values"]
+    for figure in ("05_loss_curves", "05_quality_vs_cost", "05_cost_vs_exactness", "05_patching_map"):
         assert (root / "results" / "figures" / f"{figure}.png").stat().st_size > 10_000
+
+
+def test_the_senses_task_still_runs_and_holds_the_identities(tmp_path):
+    p = switch.plan(**{**SENSES, "k_values": "1,L", "patch_k": 1, "exact_examples": 4})
+    numbers, _ = switch.run(p)
+    switch.check_exactness(numbers, "float32")
+    r = numbers["tiny-qwen3"]
+    assert r["task"] == "senses" and r["patching"]["row_labels"][:2] == ["The", "⟨word⟩"]
+    assert r["training"]["zero_shot"]["heldout"]["n"] == len(p.models[0].heldout) == 8
 
 
 def test_the_benchmark_reports_the_tail_patch_against_a_recompute():
@@ -98,3 +226,36 @@ def test_the_benchmark_reports_the_tail_patch_against_a_recompute():
     assert list(fractions) == ["1", "4"]
     assert fractions["1"]["flops_fraction"] == pytest.approx(0.25, rel=0.2)
     assert fractions["4"]["flops_fraction"] == 1.0 and fractions["1"]["time_fraction"] > 0
+
+
+def _acc(pct, low, high, n=128):
+    return {"accuracy_pct": pct, "ci95_pct": [low, high], "n": n}
+
+
+def test_the_glued_verdicts_follow_the_numbers():
+    from kvutils import report_switch as rs
+
+    assert rs.compare(_acc(80, 72, 86), _acc(50, 41, 59), "the base")[1] == "30 points above the base"
+    below = rs.compare(_acc(55, 46, 63), _acc(60, 51, 68), "the tail patch")[1]
+    assert below.startswith("5 points below the tail patch") and "no clear difference" in below
+    assert rs.compare(_acc(60, 51, 68), _acc(60, 51, 68), "the tail")[1] == "the same as the tail"
+    assert [rs.trend(v) for v in ([1, 2, 3], [3, 2, 1], [1, 3, 2], [1, 1, 2])] == [
+        "rises", "falls", "is not monotonic", "is not monotonic"]
+
+
+def test_chapter5_glue_states_what_the_quick_run_measured(quick_chapters):
+    from kvutils import report_switch as rs
+
+    root, _ = quick_chapters
+    record = json.loads((root / "results" / "05_qwen3_switch.json").read_text())
+    r = record["numbers"]["tiny-qwen3"]
+    glue = rs.chapter5_glue(record["numbers"], record["parameters"])
+    held = r["switch"]["heldout"]
+    deep, zero = held[f"tail{r['k_values'][-1]}"]["tail_patch"], r["training"]["zero_shot"]["heldout"]
+    word = ("above" if deep["accuracy_pct"] > zero["accuracy_pct"] else
+            "below" if deep["accuracy_pct"] < zero["accuracy_pct"] else "the same as")
+    assert word in glue["deepest"] and f"n = {deep['n']}" in glue["deepest"]
+    assert glue["knee"].startswith(f"tiny-qwen3: k = {r['knee_k']} of L = 4")
+    excess = [r["cost"]["per_k"][str(k)]["tail_time_fraction"] - k / 4 for k in r["k_values"]]
+    assert rs.trend(excess) in glue["cost_trend"]
+    assert ("as a fixed cost per forward makes it" in glue["cost_trend"]) == (rs.trend(excess) == "falls")

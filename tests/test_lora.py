@@ -176,3 +176,20 @@ def test_a_marker_that_merges_with_the_text_is_explained():
     assert lora.check_marker(tokenizer, [TEXT], MARKER) == lora.invocation_tokens(tokenizer, MARKER)
     with pytest.raises(ValueError, match=r"marker: '\.\.Sense:' tokenises differently .* never find its invocation"):
         lora.check_marker(tokenizer, [TEXT], "..Sense:")
+
+
+def test_nan_max_keeps_a_nan_wherever_it_stands_and_skips_none():
+    import math
+
+    assert math.isnan(lora.nan_max([float("nan"), 1.0])) and math.isnan(lora.nan_max([1.0, float("nan")]))
+    assert lora.nan_max([None, 2.0, 1.0]) == 2.0 and lora.nan_max([None]) is None
+
+
+def test_a_nan_in_a_cache_shows_in_its_layer_difference():
+    loaded = _fresh("tiny-qwen3", "float32")
+    ids = _ids(loaded)
+    base = lora.base_prefill(loaded.model, ids, []).cache
+    broken = lora.base_prefill(loaded.model, ids, []).cache
+    broken.layers[1].values[0, 0, -1, -1] = float("nan")  # after finite entries: max() over the layer would drop it
+    diffs = lora.layer_differences(base, broken, ids.shape[-1])
+    assert diffs[0] == 0.0 and diffs[1] != diffs[1]

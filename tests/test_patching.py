@@ -1,5 +1,7 @@
 """Cache patching: the generic patch, its setters, the context manager's restore-on-error, and
 the built-in control — entries identical in both runs change nothing when copied."""
+import copy
+
 import pytest
 import torch
 from transformers import DynamicCache
@@ -122,3 +124,34 @@ def test_bad_patches_are_refused():
         patching.Patch(layers=(), positions=(1,))
     with pytest.raises(ValueError, match=r"Patch.parts: \['queries'\] not allowed"):
         patching.Patch(layers=(0,), positions=(1,), parts=("queries",))
+
+
+def test_the_answer_map_control_is_measured_from_each_contexts_own_pass(monkeypatch):
+    """Each context's cache comes from its own forward pass, so the control really tests that the
+    shared prefix's entries do not depend on what follows; a cache whose prefix entries differ is
+    reported, not assumed away."""
+    loaded = load_cached("tiny-qwen3", "float32")
+    model = lora.lora_tail(copy.deepcopy(loaded.model), 2, 4, 8, adapter_name="t", random_init=True, seed=1)
+    tok = loaded.tokenizer
+    a, b = tok(A).input_ids, tok(B).input_ids
+    prefix_len = len(tok("The bank").input_ids)
+    marker = lora.invocation_tokens(tok, MARKER)
+    own, other = tok(" river", add_special_tokens=False).input_ids[0], tok(" finance", add_special_tokens=False).input_ids[0]
+    cols = [(0, 1), (2, 3), (0, 1, 2, 3)]
+    out = patching.answer_map(model, "t", [(a, b, own, other)], marker, prefix_len, cols, 4, 2)
+    assert out["prefix_kv_max_diff"] == 0 and out["control_max_abs_delta"] <= 1e-5
+    assert out["control_rows"] == prefix_len and len(out["flip_pct"]) == prefix_len + 2 + 1
+    passes = []
+    real = patching.own_cache
+
+    def shifted(model_, adapter, ids, device):  # a model whose prefix entries depend on the continuation
+        cache = real(model_, adapter, ids, device)
+        passes.append(list(ids))
+        if list(ids) == b:
+            cache.layers[3].keys[:, :, 0] += 1e-3
+        return cache
+
+    monkeypatch.setattr(patching, "own_cache", shifted)
+    out = patching.answer_map(model, "t", [(a, b, own, other)], marker, prefix_len, cols, 4, 2)
+    assert passes == [a, b]  # one pass per context, over the whole context
+    assert out["prefix_kv_max_diff"] == pytest.approx(1e-3, rel=1e-3) and out["control_max_abs_delta"] > 0
