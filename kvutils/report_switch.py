@@ -80,6 +80,25 @@ def curve_table(numbers: dict) -> pd.DataFrame:
     return pd.DataFrame([{"model": model, **row} for model, r in numbers.items() for row in curve_rows(r)])
 
 
+def quality_cost_chart(numbers: dict):
+    """The quality-vs-cost curve as an interactive chart for the page (kvutils.interactive): every
+    adapter and policy a point at its switch time (share of a full recompute) and held-out accuracy,
+    with k, the 95 % interval, n, the FLOPs share and the extra memory on hover."""
+    from . import interactive
+
+    table = curve_table(numbers).assign(
+        **{"switch time (% of recompute)": lambda t: 100 * t.switch_time_fraction,
+           "switch FLOPs (% of recompute)": lambda t: 100 * t.switch_flops_fraction,
+           "95% interval": lambda t: [f"{fmt(lo, 3)}–{fmt(hi, 3)}" for lo, hi in zip(t.ci95_low_pct, t.ci95_high_pct)],
+           "policy": lambda t: t.policy.map(POLICY_LABEL)})
+    return interactive.scatter(
+        table, x="switch time (% of recompute)", y="accuracy_pct", color="policy", symbol="model",
+        hover=["k", "accuracy_pct", "95% interval", "n", "switch FLOPs (% of recompute)", "extra_bytes_per_token"],
+        title=f"Held-out accuracy against the cost of the switch — models: {', '.join(numbers)}",
+        x_label="time of the switch (% of a full recompute under the adapter)",
+        y_label="held-out accuracy (%)")
+
+
 def plot_quality_cost(numbers: dict):
     """Per model: held-out accuracy (95 % intervals as bars) against k, for the tail with the tail
     patch, the same tail with stale reuse and the activated adapter of the same k, with the base

@@ -72,6 +72,7 @@ def test_chapter5_page(built_book):
     assert "tiny-qwen3: largest |logit difference| of the tail patch 0 (k = 1)" in text
     assert "0.0423106 / 91.11" in text
     assert page.count('<img alt="../../_images/') == 4
+    assert page.count('id="kvutils-chart-') == 1 and "plotly.min.js" in page  # the quality-vs-cost chart
 
 
 def test_every_page_is_in_the_navigation(built_book):

@@ -259,3 +259,18 @@ def test_chapter5_glue_states_what_the_quick_run_measured(quick_chapters):
     excess = [r["cost"]["per_k"][str(k)]["tail_time_fraction"] - k / 4 for k in r["k_values"]]
     assert rs.trend(excess) in glue["cost_trend"]
     assert ("as a fixed cost per forward makes it" in glue["cost_trend"]) == (rs.trend(excess) == "falls")
+
+
+def test_the_interactive_quality_cost_chart_holds_every_adapter_and_policy(quick_chapters):
+    """Every (k, policy) row of the curve is a point of the page's chart, at its measured switch time
+    and accuracy, with k on hover (a chart that drops a policy or mixes the axes fails)."""
+    root, _ = quick_chapters
+    numbers = json.loads((root / "results" / "05_qwen3_switch.json").read_text())["numbers"]
+    from kvutils import report_switch
+
+    chart = report_switch.quality_cost_chart(numbers)
+    points = [(round(x, 9), round(y, 9)) for trace in chart.figure.data for x, y in zip(trace.x, trace.y)]
+    expected = [(round(100 * row["switch_time_fraction"], 9), round(row["accuracy_pct"], 9))
+                for r in numbers.values() for row in r["curve"]]
+    assert sorted(points) == sorted(expected)
+    assert "kvutils-chart" in chart.html and "tiny-qwen3" in chart.html
