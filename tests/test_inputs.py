@@ -520,7 +520,10 @@ def test_a_real_sigint_to_the_accept_cli(tmp_path):
     out = tmp_path / "accept.json"
     proc = subprocess.Popen([sys.executable, "-m", "kvutils.accept", "--model", "tiny-llama", "--op", "exact",
                              "--docs", "pydoc", "--prefill", "64", "--decode", "64", "--path", "step",
-                             "--out", str(out)], cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
+                             "--out", str(out)], cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
+                            # as from a terminal: a background shell (nohup, `make test &`) ignores
+                            # SIGINT and Python then installs no KeyboardInterrupt handler
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     err, scoring = [], threading.Event()
 
     def read():

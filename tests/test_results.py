@@ -43,8 +43,13 @@ def _writer(folder, run: int, kill_at: str, sig: int) -> None:
     import os
     import shutil
 
+    import signal
+
     import matplotlib.pyplot as plt
 
+    # a shell that starts the tests in the background (nohup, `make test &`) ignores SIGINT, and
+    # children inherit that: a reader's Ctrl-C is what this test sends, so restore Python's handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     calls = {"replace": 0, "savefig": 0, "rmtree": 0}
 
     def counting(name, real):
