@@ -354,7 +354,12 @@ def converted_dir(key: str, progress: Callable[[str], None] = print) -> Path:
         save_model(model, str(staging / "model.safetensors"))  # de-duplicates tied embeddings
         tokenizer.save_pretrained(staging)
         (staging / "source.json").write_text(json.dumps({"gguf": gguf_path.name, "sha256": actual}))
-        staging.rename(target)  # atomic: a half-written conversion is never picked up
+        try:
+            staging.rename(target)  # atomic: a half-written conversion is never picked up
+        except OSError:
+            # another process converted the same file meanwhile: its complete copy is as good
+            if not (target / "source.json").is_file():
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
