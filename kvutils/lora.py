@@ -241,13 +241,52 @@ def positions_of(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def boundary_states(model, ids: torch.Tensor, mask: torch.Tensor, layers: Sequence[int]) -> dict[int, torch.Tensor]:
+def boundary_states(model, ids: torch.Tensor, mask: torch.Tensor, layers: Sequence[int],
+                    cache=None) -> dict[int, torch.Tensor]:
     """The base model's hidden states entering each of `layers` (0 = the embeddings), for a
-    left-padded batch: {layer: (batch, seq, hidden)}. Adapters are off; no gradients."""
+    left-padded batch: {layer: (batch, seq, hidden)}. Adapters are off; no gradients. A `cache`
+    given (see `new_cache`) is filled with every layer's K/V in the same pass."""
     with torch.no_grad(), active_adapter(model, None):
         out = decoder(model)(input_ids=ids, attention_mask=mask, position_ids=positions_of(mask),
-                             output_hidden_states=True, use_cache=False)
+                             output_hidden_states=True, cache=cache, use_cache=cache is not None)
     return {layer: out.hidden_states[layer] for layer in layers}
+
+
+def states_and_prefix_cache(model, ids: torch.Tensor, mask: torch.Tensor, layers: Sequence[int],
+                            marker_len: int) -> tuple[dict[int, torch.Tensor], object]:
+    """One base pass over a left-padded batch whose rows all end with the marker: the hidden states
+    entering `layers` (see `boundary_states`) and the cache of everything before the marker."""
+    cache = new_cache(model)
+    states = boundary_states(model, ids, mask, layers, cache=cache)
+    cache.crop(-marker_len)
+    return states, cache
+
+
+def select_rows(cache, rows: Sequence[int] | torch.Tensor):
+    """A cache of some rows of `cache`'s batch; `cache` itself is left as it is."""
+    out = copy_cache(cache)
+    index = torch.as_tensor(rows, dtype=torch.long)
+    for layer in out.layers:
+        if layer.is_initialized:
+            layer.batch_select_indices(index.to(layer.keys.device))
+    return out
+
+
+def marker_logits(model, boundary: torch.Tensor, mask: torch.Tensor, start: int, marker_len: int,
+                  prefix_cache) -> torch.Tensor:
+    """An activated adapter's last-position logits (batch, vocab), running only the marker's tokens
+    through layers start … L−1 on `prefix_cache` (the base model's K/V of everything before the
+    marker; it grows by the marker). The same numbers as `tail_logits` over the whole sequence with
+    `alora_offsets`: the activated adapter leaves the prefix to the base weights, so the prefix's
+    K/V in the tail are the base model's, and causal attention lets no gradient reach them. The
+    prefix's tokens drop out of every training step (a few tokens of marker instead of the whole
+    sequence)."""
+    positions = positions_of(mask)[:, -marker_len:]
+    with skip_lower_layers(model, start), contiguous_head(model):
+        out = model(inputs_embeds=boundary[:, -marker_len:], attention_mask=mask, position_ids=positions,
+                    cache=prefix_cache, use_cache=True, logits_to_keep=1,
+                    alora_offsets=[marker_len] * boundary.shape[0])
+    return out.logits[:, -1]
 
 
 @contextmanager
@@ -277,6 +316,37 @@ def tail_logits(model, boundary: torch.Tensor, mask: torch.Tensor, start: int,
 
 # --------------------------------------------------------------------------- training
 
+TRAIN_DTYPES = ("auto", "float32", "bfloat16")
+
+
+def resolve_train_dtype(train_dtype: str, device: str) -> str:
+    """"auto": bfloat16 where the device multiplies bfloat16 natively (a CPU with AVX512-BF16 or AMX
+    — there bfloat16 autocast trains a tail about twice as fast — or a CUDA GPU that supports it),
+    float32 elsewhere (emulated bfloat16 would be slower than float32)."""
+    if train_dtype not in TRAIN_DTYPES:
+        raise ValueError(f"train_dtype: {train_dtype!r} is not allowed; choose one of {', '.join(TRAIN_DTYPES)}")
+    if train_dtype != "auto":
+        return train_dtype
+    kind = torch.device(device).type
+    if kind == "cpu":
+        native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    else:
+        native = kind == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return "bfloat16" if native else "float32"
+
+
+def training_precision(train_dtype: str, device: str | torch.device):
+    """The context a training forward runs in: autocast to bfloat16 (the matrix products in
+    bfloat16; the LoRA weights, their gradients and AdamW stay float32), or nothing for float32.
+    Open it around a forward, never around optimizer steps (autocast keeps its casts of trainable
+    weights until it closes). Evaluation runs outside it, in the model's own dtype."""
+    import contextlib
+
+    if train_dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, train_dtype))
+
+
 
 @dataclass
 class Batch:
@@ -300,15 +370,20 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
 
 def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int,
                   lr: float, batch_size: int, seed: int, activated: bool = False,
-                  on_step: Callable[[int, float], None] | None = None) -> list[float]:
+                  on_step: Callable[[int, float], None] | None = None, prefix_cache=None,
+                  train_dtype: str = "float32") -> list[float]:
     """Train one adapter with AdamW on next-token cross-entropy at the last position; return the
     loss of every step.
 
     `boundary` (examples, seq, hidden) holds the frozen base layers' output at layer `start` for the
     whole training set, computed once: each step runs forward and backward through layers
     start … L−1 only. Only the adapter's LoRA weights have gradients. Seeded: the same arguments
-    give the same losses.
+    give the same losses. An activated adapter given `prefix_cache` (the base model's K/V of every
+    example before its marker, see `marker_logits`) runs only the marker's tokens. `train_dtype`
+    "bfloat16" runs each step's forward under autocast (see `training_precision`).
     """
+    if prefix_cache is not None and not activated:
+        raise ValueError("prefix_cache is for an activated adapter only: a LoRA tail changes the prefix's K/V")
     model.set_adapter(adapter_name)
     params = adapter_parameters(model, adapter_name)
     if not params:
@@ -330,8 +405,15 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
                 queue += perm
             rows, queue = queue[:batch_size], queue[batch_size:]
             mask = batch.mask[rows]
-            offsets = [batch.marker_len] * len(rows) if activated else None
-            logits = tail_logits(model, boundary[rows], mask, start, offsets)
+            # autocast around the forward only: it caches the low-precision copy of each trainable
+            # weight for as long as it is open, so around the loop the optimizer's steps would go unseen
+            with training_precision(train_dtype, boundary.device):
+                if prefix_cache is not None:
+                    logits = marker_logits(model, boundary[rows], mask, start, batch.marker_len,
+                                           select_rows(prefix_cache, rows))
+                else:
+                    offsets = [batch.marker_len] * len(rows) if activated else None
+                    logits = tail_logits(model, boundary[rows], mask, start, offsets)
             loss = torch.nn.functional.cross_entropy(logits.float(), batch.targets[rows])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

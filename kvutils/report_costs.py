@@ -5,8 +5,6 @@ from __future__ import annotations
 import pandas as pd
 
 from .report import article, bold_numbers, fmt, rows_table, styled
-from .report_frontier import (  # noqa: F401  (chapter 4 calls them through this module)
-    frontier_chart, frontier_glue, frontier_table, frontier_winners, plot_frontier)
 
 
 # --------------------------------------------------------------------------- E4: decode cost

@@ -112,8 +112,8 @@ def plot_frontier(frontier: dict):
 
 
 def frontier_winners(frontier: dict) -> dict[str, dict]:
-    """Per model: at each compression ratio the eviction method (press or decode-time policy) with
-    the lowest mean KL, and which attention-informed methods beat `random` at each ratio."""
+    """Per model: at each compression ratio the eviction methods (press or decode-time policy) with
+    the lowest mean KL (several where they tie exactly), and which attention-informed methods beat `random` at each ratio."""
     out = {}
     for model, run in frontier.items():
         per_ratio: dict[float, list] = {}
@@ -124,10 +124,11 @@ def frontier_winners(frontier: dict) -> dict[str, dict]:
         winners = {}
         for ratio, entries in sorted(per_ratio.items()):
             kl, name, top1 = min(entries)
+            tied = sorted(n for k, n, _ in entries if k == kl)  # e.g. adakv == snapkv where the budgets coincide
             random_kl = next((k for k, n, _ in entries if n == "random"), None)
             beat = sorted(n for k, n, _ in entries if n in ATTENTION_INFORMED and random_kl is not None and k < random_kl)
             lost = sorted(n for k, n, _ in entries if n in ATTENTION_INFORMED and random_kl is not None and k >= random_kl)
-            winners[ratio] = {"best": name, "kl": kl, "top1": top1, "random_kl": random_kl, "beat_random": beat,
+            winners[ratio] = {"best": tied, "kl": kl, "top1": top1, "random_kl": random_kl, "beat_random": beat,
                               "not_beating_random": lost}
         out[model] = winners
     return out
@@ -142,8 +143,9 @@ def frontier_glue(frontier: dict) -> str:
     for model, winners in frontier_winners(frontier).items():
         bits = []
         for ratio, w in winners.items():
-            text = (f"at compression {fmt(ratio)} **{w['best']}** (mean KL {fmt(w['kl'], 3)}, top-1 "
-                    f"{w['top1']:.1f}%)")
+            best = " and ".join(f"**{n}**" for n in w["best"])
+            tie = " (tied: the same mean KL)" if len(w["best"]) > 1 else ""
+            text = f"at compression {fmt(ratio)} {best}{tie} (mean KL {fmt(w['kl'], 3)}, top-1 {w['top1']:.1f}%)"
             if w["not_beating_random"]:
                 text += f"; not better than random: {', '.join(w['not_beating_random'])}"
             elif w["random_kl"] is not None:

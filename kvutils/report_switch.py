@@ -10,7 +10,7 @@ import pandas as pd
 from . import switch_tasks
 from .lora import POLICY_TEXT, nan_max
 from .switch import KNEE_POINTS, TOLERANCE
-from .report import article, fmt
+from .report import article, fmt, styled
 
 POLICY_STYLE = {"recompute": ("tab:blue", "o"), "stale": ("tab:red", "X"),
                 "tail_patch": ("tab:green", "s"), "activated": ("tab:purple", "D")}
@@ -33,12 +33,13 @@ def _title_model(model: str, r: dict) -> str:
 # --------------------------------------------------------------------------- figures
 
 
+@styled
 def plot_losses(numbers: dict):
     """Training loss per step of every adapter, one panel per model."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(numbers), figsize=(6.5 * len(numbers), 4.2), squeeze=False)
-    for ax, (model, r) in zip(axes[0], numbers.items()):
+    fig, axes = plt.subplots(len(numbers), 1, figsize=(7.4, 4.6 * len(numbers)), squeeze=False)
+    for ax, (model, r) in zip(axes[:, 0], numbers.items()):
         for name, a in r["training"]["adapters"].items():
             ax.plot(range(1, len(a["losses"]) + 1), a["losses"], marker="." if len(a["losses"]) < 40 else None,
                     linestyle="--" if a["activated"] else "-", label=_adapter_label(r, name))
@@ -46,8 +47,8 @@ def plot_losses(numbers: dict):
         ax.set_ylabel("cross-entropy of the label token (nats)")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        ax.set_title(f"Training loss — {_title_model(model, r)}", fontsize=10)
+        ax.legend(ncol=2)
+        ax.set_title(f"Training loss\n{_title_model(model, r)}")
     fig.tight_layout()
     return fig
 
@@ -99,6 +100,7 @@ def quality_cost_chart(numbers: dict):
         y_label="held-out accuracy (%)")
 
 
+@styled
 def plot_quality_cost(numbers: dict):
     """Per model: held-out accuracy (95 % intervals as bars) against k, for the tail with the tail
     patch, the same tail with stale reuse and the activated adapter of the same k, with the base
@@ -107,8 +109,8 @@ def plot_quality_cost(numbers: dict):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullLocator
 
-    fig, axes = plt.subplots(1, len(numbers), figsize=(6.6 * len(numbers), 4.8), squeeze=False)
-    for ax, (model, r) in zip(axes[0], numbers.items()):
+    fig, axes = plt.subplots(len(numbers), 1, figsize=(7.4, 6.4 * len(numbers)), squeeze=False)
+    for ax, (model, r) in zip(axes[:, 0], numbers.items()):
         table = pd.DataFrame(curve_rows(r))
         ks = r["k_values"]
         for i, policy in enumerate(("tail_patch", "stale", "activated")):
@@ -130,10 +132,10 @@ def plot_quality_cost(numbers: dict):
         top = ax.secondary_xaxis("top")
         top.set_xticks(ks, [f"{100 * r['cost']['per_k'][str(k)]['tail_time_fraction']:.0f}%" for k in ks])
         top.xaxis.set_minor_locator(NullLocator())  # the log axis would add its own labels between the k
-        top.set_xlabel("tail patch: switch time, % of a full recompute", fontsize=8)
+        top.set_xlabel("tail patch: switch time, % of a full recompute")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-        ax.set_title(f"Held-out accuracy against switch cost — {_title_model(model, r)}", fontsize=10)
+        ax.legend(loc="lower right")
+        ax.set_title(f"Held-out accuracy against switch cost\n{_title_model(model, r)}")
     fig.tight_layout()
     return fig
 
@@ -142,15 +144,17 @@ def _floor(values: list[float], floor: float) -> list[float]:
     return [max(v, floor) for v in values]
 
 
+@styled
 def plot_cost_exactness(numbers: dict):
     """The chapter's main figure, per model: (left) each policy's switch time against its largest
     logit error vs the reference — exact results sit on the floor line; (right) the tail patch's
     time and FLOPs as a fraction of a full recompute, against k/L."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(numbers), 2, figsize=(12.5, 5.6 * len(numbers)), squeeze=False)
+    fig, axes = plt.subplots(2 * len(numbers), 1, figsize=(7.4, 2 * 5.4 * len(numbers)), squeeze=False,
+                             height_ratios=[1.35, 1] * len(numbers))  # the upper panel carries its legend
     floor = 1e-9
-    for (ax, ax_frac), (model, r) in zip(axes, numbers.items()):
+    for (ax, ax_frac), (model, r) in zip(axes[:, 0].reshape(-1, 2), numbers.items()):
         cost, scores = r["cost"], r["switch"]["scores"]
         for policy in ("recompute", "stale", "tail_patch"):
             colour, marker = POLICY_STYLE[policy]
@@ -162,7 +166,7 @@ def plot_cost_exactness(numbers: dict):
                 continue
             for i, (x, y, k) in enumerate(zip(xs, ys, r["k_values"])):
                 offset = (6, 3 - 9 * (i % 2)) if policy == "stale" else (0, -12 - 9 * (i % 2))
-                ax.annotate(f"k={k}", (x, max(y, floor)), textcoords="offset points", xytext=offset, fontsize=7,
+                ax.annotate(f"k={k}", (x, max(y, floor)), textcoords="offset points", xytext=offset, fontsize=8,
                             ha="left" if policy == "stale" else "center", color=colour)
         colour, marker = POLICY_STYLE["activated"]
         act = max(scores[f"activated{k}"]["activated"]["max_abs_logit_diff"] for k in r["k_values"])
@@ -170,15 +174,15 @@ def plot_cost_exactness(numbers: dict):
                    label=POLICY_TEXT["activated"] + ", every k, against one pass")
         ax.axhline(floor, color="grey", linestyle=":", linewidth=1)
         ax.annotate("exact: 0 is drawn at 1e-9", (0.01, floor), xycoords=("axes fraction", "data"),
-                    textcoords="offset points", xytext=(0, 4), fontsize=7, color="grey")
+                    textcoords="offset points", xytext=(0, 4), fontsize=8, color="grey")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_ylim(floor / 30, None)
-        ax.set_xlabel(f"time to build the adapter's cache for {cost['prefix_tokens']} prefix tokens (ms, log scale)")
+        ax.set_xlabel(f"time to build the adapter's cache\nfor {cost['prefix_tokens']} prefix tokens (ms, log scale)")
         ax.set_ylabel("max |logit difference| vs reference")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
-        ax.set_title(f"Cost vs exactness of each switch — {_title_model(model, r)}", fontsize=10)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
+        ax.set_title(f"Cost vs exactness of each switch\n{_title_model(model, r)}")
         ks = r["k_values"]
         frac_k = [k / r["layers"] for k in ks]
         ax_frac.plot([0, 1], [0, 1], color="grey", linestyle=":", label="k / L")
@@ -189,24 +193,24 @@ def plot_cost_exactness(numbers: dict):
         ax_frac.set_xlim(0, 1.05)
         ax_frac.set_ylim(0, max(1.15, 1.08 * max(cost["per_k"][str(k)]["tail_time_fraction"] for k in ks)))
         ax_frac.set_xlabel("k / L (share of layers adapted)")
-        ax_frac.set_ylabel("cost of the switch as a fraction of a full recompute")
+        ax_frac.set_ylabel("switch cost ÷ full recompute")
         ax_frac.grid(alpha=0.3)
-        ax_frac.legend(fontsize=8, loc="upper left")
-        ax_frac.set_title(f"Tail patch cost scales with k/L — {_title_model(model, r)}", fontsize=10)
+        ax_frac.legend(loc="upper left")
+        ax_frac.set_title(f"Tail patch cost against k/L\n{_title_model(model, r)}")
     fig.tight_layout()
     return fig
 
 
+@styled
 def plot_patch_map(numbers: dict):
     """Per model: answer flips (%) and mean change of the answer's log-odds when one position's
     cached K/V in one group of layers come from the opposite-sense context."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, axes = plt.subplots(len(numbers), 2, figsize=(13, 0.36 * max(len(r["patching"]["row_labels"])
-                                                                        for r in numbers.values()) * len(numbers) + 2.2),
-                             squeeze=False)
-    for (ax_flip, ax_delta), (model, r) in zip(axes, numbers.items()):
+    rows = max(len(r["patching"]["row_labels"]) for r in numbers.values())
+    fig, axes = plt.subplots(2 * len(numbers), 1, figsize=(7.4, 2 * len(numbers) * (0.36 * rows + 2.4)), squeeze=False)
+    for (ax_flip, ax_delta), (model, r) in zip(axes[:, 0].reshape(-1, 2), numbers.items()):
         pm = r["patching"]
         flips = np.array(pm["flip_pct"], dtype=float)
         delta = np.array(pm["delta_logodds_mean"], dtype=float)
@@ -216,15 +220,15 @@ def plot_patch_map(numbers: dict):
                 (ax_delta, delta, "RdBu", -bound, bound, "mean change of log-odds (own − other label, nats)")):
             image = ax.imshow(values, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax)
             fig.colorbar(image, ax=ax, label=unit, fraction=0.05)
-            ax.set_xticks(range(len(pm["col_labels"])), pm["col_labels"], fontsize=7, rotation=45)
-            ax.set_yticks(range(len(pm["row_labels"])), pm["row_labels"], fontsize=7)
+            ax.set_xticks(range(len(pm["col_labels"])), pm["col_labels"], rotation=45)
+            ax.set_yticks(range(len(pm["row_labels"])), pm["row_labels"])
             ax.axhline(pm["control_rows"] - 0.5, color="white", linewidth=2)
             ax.axhline(len(pm["row_labels"]) - 1.5, color="white", linewidth=2)
             ax.axvline(len(pm["col_labels"]) - 1.5, color="white", linewidth=2)
             ax.set_xlabel("layers whose cached K/V are copied (1-based)")
             ax.set_ylabel("position copied (prefix rows = control)")
-        ax_flip.set_title(f"Answer flips — {_title_model(model, r)}, {_adapter_label(r, pm['adapter'])}", fontsize=9)
-        ax_delta.set_title(f"Log-odds change — {pm['n_contexts']} contexts", fontsize=9)
+        ax_flip.set_title(f"Answer flips — {_title_model(model, r)}\n{_adapter_label(r, pm['adapter'])}")
+        ax_delta.set_title(f"Log-odds change — {_title_model(model, r)}\n{pm['n_contexts']} contexts")
     fig.tight_layout()
     return fig
 

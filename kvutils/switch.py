@@ -61,6 +61,7 @@ class Plan:
     timing_repeats: int
     patch_layer_groups: int
     exact_examples: int
+    train_dtype: str  # resolved: "float32" or "bfloat16"
 
 
 # --------------------------------------------------------------------------- checking the parameters
@@ -178,11 +179,13 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
          marker: str, targets: str, batch_size: int, patch_k, patch_layer_groups: int, patch_pairs: int,
          exact_examples: int, bench_tokens: int, timing_repeats: int, dtype: str, device: str,
          train_words: str, heldout_words: str, senses_file: str, corpus: str, eval_corpus: str,
-         passage_tokens: int, candidate_tokens: int, n_train: int, n_heldout: int, **_ignored) -> Plan:
+         passage_tokens: int, candidate_tokens: int, n_train: int, n_heldout: int, train_dtype: str = "auto",
+         **_ignored) -> Plan:
     """Check every parameter of chapter 5 and tokenise every example; loads tokenizers and config
     files only. Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
     params.check_device(device)
     params.check_choice("dtype", dtype, list(TOLERANCE))
+    resolved_train_dtype = lora.resolve_train_dtype(train_dtype, device)
     for name, value in (("rank", rank), ("steps", steps), ("batch_size", batch_size), ("patch_layer_groups",
                         patch_layer_groups), ("patch_pairs", patch_pairs), ("exact_examples", exact_examples),
                         ("timing_repeats", timing_repeats)):
@@ -217,7 +220,7 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
         plans.append(ModelPlan(r.name, config.model_type, n_layers, ks, p_k, marker_ids, train, heldout,
                                pairs[:patch_pairs], prefix_len, labels, bench))
     return Plan(plans, td.task, rank, float(alpha), target_list, steps, float(lr), batch_size, seed, dtype, device,
-                timing_repeats, patch_layer_groups, exact_examples)
+                timing_repeats, patch_layer_groups, exact_examples, resolved_train_dtype)
 
 
 def _senses_plan(td: TaskData, tokenizer, name: str, **_):
@@ -296,7 +299,11 @@ def _train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict
     marker_len = len(mp.marker_ids)
     train, train_other = _batch(mp.train, pad_id, marker_len, p.device)
     starts = sorted({mp.n_layers - k for k in mp.k_values})
-    boundary = lora.boundary_states(model, train.ids, train.mask, starts)
+    # one base pass: the boundaries every tail trains from, and the prefix's K/V the activated adapters read
+    with lora.training_precision(p.train_dtype, p.device):
+        boundary, prefix_cache = lora.states_and_prefix_cache(model, train.ids, train.mask, starts, marker_len)
+    dtype = getattr(torch, p.dtype)
+    boundary = {layer: states.to(dtype) for layer, states in boundary.items()}  # autocast may leave bfloat16
     fit = slice(0, TRAIN_ACCURACY_MAX)
     fit_batch = lora.Batch(train.ids[fit], train.mask[fit], train.targets[fit], marker_len)
     out = {"zero_shot": {"train": accuracy(model, None, boundary[starts[0]][fit], fit_batch, train_other[fit],
@@ -308,7 +315,8 @@ def _train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict
                                invocation_tokens=mp.marker_ids if activated else None)
         began = time.perf_counter()
         losses = lora.train_adapter(model, name, boundary[start], train, start, p.steps, p.lr, p.batch_size,
-                                    p.seed, activated=activated)
+                                    p.seed, activated=activated, prefix_cache=prefix_cache if activated else None,
+                                    train_dtype=p.train_dtype)
         out["adapters"][name] = {
             "k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
             "trainable_parameters": sum(t.numel() for t in lora.adapter_parameters(model, name)),
@@ -349,7 +357,7 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
         timings["patching_s"] = time.perf_counter() - began - sum(timings.values())
         tails = {k: heldout[f"tail{k}"]["tail_patch"]["accuracy_pct"] for k in mp.k_values}
         numbers[mp.name] = {
-            "task": p.task, "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
+            "task": p.task, "train_dtype": p.train_dtype, "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
             "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee(tails),
             "first_changed_layer": {str(k): lora.first_changed_layer(mp.n_layers, k, p.targets, lora.family_of(mp.model_type))
                                     for k in mp.k_values},

@@ -89,18 +89,21 @@ def _run(ops: dict) -> dict:
 def test_frontier_prose_follows_the_numbers():
     """The glued headline names the best eviction method per budget and the attention-informed
     methods that do not beat random; it changes when the numbers do."""
-    from kvutils import report_costs
+    from kvutils import report_frontier
 
     ops = {"exact": ("exact", 0.0), "random:compression_ratio=0.5": ("press", 0.3),
            "snapkv:compression_ratio=0.5": ("press", 0.1), "tova:compression_ratio=0.5": ("decode-time eviction", 0.2),
            "quantize_kivi:bits=2": ("quantisation", 0.01)}
-    text = report_costs.frontier_glue({"m": _run(ops)})
+    text = report_frontier.frontier_glue({"m": _run(ops)})
     assert "at compression 0.5 **snapkv**" in text and "every attention-informed method beats random" in text
     ops["tova:compression_ratio=0.5"] = ("decode-time eviction", 0.05)
     ops["snapkv:compression_ratio=0.5"] = ("press", 0.4)
-    text = report_costs.frontier_glue({"m": _run(ops)})
+    text = report_frontier.frontier_glue({"m": _run(ops)})
     assert "at compression 0.5 **tova**" in text and "not better than random: snapkv" in text
-    assert report_costs.frontier_glue({}) == "not run"
+    ops["adakv:compression_ratio=0.5"] = ("press", 0.05)  # the same number: both are named, as a tie
+    text = report_frontier.frontier_glue({"m": _run(ops)})
+    assert "at compression 0.5 **adakv** and **tova** (tied" in text
+    assert report_frontier.frontier_glue({}) == "not run"
 
 
 def test_timings_are_read_only_where_the_lanes_runner_points_and_only_if_they_match(tmp_path, monkeypatch,
@@ -137,7 +140,7 @@ def _numbers(speedups: dict, held: float = 50.0, sink_kl: float = 0.1, blend_kl:
 
 def test_chapter4_findings_follow_the_numbers():
     """Each measured sentence of chapter 4 is computed, and says the opposite when the numbers do."""
-    from kvutils import report_costs
+    from kvutils import report_frontier
 
     f = report_costs.chapter4_findings(_numbers({"a": (2.0, 5.0), "b": (3.0, 4.0)}))
     assert f["speed_vs_analytical"].startswith("The measured speed-up is smaller than the analytical compute ratio everywhere")

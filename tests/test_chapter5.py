@@ -12,7 +12,7 @@ GOOD = dict(models="tiny-qwen3", task="continuation", k_values="1,2,L", rank=4, 
             steps=2, lr=1e-2, batch_size=4, seed=0, marker="", corpus="pydoc", eval_corpus="", passage_tokens=16,
             candidate_tokens=8, n_train=8, n_heldout=8, train_words="bank,bat", heldout_words="key",
             senses_file="data/senses.json", exact_examples=2, patch_k=2, patch_pairs=2, patch_layer_groups=2,
-            bench_tokens=16, timing_repeats=1, dtype="float32", device="cpu")
+            bench_tokens=16, timing_repeats=1, dtype="float32", device="cpu", train_dtype="auto")
 SENSES = dict(GOOD, task="senses")
 
 
@@ -39,6 +39,7 @@ SENSES = dict(GOOD, task="senses")
     (dict(patch_layer_groups=5), r"patch_layer_groups must be between 1 and 4"),
     (dict(dtype="float16"), r"dtype: 'float16' is not allowed"),
     (dict(lr=0), r"lr must be a number > 0"),
+    (dict(train_dtype="float16"), r"train_dtype: 'float16' is not allowed; choose one of auto, float32, bfloat16"),
     (dict(models="tiny-bert"), r"models: tiny-bert is a bidirectional encoder"),
 ])
 def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads):

@@ -122,15 +122,19 @@ def test_skipping_lower_layers_from_the_boundary_gives_the_same_logits():
     assert (tail - full).abs().max() <= 1e-9
 
 
-def test_training_the_tail_reduces_the_loss():
-    """A toy task on the tiny Qwen3, fixed seed: only the tail runs, the loss falls."""
+@pytest.mark.parametrize("train_dtype", ["float32", "bfloat16"])
+def test_training_the_tail_reduces_the_loss(train_dtype):
+    """A toy task on the tiny Qwen3, fixed seed: only the tail runs, the loss falls — in float32 and
+    under bfloat16 autocast, whose LoRA weights stay float32."""
     loaded = _fresh("tiny-qwen3", "float32")
     model = lora.lora_tail(loaded.model, 2, 4, 8, "q,k,v,o,mlp", adapter_name="t", seed=0)
     rows = [[10 + i, 20 + i, 30 + i, 7, 8] for i in range(8)]
     ids, mask = lora.left_pad(rows, 0)
     batch = lora.Batch(ids, mask, torch.tensor([100 + i % 2 for i in range(8)]), 2)
     boundary = lora.boundary_states(model, ids, mask, [2])[2]
-    losses = lora.train_adapter(model, "t", boundary, batch, 2, steps=15, lr=3e-2, batch_size=4, seed=3)
+    losses = lora.train_adapter(model, "t", boundary, batch, 2, steps=15, lr=3e-2, batch_size=4, seed=3,
+                                train_dtype=train_dtype)
+    assert {p.dtype for p in lora.adapter_parameters(model, "t")} == {torch.float32}
     # a random tiny model's frozen head bounds how far the loss can fall (~10.8 -> ~10 nats)
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.4
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -193,3 +197,53 @@ def test_a_nan_in_a_cache_shows_in_its_layer_difference():
     broken.layers[1].values[0, 0, -1, -1] = float("nan")  # after finite entries: max() over the layer would drop it
     diffs = lora.layer_differences(base, broken, ids.shape[-1])
     assert diffs[0] == 0.0 and diffs[1] != diffs[1]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_an_activated_adapter_trained_on_the_marker_alone_gets_the_full_pass_logits_and_gradients(name):
+    """`marker_logits` on the base cache of the prefix == `tail_logits` over the whole left-padded
+    sequence with the invocation offsets, in value and in every LoRA weight's gradient (float64)."""
+    loaded, model = _adapted(name, k=2, activated=True)
+    marker = lora.invocation_tokens(loaded.tokenizer, MARKER)
+    m, start = len(marker), loaded.n_layers - 2
+    rows = [[5, 6, 7, 8, 9, 10] + marker, [11, 12, 13, 14] + marker, [21, 22, 23, 24, 25] + marker]
+    ids, mask = lora.left_pad(rows, 0)
+    states, cache = lora.states_and_prefix_cache(model, ids, mask, [start], m)
+    boundary = states[start]
+    params = lora.adapter_parameters(model, "ad")
+    model.set_adapter("ad")
+    grads = {}
+    for path in ("whole", "marker"):
+        for p in params:
+            p.requires_grad_(True)
+            p.grad = None
+        chosen = [2, 0]  # rows out of order: the cache's rows must follow
+        if path == "whole":
+            logits = lora.tail_logits(model, boundary[chosen], mask[chosen], start, [m] * 2)
+        else:
+            logits = lora.marker_logits(model, boundary[chosen], mask[chosen], start, m, lora.select_rows(cache, chosen))
+        logits.sum().backward()
+        grads[path] = (logits.detach(), [p.grad.clone() for p in params])
+    assert cache.get_seq_length() == ids.shape[-1] - m  # select_rows left the stored cache as it was
+    assert (grads["whole"][0] - grads["marker"][0]).abs().max() <= 1e-9
+    assert max((a - b).abs().max().item() for a, b in zip(grads["whole"][1], grads["marker"][1])) <= 1e-9
+    assert max(g.abs().max().item() for g in grads["marker"][1]) > 0  # a gradient that reaches the adapter
+
+
+def test_a_prefix_cache_is_refused_for_a_lora_tail():
+    loaded, model = _adapted("tiny-llama", k=1)
+    ids, mask = lora.left_pad([[3, 4, 5]], 0)
+    with pytest.raises(ValueError, match="prefix_cache is for an activated adapter only"):
+        lora.train_adapter(model, "ad", ids, lora.Batch(ids, mask, torch.tensor([1]), 1), 1, steps=1, lr=1e-3,
+                           batch_size=1, seed=0, prefix_cache=object())
+
+
+def test_auto_training_precision_is_bfloat16_only_where_it_is_native(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert lora.resolve_train_dtype("auto", "cpu") == "float32"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert lora.resolve_train_dtype("auto", "cpu") == "bfloat16"
+    assert lora.resolve_train_dtype("float32", "cpu") == "float32"  # an explicit choice is kept
+    with pytest.raises(ValueError, match="train_dtype: 'half' is not allowed"):
+        lora.resolve_train_dtype("half", "cpu")

@@ -332,9 +332,9 @@ def test_figures_read_at_the_page_width(runs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvutils import report, report_costs, report_senses
+    from kvutils import report, report_costs, report_frontier, report_senses, report_switch
 
-    numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03", "04")}
+    numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03", "04", "05")}
     figures = {"chapter 1": report.plot_chapter1(numbers["01"]),
                "chapter 2": report_senses.plot_chapter2(numbers["02"]),
                "chapter 3 probe": report_senses.plot_chapter3_probe(numbers["03"]),
@@ -345,7 +345,11 @@ def test_figures_read_at_the_page_width(runs):
                "chapter 4 bytes": report_costs.plot_bytes(numbers["04"]["bytes"]),
                "chapter 4 approximations": report_costs.plot_approximations(numbers["04"]["table2"]),
                "chapter 4 blend": report_costs.plot_blend_sweep(numbers["04"]["table2"]),
-               "chapter 4 frontier": report_costs.plot_frontier(numbers["04"]["frontier"])}
+               "chapter 4 frontier": report_frontier.plot_frontier(numbers["04"]["frontier"]),
+               "chapter 5 losses": report_switch.plot_losses(numbers["05"]),
+               "chapter 5 quality vs cost": report_switch.plot_quality_cost(numbers["05"]),
+               "chapter 5 cost vs exactness": report_switch.plot_cost_exactness(numbers["05"]),
+               "chapter 5 patching map": report_switch.plot_patch_map(numbers["05"])}
     for name, fig in figures.items():
         assert report.illegible_text(fig) == [], name
         plt.close(fig)
