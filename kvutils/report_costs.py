@@ -141,21 +141,33 @@ def _triple(r: dict, exact_ppl: float | None = None) -> str:
     return f"{fmt(r['mean_kl'], 3)} · {r['top1_agreement_pct']:.2f} · {fmt(r['perplexity'], 4)}"
 
 
-def approximations_table(table2: dict) -> pd.DataFrame:
+def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataFrame:
     """Table 2: per operation, mean KL vs the exact cache (nats) · top-1 agreement (%) ·
-    perplexity, the article's beside each model's. Chunk rows use the shorter chunk decode."""
+    perplexity, the article's beside each model's. Chunk rows use the shorter chunk decode. With
+    `frontier`, the deployed methods it scored join as rows of their own (on the frontier's
+    documents, which the column "scored on" names); an operation both ran keeps Table 2's numbers."""
     art = article_rows_by_spec()
     rows: dict[str, dict[str, str]] = {}
     for model, runs in table2.items():
         for kind in ("plain", "chunks"):
             for spec, r in _ops(runs[kind]).items():
-                row = rows.setdefault(spec, {})
+                row = rows.setdefault(spec, {"scored on": f"{len(runs[kind]['documents'])} documents"})
                 if spec in art and "article (Pythia-160M)" not in row:
                     a = art[spec]
                     ppl = fmt(a["perplexity"], 6) if a["perplexity"] is not None else "n/a"
                     row["article (Pythia-160M)"] = f"{fmt(a['kl'], 6)} · {a['top1_pct']} · {ppl}"
                 row[f"{model}"] = _triple(r)
                 row[f"{model}: cache KiB"] = fmt(r["cache_bytes"] / 1024, 5)
+    table2_specs = set(rows)
+    for model, run in (frontier or {}).items():
+        for spec, r in run["ops"].items():
+            if spec in table2_specs:
+                continue
+            row = rows.setdefault(spec, {"scored on": f"{len(run['documents'])} documents (the frontier's)"})
+            row[f"{model}"] = _triple(r)
+            row[f"{model}: cache KiB"] = fmt(r["cache_bytes"] / 1024, 5)
+        for spec, why in run.get("refused", {}).items():
+            rows.setdefault(spec, {"scored on": "—"})[f"{model}"] = f"refused: {why}"
     table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
     table.index.name = "operation (KL nats · top-1 % · perplexity)"
     return table

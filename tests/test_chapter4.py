@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from kvutils import approx_study, chapters
+from kvutils import approx_study, chapters, report_costs
 
 QUICK = chapters.QUICK["04_cache_approximations"]
 GOOD = dict(QUICK, corpus="pydoc", device="cpu")
@@ -78,6 +78,15 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     assert llama["random:compression_ratio=0.5,seed=0"]["cache_bytes"] == frontier["tiny-llama"]["exact_cache_bytes"] / 2
     for figure in ("04_decode_step", "04_bytes_per_token", "04_approximations", "04_blend_sweep", "04_frontier"):
         assert (root / "results" / "figures" / f"{figure}.png").stat().st_size > 10_000
+    # Table 2 gains the frontier's methods as rows, saying on how many documents; its own rows keep their numbers
+    table = report_costs.approximations_table(numbers["table2"], frontier)
+    snap = next(spec for spec in frontier["tiny-llama"]["ops"] if spec.startswith("snapkv:compression_ratio=0.5"))
+    assert table.loc[snap, "scored on"] == f"{len(frontier['tiny-llama']['documents'])} documents (the frontier's)"
+    assert table.loc[snap, "tiny-llama"].startswith(report_costs.fmt(frontier["tiny-llama"]["ops"][snap]["mean_kl"], 3))
+    assert table.loc["hf_quantized:backend=fp8", "tiny-gemma3"].startswith("refused: ")
+    assert table.loc["exact", "scored on"] == f"{len(numbers['table2']['tiny-llama']['plain']['documents'])} documents"
+    alone = report_costs.approximations_table(numbers["table2"])
+    assert table.loc["quantize_naive:bits=4", alone.columns].equals(alone.loc["quantize_naive:bits=4"])
 
 
 def _run(ops: dict) -> dict:
