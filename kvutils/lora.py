@@ -282,7 +282,7 @@ def marker_logits(model, boundary: torch.Tensor, mask: torch.Tensor, start: int,
     prefix's tokens drop out of every training step (a few tokens of marker instead of the whole
     sequence)."""
     positions = positions_of(mask)[:, -marker_len:]
-    with skip_lower_layers(model, start), contiguous_head(model):
+    with skip_lower_layers(model, start), efficient_head(model):
         out = model(inputs_embeds=boundary[:, -marker_len:], attention_mask=mask, position_ids=positions,
                     cache=prefix_cache, use_cache=True, logits_to_keep=1,
                     alora_offsets=[marker_len] * boundary.shape[0])
@@ -290,17 +290,32 @@ def marker_logits(model, boundary: torch.Tensor, mask: torch.Tensor, start: int,
 
 
 @contextmanager
-def contiguous_head(model: torch.nn.Module) -> Iterator:
-    """Inside the block the output head gets a contiguous input. With `logits_to_keep=1` a batch's
-    last hidden states are a strided view, and a linear layer on a strided 3-D input runs as a
-    batched matmul against the weight expanded per row: on CPU that took more than half of a
-    training step of a one-layer tail (and far more with Gemma 3's 262k-token head)."""
+def efficient_head(model: torch.nn.Module) -> Iterator:
+    """Inside the block the output head gets a contiguous input, and under autocast it multiplies
+    by a low-precision copy of its weight made once (and kept on the head) rather than at every call.
+
+    With `logits_to_keep=1` a batch's last hidden states are a strided view, and a linear layer on
+    a strided 3-D input runs as a batched matmul against the weight expanded per row: on CPU that
+    took more than half of a training step of a one-layer tail (and far more with Gemma 3's
+    262k-token head). Autocast casts a frozen weight anew at every call: for Gemma 3's head, 168M
+    numbers per step to multiply 16 rows."""
     head = unwrap(model).get_output_embeddings()
-    handle = head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
+    plain = head.forward
+
+    def forward(hidden, *args, **kwargs):
+        kind = hidden.device.type
+        if head.bias is not None or not torch.is_autocast_enabled(kind):
+            return plain(hidden.contiguous(), *args, **kwargs)
+        dtype = torch.get_autocast_dtype(kind)
+        key = (dtype, head.weight.data_ptr(), head.weight._version)
+        if getattr(head, "_kvutils_cast", (None,))[0] != key:
+            head._kvutils_cast = (key, head.weight.detach().to(dtype))
+        return torch.nn.functional.linear(hidden.contiguous().to(dtype), head._kvutils_cast[1])
+    head.forward = forward
     try:
         yield model
     finally:
-        handle.remove()
+        del head.forward  # back to the class's forward
 
 
 def tail_logits(model, boundary: torch.Tensor, mask: torch.Tensor, start: int,
@@ -308,7 +323,7 @@ def tail_logits(model, boundary: torch.Tensor, mask: torch.Tensor, start: int,
     """Last-position logits (batch, vocab) of a left-padded batch, computed from the hidden states
     at layer `start`: only layers start … L−1 run (forward and backward)."""
     extra = {"alora_offsets": alora_offsets} if alora_offsets is not None else {}
-    with skip_lower_layers(model, start), contiguous_head(model):
+    with skip_lower_layers(model, start), efficient_head(model):
         out = model(inputs_embeds=boundary, attention_mask=mask, position_ids=positions_of(mask),
                     use_cache=False, logits_to_keep=1, **extra)
     return out.logits[:, -1]
@@ -505,7 +520,7 @@ def answer_logits(model, adapter: str | None, cache, marker_ids: torch.Tensor) -
     """Run the marker's tokens (batch, m) on `cache` (which grows by m) under `adapter`; return the
     logits at the marker's last token, (batch, vocab). An activated adapter finds its invocation in
     these tokens and switches on from there."""
-    with active_adapter(model, adapter), contiguous_head(model):
+    with active_adapter(model, adapter), efficient_head(model):
         out = model(input_ids=marker_ids, cache=cache, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1]
 

@@ -222,7 +222,7 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
 
             def answer(cache, rows, start=start, states=states):
                 with lora.active_adapter(model, adapter), lora.skip_lower_layers(model, start), \
-                        lora.contiguous_head(model):
+                        lora.efficient_head(model):
                     out = model(inputs_embeds=states.expand(rows, -1, -1), cache=cache, use_cache=True,
                                 position_ids=marker_positions.expand(rows, -1), logits_to_keep=1)
                 logits = out.logits[:, -1]

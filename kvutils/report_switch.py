@@ -350,15 +350,35 @@ def _final_loss(losses: list[float]) -> float:
     return sum(tail) / len(tail)
 
 
+def _rates_text(numbers: dict, parameters: dict) -> str:
+    rates = {model: r.get("lr", parameters["lr"]) for model, r in numbers.items()}
+    if len(set(rates.values())) == 1:
+        return fmt(next(iter(rates.values())))
+    return ", ".join(f"{fmt(rate)} for {model}" for model, rate in rates.items())
+
+
+def _train_dtype_text(numbers: dict, parameters: dict) -> str:
+    used = sorted({r.get("train_dtype", "float32") for r in numbers.values()})
+    if used == ["bfloat16"]:
+        how = ("bfloat16 autocast (the matrix products in bfloat16; the LoRA weights, their gradients and "
+               "AdamW in float32)")
+    else:
+        how = " and ".join(used)
+    why = " (train_dtype \"auto\": this machine multiplies bfloat16 natively)" if parameters.get(
+        "train_dtype", "auto") == "auto" and used == ["bfloat16"] else ""
+    return f"{how}{why}; every evaluation runs in {parameters['dtype']}"
+
+
 def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
     """Every number and every finding the prose cites, as text; each finding's wording follows the numbers."""
     task = parameters["task"]
     out = {"models": ", ".join(numbers), "steps": str(parameters["steps"]), "rank": str(parameters["rank"]),
-           "alpha": fmt(parameters["alpha"]), "lr": fmt(parameters["lr"]), "targets": parameters["targets"],
+           "alpha": fmt(parameters["alpha"]), "lr": _rates_text(numbers, parameters), "targets": parameters["targets"],
            "batch_size": str(parameters["batch_size"]), "task": task,
            "marker": repr(parameters["marker"] or switch_tasks.MARKERS[task]), "dtype": parameters["dtype"],
            "knee_points": fmt(KNEE_POINTS), "exact_examples": str(parameters["exact_examples"]),
-           "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in {parameters['dtype']}"}
+           "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in {parameters['dtype']}",
+           "train_dtype": _train_dtype_text(numbers, parameters)}
     if task == "senses":
         out["data"] = (f"trained on the contexts and reference sentences of the words "
                        f"{parameters['train_words'].replace(',', ', ')}, held out: {parameters['heldout_words'].replace(',', ', ')}")

@@ -10,6 +10,7 @@ any model loads (L and the architecture come from the model's config); `run(plan
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ class ModelPlan:
     prefix_len: int
     prefix_labels: list[str]  # one per control row of the patch map
     bench_ids: torch.Tensor  # (1, bench_tokens): the long prefix of the cost benchmark
+    lr: float  # AdamW learning rate of this model's adapters
 
 
 @dataclass
@@ -53,7 +55,6 @@ class Plan:
     alpha: float
     targets: list[str]
     steps: int
-    lr: float
     batch_size: int
     seed: int
     dtype: str
@@ -78,6 +79,39 @@ def model_config(name: str, resolved: models.Resolved):
         path = models.converted_dir(name) if resolved.kind == "embedded" else resolved.path
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     return getattr(config, "text_config", None) or config
+
+
+def parse_learning_rates(value, model_names: list[str]) -> dict[str, float]:
+    """`lr`: one number for every model, or a default and `model=number` pairs
+    ("0.005,gemma3-270m=0.001"): models differ in the rate at which a LoRA tail learns without
+    diverging. A pair naming a model not in this run is allowed (the default names both embedded
+    models, and a reader may run one); every model of the run must get a rate."""
+    example = "e.g. 0.002, or '0.005,gemma3-270m=0.001' (a default, then model=rate pairs)"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        items = [str(value)]
+    elif isinstance(value, str) and value.strip():
+        items = [item.strip() for item in value.split(",")]
+    else:
+        raise ValueError(f"lr must be a number > 0 or a string of rates, {example}; got {value!r}")
+    default, rates = None, {}
+    for item in items:
+        name, _, number = item.rpartition("=")
+        try:
+            rate = float(number)
+        except ValueError:
+            rate = math.nan
+        if not rate > 0 or not math.isfinite(rate) or (not name and "=" in item):
+            raise ValueError(f"lr: {item!r} is not a learning rate > 0 (or model=rate); {example}")
+        if name:
+            rates[name.strip()] = rate
+        elif default is None:
+            default = rate
+        else:
+            raise ValueError(f"lr: two default rates ({default} and {rate}); give one, then model=rate pairs")
+    missing = [m for m in model_names if m not in rates and default is None]
+    if missing:
+        raise ValueError(f"lr: no learning rate for {', '.join(missing)}; add a default rate or {missing[0]}=rate")
+    return {m: rates.get(m, default) for m in model_names}
 
 
 def parse_k(value, n_layers: int, name: str, parameter: str) -> int:
@@ -192,15 +226,16 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
         params.check_int(name, value, 1)
     params.check_int("seed", seed, 0)
     params.check_int("bench_tokens", bench_tokens, 8)
-    for name, value in (("alpha", alpha), ("lr", lr)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+        raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
     target_list = lora.parse_targets(targets)
+    resolved_models = params.check_models("models", models, family="causal")
+    learning_rates = parse_learning_rates(lr, [r.name for r in resolved_models])
     td = check_task(task, marker, train_words, heldout_words, senses_file, corpus, eval_corpus, passage_tokens,
                     candidate_tokens, n_train, n_heldout)
     bench_docs = data.load_corpus()
     plans = []
-    for r in params.check_models("models", models, family="causal"):
+    for r in resolved_models:
         config = model_config(r.name, r)
         lora.family_of(config.model_type, r.name)  # an unknown architecture fails here
         n_layers = config.num_hidden_layers
@@ -218,8 +253,8 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
         marker_ids, train, heldout, pairs, prefix_len, labels = task_plan
         bench = data.prompts_from_corpus(tokenizer, bench_docs, 1, bench_tokens, parameter="bench_tokens")
         plans.append(ModelPlan(r.name, config.model_type, n_layers, ks, p_k, marker_ids, train, heldout,
-                               pairs[:patch_pairs], prefix_len, labels, bench))
-    return Plan(plans, td.task, rank, float(alpha), target_list, steps, float(lr), batch_size, seed, dtype, device,
+                               pairs[:patch_pairs], prefix_len, labels, bench, learning_rates[r.name]))
+    return Plan(plans, td.task, rank, float(alpha), target_list, steps, batch_size, seed, dtype, device,
                 timing_repeats, patch_layer_groups, exact_examples, resolved_train_dtype)
 
 
@@ -314,7 +349,7 @@ def _train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict
         model = lora.lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
                                invocation_tokens=mp.marker_ids if activated else None)
         began = time.perf_counter()
-        losses = lora.train_adapter(model, name, boundary[start], train, start, p.steps, p.lr, p.batch_size,
+        losses = lora.train_adapter(model, name, boundary[start], train, start, p.steps, mp.lr, p.batch_size,
                                     p.seed, activated=activated, prefix_cache=prefix_cache if activated else None,
                                     train_dtype=p.train_dtype)
         out["adapters"][name] = {
@@ -357,7 +392,7 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
         timings["patching_s"] = time.perf_counter() - began - sum(timings.values())
         tails = {k: heldout[f"tail{k}"]["tail_patch"]["accuracy_pct"] for k in mp.k_values}
         numbers[mp.name] = {
-            "task": p.task, "train_dtype": p.train_dtype, "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
+            "task": p.task, "lr": mp.lr, "train_dtype": p.train_dtype, "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
             "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee(tails),
             "first_changed_layer": {str(k): lora.first_changed_layer(mp.n_layers, k, p.targets, lora.family_of(mp.model_type))
                                     for k in mp.k_values},

@@ -247,3 +247,22 @@ def test_auto_training_precision_is_bfloat16_only_where_it_is_native(monkeypatch
     assert lora.resolve_train_dtype("float32", "cpu") == "float32"  # an explicit choice is kept
     with pytest.raises(ValueError, match="train_dtype: 'half' is not allowed"):
         lora.resolve_train_dtype("half", "cpu")
+
+
+def test_the_head_under_autocast_multiplies_by_one_cast_it_keeps_and_equals_autocast():
+    """`efficient_head` under bfloat16 autocast: the same logits as autocast's own cast, and the cast
+    is made once (kept on the head) rather than at every call."""
+    loaded = _fresh("tiny-qwen3", "float32")
+    head = loaded.model.get_output_embeddings()
+    hidden = torch.randn(3, 5, head.in_features)[:, -1:]  # a strided view, as logits_to_keep=1 gives
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = head(hidden)
+        with lora.efficient_head(loaded.model):
+            first = head(hidden)
+            kept = head._kvutils_cast[1]
+            second = head(hidden)
+            assert head._kvutils_cast[1] is kept
+    assert first.dtype == torch.bfloat16 and torch.equal(first, expected) and torch.equal(second, expected)
+    with lora.efficient_head(loaded.model):
+        assert head(hidden).dtype == torch.float32  # outside autocast the head is left as it is
+    assert "forward" not in vars(head)  # the class's forward is back
