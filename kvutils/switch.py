@@ -82,11 +82,11 @@ def model_config(name: str, resolved: models.Resolved):
 
 
 def parse_learning_rates(value, model_names: list[str]) -> dict[str, float]:
-    """`lr`: one number for every model, or a default and `model=number` pairs
-    ("0.005,gemma3-270m=0.001"): models differ in the rate at which a LoRA tail learns without
-    diverging. A pair naming a model not in this run is allowed (the default names both embedded
+    """`lr`: one number for every model, or a default and `model:number` pairs
+    ("0.003,gemma3-270m:0.001"; a colon, as papermill reads no second "=" on a parameter's line):
+    models differ in the rate at which a LoRA tail learns without diverging. A pair naming a model not in this run is allowed (the default names both embedded
     models, and a reader may run one); every model of the run must get a rate."""
-    example = "e.g. 0.002, or '0.005,gemma3-270m=0.001' (a default, then model=rate pairs)"
+    example = "e.g. 0.002, or '0.003,gemma3-270m:0.001' (a default, then model:rate pairs)"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         items = [str(value)]
     elif isinstance(value, str) and value.strip():
@@ -95,22 +95,22 @@ def parse_learning_rates(value, model_names: list[str]) -> dict[str, float]:
         raise ValueError(f"lr must be a number > 0 or a string of rates, {example}; got {value!r}")
     default, rates = None, {}
     for item in items:
-        name, _, number = item.rpartition("=")
+        name, _, number = item.rpartition(":")
         try:
             rate = float(number)
         except ValueError:
             rate = math.nan
-        if not rate > 0 or not math.isfinite(rate) or (not name and "=" in item):
-            raise ValueError(f"lr: {item!r} is not a learning rate > 0 (or model=rate); {example}")
+        if not rate > 0 or not math.isfinite(rate) or (not name and ":" in item):
+            raise ValueError(f"lr: {item!r} is not a learning rate > 0 (or model:rate); {example}")
         if name:
             rates[name.strip()] = rate
         elif default is None:
             default = rate
         else:
-            raise ValueError(f"lr: two default rates ({default} and {rate}); give one, then model=rate pairs")
+            raise ValueError(f"lr: two default rates ({default} and {rate}); give one, then model:rate pairs")
     missing = [m for m in model_names if m not in rates and default is None]
     if missing:
-        raise ValueError(f"lr: no learning rate for {', '.join(missing)}; add a default rate or {missing[0]}=rate")
+        raise ValueError(f"lr: no learning rate for {', '.join(missing)}; add a default rate or {missing[0]}:rate")
     return {m: rates.get(m, default) for m in model_names}
 
 

@@ -289,6 +289,12 @@ def test_each_notebook_is_its_only_source_kept_in_canonical_form(path):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(not c.outputs and c.execution_count is None for c in code), "committed with outputs"
     assert "parameters" in code[0].metadata.get("tags", [])
+    # papermill reads every parameter (`papermill --help-notebook`, the parameter tables): it cannot
+    # parse a line with a second "=" on it, and then drops that parameter without an error
+    from papermill.translators import PythonTranslator
+
+    assigned = [t.targets[0].id for t in ast.parse(code[0].source).body if isinstance(t, ast.Assign)]
+    assert [p.name for p in PythonTranslator.inspect(code[0])] == assigned
     ids = [c.id for c in nb.cells]
     assert len(set(ids)) == len(ids)
 
