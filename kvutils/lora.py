@@ -408,39 +408,45 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     for p in params:
         p.requires_grad_(True)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    try:
+        return _train_steps(model, adapter_name, boundary, batch, start, steps, optimizer, batch_size, seed,
+                            activated, on_step, prefix_cache, train_dtype)
+    finally:
+        for p in params:
+            p.requires_grad_(False)
+
+
+def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int, optimizer,
+                 batch_size: int, seed: int, activated: bool, on_step, prefix_cache, train_dtype: str) -> list[float]:
     order = random.Random(seed)
     n = boundary.shape[0]
     queue: list[int] = []
     losses = []
-    try:
-        for step in tqdm(range(steps), desc=f"train {adapter_name}", unit="step"):
-            if len(queue) < batch_size:  # epochs of a seeded permutation
-                perm = list(range(n))
-                order.shuffle(perm)
-                queue += perm
-            rows, queue = queue[:batch_size], queue[batch_size:]
-            mask = batch.mask[rows]
-            # autocast around the forward only: it caches the low-precision copy of each trainable
-            # weight for as long as it is open, so around the loop the optimizer's steps would go unseen
-            with training_precision(train_dtype, boundary.device):
-                if prefix_cache is not None:
-                    logits = marker_logits(model, boundary[rows], mask, start, batch.marker_len,
-                                           select_rows(prefix_cache, rows))
-                else:
-                    offsets = [batch.marker_len] * len(rows) if activated else None
-                    logits = tail_logits(model, boundary[rows], mask, start, offsets)
-            loss = torch.nn.functional.cross_entropy(logits.float(), batch.targets[rows])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-            if on_step:
-                on_step(step, losses[-1])
-            if not math.isfinite(losses[-1]):
-                raise FloatingPointError(f"training {adapter_name}: loss became {losses[-1]} at step {step}")
-    finally:
-        for p in params:
-            p.requires_grad_(False)
+    for step in tqdm(range(steps), desc=f"train {adapter_name}", unit="step"):
+        if len(queue) < batch_size:  # epochs of a seeded permutation
+            perm = list(range(n))
+            order.shuffle(perm)
+            queue += perm
+        rows, queue = queue[:batch_size], queue[batch_size:]
+        mask = batch.mask[rows]
+        # autocast around the forward only: it caches the low-precision copy of each trainable
+        # weight for as long as it is open, so around the loop the optimizer's steps would go unseen
+        with training_precision(train_dtype, boundary.device):
+            if prefix_cache is not None:
+                logits = marker_logits(model, boundary[rows], mask, start, batch.marker_len,
+                                       select_rows(prefix_cache, rows))
+            else:
+                offsets = [batch.marker_len] * len(rows) if activated else None
+                logits = tail_logits(model, boundary[rows], mask, start, offsets)
+        loss = torch.nn.functional.cross_entropy(logits.float(), batch.targets[rows])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if on_step:
+            on_step(step, losses[-1])
+        if not math.isfinite(losses[-1]):
+            raise FloatingPointError(f"training {adapter_name}: loss became {losses[-1]} at step {step}")
     return losses
 
 

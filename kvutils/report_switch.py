@@ -350,11 +350,12 @@ def _final_loss(losses: list[float]) -> float:
     return sum(tail) / len(tail)
 
 
-def _rates_text(numbers: dict, parameters: dict) -> str:
-    rates = {model: r.get("lr", parameters["lr"]) for model, r in numbers.items()}
-    if len(set(rates.values())) == 1:
-        return fmt(next(iter(rates.values())))
-    return ", ".join(f"{fmt(rate)} for {model}" for model, rate in rates.items())
+def _per_model_text(numbers: dict, parameters: dict, key: str) -> str:
+    """A per-model setting as the prose says it: one value, or each model's."""
+    values = {model: r.get(key, parameters[key]) for model, r in numbers.items()}
+    if len(set(values.values())) == 1:
+        return fmt(next(iter(values.values())))
+    return ", ".join(f"{fmt(value)} for {model}" for model, value in values.items())
 
 
 def _train_dtype_text(numbers: dict, parameters: dict) -> str:
@@ -372,8 +373,8 @@ def _train_dtype_text(numbers: dict, parameters: dict) -> str:
 def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
     """Every number and every finding the prose cites, as text; each finding's wording follows the numbers."""
     task = parameters["task"]
-    out = {"models": ", ".join(numbers), "steps": str(parameters["steps"]), "rank": str(parameters["rank"]),
-           "alpha": fmt(parameters["alpha"]), "lr": _rates_text(numbers, parameters), "targets": parameters["targets"],
+    out = {"models": ", ".join(numbers), "steps": _per_model_text(numbers, parameters, "steps"), "rank": str(parameters["rank"]),
+           "alpha": fmt(parameters["alpha"]), "lr": _per_model_text(numbers, parameters, "lr"), "targets": parameters["targets"],
            "batch_size": str(parameters["batch_size"]), "task": task,
            "marker": repr(parameters["marker"] or switch_tasks.MARKERS[task]), "dtype": parameters["dtype"],
            "knee_points": fmt(KNEE_POINTS), "exact_examples": str(parameters["exact_examples"]),

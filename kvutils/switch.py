@@ -26,7 +26,7 @@ from .switch_tasks import Example
 DEFAULT_TRAIN_WORDS = "bank,bat,pitcher,mouse,spring,seal,plant,match,organ,pen,bark,palm"
 DEFAULT_HELDOUT_WORDS = "key,cell,club,fan"
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # tail patch vs recompute: logits and K/V
-TRAIN_ACCURACY_MAX = 128  # training examples scored per adapter (the fit, not the skill)
+TRAIN_ACCURACY_MAX = 64  # training examples scored per adapter (the fit, not the skill)
 KNEE_POINTS = 2.0  # the knee: the smallest k whose held-out accuracy is within this many points of the best
 
 
@@ -44,7 +44,8 @@ class ModelPlan:
     prefix_len: int
     prefix_labels: list[str]  # one per control row of the patch map
     bench_ids: torch.Tensor  # (1, bench_tokens): the long prefix of the cost benchmark
-    lr: float  # AdamW learning rate of this model's adapters
+    lr: float | None = None  # AdamW learning rate of this model's adapters (None: nothing trains)
+    steps: int = 0  # AdamW steps per adapter of this model
 
 
 @dataclass
@@ -54,7 +55,6 @@ class Plan:
     rank: int
     alpha: float
     targets: list[str]
-    steps: int
     batch_size: int
     seed: int
     dtype: str
@@ -81,37 +81,47 @@ def model_config(name: str, resolved: models.Resolved):
     return getattr(config, "text_config", None) or config
 
 
-def parse_learning_rates(value, model_names: list[str]) -> dict[str, float]:
-    """`lr`: one number for every model, or a default and `model:number` pairs
-    ("0.003,gemma3-270m:0.001"; a colon, as papermill reads no second "=" on a parameter's line):
-    models differ in the rate at which a LoRA tail learns without diverging. A pair naming a model not in this run is allowed (the default names both embedded
-    models, and a reader may run one); every model of the run must get a rate."""
-    example = "e.g. 0.002, or '0.003,gemma3-270m:0.001' (a default, then model:rate pairs)"
+PER_MODEL = {  # parameter: (what one value is, its type, the smallest allowed, an example)
+    "lr": ("a learning rate", float, 0.0, "0.002, or '0.003,gemma3-270m:0.001'"),
+    "steps": ("a number of steps", int, 1, "64, or '96,gemma3-270m:64'"),
+}
+
+
+def parse_per_model(parameter: str, value, model_names: list[str]) -> dict[str, float | int]:
+    """`lr` or `steps`: one value for every model, or a default and `model:value` pairs
+    ("0.003,gemma3-270m:0.001"; a colon, as papermill reads no second "=" on a parameter's line).
+    Models differ in the rate at which a LoRA tail learns without diverging, and in how many steps
+    it needs. A pair naming a model not in this run is allowed (the defaults name both embedded
+    models, and a reader may run one); every model of the run must get a value."""
+    what, kind, smallest, example = PER_MODEL[parameter]
+    example = f"e.g. {example} (a default, then model:value pairs)"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         items = [str(value)]
     elif isinstance(value, str) and value.strip():
         items = [item.strip() for item in value.split(",")]
     else:
-        raise ValueError(f"lr must be a number > 0 or a string of rates, {example}; got {value!r}")
-    default, rates = None, {}
+        raise ValueError(f"{parameter} must be {what} or a string of them, {example}; got {value!r}")
+    default, values = None, {}
     for item in items:
-        name, _, number = item.rpartition(":")
+        name, _, text = item.rpartition(":")
         try:
-            rate = float(number)
+            number = kind(text)
         except ValueError:
-            rate = math.nan
-        if not rate > 0 or not math.isfinite(rate) or (not name and ":" in item):
-            raise ValueError(f"lr: {item!r} is not a learning rate > 0 (or model:rate); {example}")
+            number = None
+        if number is None or not math.isfinite(number) or not (number > smallest if kind is float else number >= smallest) \
+                or (not name and ":" in item):
+            bound = f"> {smallest:g}" if kind is float else f">= {smallest}"
+            raise ValueError(f"{parameter}: {item!r} is not {what} {bound} (or model:value); {example}")
         if name:
-            rates[name.strip()] = rate
+            values[name.strip()] = number
         elif default is None:
-            default = rate
+            default = number
         else:
-            raise ValueError(f"lr: two default rates ({default} and {rate}); give one, then model:rate pairs")
-    missing = [m for m in model_names if m not in rates and default is None]
+            raise ValueError(f"{parameter}: two defaults ({default} and {number}); give one, then model:value pairs")
+    missing = [m for m in model_names if m not in values and default is None]
     if missing:
-        raise ValueError(f"lr: no learning rate for {', '.join(missing)}; add a default rate or {missing[0]}:rate")
-    return {m: rates.get(m, default) for m in model_names}
+        raise ValueError(f"{parameter}: no value for {', '.join(missing)}; add a default or {missing[0]}:value")
+    return {m: values.get(m, default) for m in model_names}
 
 
 def parse_k(value, n_layers: int, name: str, parameter: str) -> int:
@@ -220,7 +230,7 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
     params.check_device(device)
     params.check_choice("dtype", dtype, list(TOLERANCE))
     resolved_train_dtype = lora.resolve_train_dtype(train_dtype, device)
-    for name, value in (("rank", rank), ("steps", steps), ("batch_size", batch_size), ("patch_layer_groups",
+    for name, value in (("rank", rank), ("batch_size", batch_size), ("patch_layer_groups",
                         patch_layer_groups), ("patch_pairs", patch_pairs), ("exact_examples", exact_examples),
                         ("timing_repeats", timing_repeats)):
         params.check_int(name, value, 1)
@@ -230,7 +240,8 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
         raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
     target_list = lora.parse_targets(targets)
     resolved_models = params.check_models("models", models, family="causal")
-    learning_rates = parse_learning_rates(lr, [r.name for r in resolved_models])
+    learning_rates = parse_per_model("lr", lr, [r.name for r in resolved_models])
+    step_counts = parse_per_model("steps", steps, [r.name for r in resolved_models])
     td = check_task(task, marker, train_words, heldout_words, senses_file, corpus, eval_corpus, passage_tokens,
                     candidate_tokens, n_train, n_heldout)
     bench_docs = data.load_corpus()
@@ -253,8 +264,9 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
         marker_ids, train, heldout, pairs, prefix_len, labels = task_plan
         bench = data.prompts_from_corpus(tokenizer, bench_docs, 1, bench_tokens, parameter="bench_tokens")
         plans.append(ModelPlan(r.name, config.model_type, n_layers, ks, p_k, marker_ids, train, heldout,
-                               pairs[:patch_pairs], prefix_len, labels, bench, learning_rates[r.name]))
-    return Plan(plans, td.task, rank, float(alpha), target_list, steps, batch_size, seed, dtype, device,
+                               pairs[:patch_pairs], prefix_len, labels, bench, learning_rates[r.name],
+                               step_counts[r.name]))
+    return Plan(plans, td.task, rank, float(alpha), target_list, batch_size, seed, dtype, device,
                 timing_repeats, patch_layer_groups, exact_examples, resolved_train_dtype)
 
 
@@ -349,7 +361,7 @@ def _train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict
         model = lora.lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
                                invocation_tokens=mp.marker_ids if activated else None)
         began = time.perf_counter()
-        losses = lora.train_adapter(model, name, boundary[start], train, start, p.steps, mp.lr, p.batch_size,
+        losses = lora.train_adapter(model, name, boundary[start], train, start, mp.steps, mp.lr, p.batch_size,
                                     p.seed, activated=activated, prefix_cache=prefix_cache if activated else None,
                                     train_dtype=p.train_dtype)
         out["adapters"][name] = {
@@ -392,7 +404,7 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
         timings["patching_s"] = time.perf_counter() - began - sum(timings.values())
         tails = {k: heldout[f"tail{k}"]["tail_patch"]["accuracy_pct"] for k in mp.k_values}
         numbers[mp.name] = {
-            "task": p.task, "lr": mp.lr, "train_dtype": p.train_dtype, "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
+            "task": p.task, "lr": mp.lr, "steps": mp.steps, "train_dtype": p.train_dtype, "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
             "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee(tails),
             "first_changed_layer": {str(k): lora.first_changed_layer(mp.n_layers, k, p.targets, lora.family_of(mp.model_type))
                                     for k in mp.k_values},

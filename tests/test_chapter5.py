@@ -38,11 +38,13 @@ SENSES = dict(GOOD, task="senses")
     (dict(targets="q,gate"), r"targets: 'gate' not allowed; give one or more of q, k, v, o, mlp"),
     (dict(patch_layer_groups=5), r"patch_layer_groups must be between 1 and 4"),
     (dict(dtype="float16"), r"dtype: 'float16' is not allowed"),
-    (dict(lr=0), r"lr: '0' is not a learning rate > 0"),
-    (dict(lr="fast"), r"lr: 'fast' is not a learning rate > 0 \(or model:rate\); e\.g\. 0\.002"),
-    (dict(lr="gemma3-270m:0.001"), r"lr: no learning rate for tiny-qwen3; add a default rate or tiny-qwen3:rate"),
-    (dict(lr="0.1,0.2"), r"lr: two default rates"),
+    (dict(lr=0), r"lr: '0' is not a learning rate > 0 \(or model:value\)"),
+    (dict(lr="fast"), r"lr: 'fast' is not a learning rate > 0 \(or model:value\); e\.g\. 0\.002"),
+    (dict(lr="gemma3-270m:0.001"), r"lr: no value for tiny-qwen3; add a default or tiny-qwen3:value"),
+    (dict(lr="0.1,0.2"), r"lr: two defaults"),
     (dict(lr="tiny-qwen3:-1"), r"lr: 'tiny-qwen3:-1' is not a learning rate > 0"),
+    (dict(steps=0), r"steps: '0' is not a number of steps >= 1"),
+    (dict(steps="96,tiny-qwen3:2.5"), r"steps: 'tiny-qwen3:2.5' is not a number of steps >= 1"),
     (dict(train_dtype="float16"), r"train_dtype: 'float16' is not allowed; choose one of auto, float32, bfloat16"),
     (dict(models="tiny-bert"), r"models: tiny-bert is a bidirectional encoder"),
 ])
@@ -281,8 +283,11 @@ def test_the_interactive_quality_cost_chart_holds_every_adapter_and_policy(quick
     assert "kvutils-chart" in chart.html and "tiny-qwen3" in chart.html
 
 
-def test_learning_rates_per_model():
+def test_learning_rates_and_steps_per_model():
     """A default for every model, a pair for one of them; a pair naming a model not in the run is allowed."""
-    assert switch.parse_learning_rates(0.002, ["a", "b"]) == {"a": 0.002, "b": 0.002}
-    assert switch.parse_learning_rates("0.005,b:0.001,c:0.3", ["a", "b"]) == {"a": 0.005, "b": 0.001}
-    assert switch.parse_learning_rates("a:0.1, b:0.2", ["a", "b"]) == {"a": 0.1, "b": 0.2}
+    assert switch.parse_per_model("lr", 0.002, ["a", "b"]) == {"a": 0.002, "b": 0.002}
+    assert switch.parse_per_model("lr", "0.005,b:0.001,c:0.3", ["a", "b"]) == {"a": 0.005, "b": 0.001}
+    assert switch.parse_per_model("lr", "a:0.1, b:0.2", ["a", "b"]) == {"a": 0.1, "b": 0.2}
+    assert switch.parse_per_model("steps", "96,b:64", ["a", "b"]) == {"a": 96, "b": 64}
+    mp = switch.plan(**{**GOOD, "steps": "5,tiny-qwen3:3", "lr": "0.1,tiny-qwen3:0.02"}).models[0]
+    assert (mp.steps, mp.lr) == (3, 0.02)

@@ -135,6 +135,12 @@ def test_training_the_tail_reduces_the_loss(train_dtype):
     losses = lora.train_adapter(model, "t", boundary, batch, 2, steps=15, lr=3e-2, batch_size=4, seed=3,
                                 train_dtype=train_dtype)
     assert {p.dtype for p in lora.adapter_parameters(model, "t")} == {torch.float32}
+    weights = {n: p for n, p in model.named_parameters() if "lora_" not in n}
+    assert {p.dtype for p in weights.values()} == {torch.float32}
+    base = dict(load_cached("tiny-qwen3", "float32").model.named_parameters())  # what _fresh copied
+    assert len(weights) == len(base)
+    assert all(torch.equal(p, base[n.removeprefix("base_model.model.").replace(".base_layer", "")])
+               for n, p in weights.items())  # untouched
     # a random tiny model's frozen head bounds how far the loss can fall (~10.8 -> ~10 nats)
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.4
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
