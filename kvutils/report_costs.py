@@ -163,11 +163,13 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
         for spec, r in run["ops"].items():
             if spec in table2_specs:
                 continue
-            row = rows.setdefault(spec, {"scored on": f"{len(run['documents'])} documents (the frontier's)"})
+            row = rows.setdefault(spec, {})
+            row["scored on"] = f"{len(run['documents'])} documents (the frontier's)"
             row[f"{model}"] = _triple(r)
             row[f"{model}: cache KiB"] = fmt(r["cache_bytes"] / 1024, 5)
+    for model, run in (frontier or {}).items():
         for spec, why in run.get("refused", {}).items():
-            rows.setdefault(spec, {"scored on": "—"})[f"{model}"] = f"refused: {why}"
+            rows.setdefault(spec, {"scored on": "— (refused by every model)"})[f"{model}"] = f"refused: {why}"
     table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
     table.index.name = "operation (KL nats · top-1 % · perplexity)"
     return table

@@ -143,9 +143,10 @@ def frontier_glue(frontier: dict) -> str:
     for model, winners in frontier_winners(frontier).items():
         bits = []
         for ratio, w in winners.items():
-            best = " and ".join(f"**{n}**" for n in w["best"])
-            tie = " (tied: the same mean KL)" if len(w["best"]) > 1 else ""
-            text = f"at compression {fmt(ratio)} {best}{tie} (mean KL {fmt(w['kl'], 3)}, top-1 {w['top1']:.1f}%)"
+            names = [f"**{n}**" for n in w["best"]]
+            best = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1] + ", tied"
+            each = " each" if len(names) > 1 else ""
+            text = f"at compression {fmt(ratio)} {best} (mean KL {fmt(w['kl'], 3)}{each}, top-1 {w['top1']:.1f}%)"
             if w["not_beating_random"]:
                 text += f"; not better than random: {', '.join(w['not_beating_random'])}"
             elif w["random_kl"] is not None:

@@ -84,6 +84,7 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     assert table.loc[snap, "scored on"] == f"{len(frontier['tiny-llama']['documents'])} documents (the frontier's)"
     assert table.loc[snap, "tiny-llama"].startswith(report_costs.fmt(frontier["tiny-llama"]["ops"][snap]["mean_kl"], 3))
     assert table.loc["hf_quantized:backend=fp8", "tiny-gemma3"].startswith("refused: ")
+    assert table.loc["hf_quantized:backend=fp8", "scored on"].endswith("documents (the frontier's)")  # tiny-llama's
     assert table.loc["exact", "scored on"] == f"{len(numbers['table2']['tiny-llama']['plain']['documents'])} documents"
     alone = report_costs.approximations_table(numbers["table2"])
     assert table.loc["quantize_naive:bits=4", alone.columns].equals(alone.loc["quantize_naive:bits=4"])
@@ -111,7 +112,7 @@ def test_frontier_prose_follows_the_numbers():
     assert "at compression 0.5 **tova**" in text and "not better than random: snapkv" in text
     ops["adakv:compression_ratio=0.5"] = ("press", 0.05)  # the same number: both are named, as a tie
     text = report_frontier.frontier_glue({"m": _run(ops)})
-    assert "at compression 0.5 **adakv** and **tova** (tied" in text
+    assert "at compression 0.5 **adakv** and **tova**, tied (mean KL 0.05 each" in text
     assert report_frontier.frontier_glue({}) == "not run"
 
 
