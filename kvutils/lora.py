@@ -17,7 +17,7 @@ import math
 import random
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -355,10 +355,8 @@ def training_precision(train_dtype: str, device: str | torch.device):
     bfloat16; the LoRA weights, their gradients and AdamW stay float32), or nothing for float32.
     Open it around a forward, never around optimizer steps (autocast keeps its casts of trainable
     weights until it closes). Evaluation runs outside it, in the model's own dtype."""
-    import contextlib
-
     if train_dtype == "float32":
-        return contextlib.nullcontext()
+        return nullcontext()
     return torch.autocast(torch.device(device).type, dtype=getattr(torch, train_dtype))
 
 

@@ -123,7 +123,7 @@ def frontier_winners(frontier: dict) -> dict[str, dict]:
                 per_ratio.setdefault(ratio, []).append((r["mean_kl"], r["name"], r["top1_agreement_pct"]))
         winners = {}
         for ratio, entries in sorted(per_ratio.items()):
-            kl, name, top1 = min(entries)
+            kl, _, top1 = min(entries)
             tied = sorted(n for k, n, _ in entries if k == kl)  # e.g. adakv == snapkv where the budgets coincide
             random_kl = next((k for k, n, _ in entries if n == "random"), None)
             beat = sorted(n for k, n, _ in entries if n in ATTENTION_INFORMED and random_kl is not None and k < random_kl)

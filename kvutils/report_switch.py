@@ -359,15 +359,16 @@ def _per_model_text(numbers: dict, parameters: dict, key: str) -> str:
 
 
 def _train_dtype_text(numbers: dict, parameters: dict) -> str:
-    used = sorted({r.get("train_dtype", "float32") for r in numbers.values()})
-    if used == ["bfloat16"]:
+    """How the adapters were trained: one resolved precision per run (see `lora.resolve_train_dtype`)."""
+    used = {r["train_dtype"] for r in numbers.values()}
+    if used == {"bfloat16"}:
+        auto = " — train_dtype \"auto\" chose it: this machine multiplies bfloat16 natively" \
+            if parameters.get("train_dtype", "auto") == "auto" else ""
         how = ("bfloat16 autocast (the matrix products in bfloat16; the LoRA weights, their gradients and "
-               "AdamW in float32)")
+               f"AdamW in float32{auto})")
     else:
-        how = " and ".join(used)
-    why = " (train_dtype \"auto\": this machine multiplies bfloat16 natively)" if parameters.get(
-        "train_dtype", "auto") == "auto" and used == ["bfloat16"] else ""
-    return f"{how}{why}; every evaluation runs in {parameters['dtype']}"
+        how = " and ".join(sorted(used))
+    return f"{how}; every evaluation runs in {parameters['dtype']}"
 
 
 def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:

@@ -291,3 +291,13 @@ def test_learning_rates_and_steps_per_model():
     assert switch.parse_per_model("steps", "96,b:64", ["a", "b"]) == {"a": 96, "b": 64}
     mp = switch.plan(**{**GOOD, "steps": "5,tiny-qwen3:3", "lr": "0.1,tiny-qwen3:0.02"}).models[0]
     assert (mp.steps, mp.lr) == (3, 0.02)
+
+
+def test_the_training_precision_sentence_follows_the_run():
+    from kvutils.report_switch import _train_dtype_text
+
+    bf16 = _train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "auto", "dtype": "float32"})
+    assert bf16.startswith("bfloat16 autocast") and "chose it" in bf16 and bf16.endswith("runs in float32")
+    assert "chose it" not in _train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "bfloat16", "dtype": "float32"})
+    assert _train_dtype_text({"m": {"train_dtype": "float32"}}, {"train_dtype": "auto", "dtype": "float64"}) \
+        == "float32; every evaluation runs in float64"
