@@ -44,7 +44,8 @@ test: setup browser
 # the build). The set-up's time goes to the appendix.
 book:
 	@mkdir -p results; started=$$(date +%s); $(MAKE) --no-print-directory setup \
-	  && echo $$(( $$(date +%s) - started )) > results/setup_seconds.txt
+	  && echo $$(( $$(date +%s) - started )) > results/.setup_seconds.tmp \
+	  && mv results/.setup_seconds.tmp results/setup_seconds.txt
 	$(PY) -m kvutils.chapters --profile full --results-dir results --no-pages --lanes
 	$(PY) -m kvutils.bench --results-dir results
 	$(PY) -m kvutils.chapters pages --results-dir results

@@ -272,4 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .interrupt import signals_as_interrupt
+
+    with signals_as_interrupt():  # a kill ends the run as Ctrl-C does: one line, --out as it was
+        sys.exit(main())

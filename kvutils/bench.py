@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -164,12 +165,34 @@ def chapter_times(results_dir: str | Path) -> dict:
     for name in NOTEBOOKS.values():
         path = results.results_path(results_dir, name)
         if path.is_file():
-            out[name] = results.load_results(results_dir, name)["wall_time_s"]
+            out[name] = results.load_results(results_dir, name, "--results-dir")["wall_time_s"]
+    return out
+
+
+def earlier_records(results_dir: str | Path) -> dict:
+    """What `make book` recorded before the benchmark: each chapter's wall time, the lanes' and
+    the set-up's; a damaged file is an error naming it."""
+    out = {"chapter_wall_time_s": chapter_times(results_dir)}
+    lanes = Path(results_dir) / "chapter_lanes.json"
+    if lanes.is_file():
+        try:
+            out["chapter_lanes"] = json.loads(lanes.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"--results-dir: {lanes} is damaged ({err}); delete it or rerun make book") from None
+    setup = Path(results_dir) / "setup_seconds.txt"
+    if setup.is_file():
+        text = setup.read_text(encoding="utf-8", errors="replace").strip()
+        try:
+            out["setup_s"] = float(text)
+        except ValueError:
+            raise ValueError(f"--results-dir: {setup} should hold the set-up's seconds, but holds {text[:40]!r}; "
+                             "delete it or rerun make book") from None
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m kvutils.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="an embedded causal model key")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--results-dir", default="results")
@@ -180,6 +203,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--model: {args.model!r} is not an embedded or tiny causal model; choose one of {causal}")
     if args.repeats < 1:
         parser.error(f"--repeats: {args.repeats} must be at least 1")
+    try:  # before any model loads
+        results.check_output(args.results_dir, "bench", "--results-dir")
+        earlier = earlier_records(args.results_dir)
+    except ValueError as err:
+        parser.error(str(err))
     started = time.perf_counter()
     prompt, new, prefill, decode, context, switch_tokens = SIZES["quick" if args.quick else "full"]
     report = {"model": args.model, "profile": "quick" if args.quick else "full", "load": bench_load(args.model)}
@@ -198,13 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     from .switch import bench as switch_bench
 
     report["switch"] = switch_bench(args.model, "1,2,4,L" if not args.quick else "1,L", switch_tokens, args.repeats)
-    report["chapter_wall_time_s"] = chapter_times(args.results_dir)
-    lanes = Path(args.results_dir) / "chapter_lanes.json"
-    if lanes.is_file():
-        report["chapter_lanes"] = json.loads(lanes.read_text())
-    setup = Path(args.results_dir) / "setup_seconds.txt"
-    if setup.is_file():
-        report["setup_s"] = float(setup.read_text().strip())
+    report.update(earlier)
     report["machine"] = results.machine()
     report["wall_time_s"] = time.perf_counter() - started
     results.write_json_atomic(Path(args.results_dir) / "bench.json", report)
@@ -243,4 +265,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from .interrupt import run_cli
+
+    sys.exit(run_cli(main, None, "bench.json is as it was"))

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from .interrupt import INTERRUPTED
 from .paths import REPO_ROOT
 
 NOTEBOOKS = {"01": "01_cache_exactness", "02": "02_bert_contrast", "03": "03_sense_probes",
@@ -56,10 +57,16 @@ EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
 LANES = (("04", "01"), ("05", "02", "03"))
 
 
+UNFINISHED = ".unfinished"  # beside the executed copies: ones being written, and failed ones (the book skips it)
+
+
 def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "results",
                 output_dir: str | Path = EXECUTED_DIR, parameters: dict | None = None) -> Path:
-    """Execute one chapter notebook; return the executed copy's path. A failing cell raises
-    papermill's PapermillExecutionError, which names the notebook and the cell."""
+    """Execute one chapter notebook; return the executed copy's path. papermill writes the copy
+    under <output_dir>/.unfinished/ and it replaces the page's copy only when every cell ran, so
+    a failed or interrupted run leaves the previous page (which matches the previous results
+    file). A failing cell raises papermill's PapermillExecutionError, noting the notebook, the
+    cell and the failed copy (.unfinished/<name>.failed.ipynb)."""
     import papermill
 
     everything = {**NOTEBOOKS, **PAGES}
@@ -72,22 +79,45 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     params.update(parameters or {})
     params["results_dir"] = str(Path(results_dir).resolve())
     output = Path(output_dir) / f"{name}.ipynb"
-    output.parent.mkdir(parents=True, exist_ok=True)
+    unfinished = Path(output_dir) / UNFINISHED
+    unfinished.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(unfinished)
+    running = unfinished / f"{name}.{os.getpid()}.ipynb"
+    failed = unfinished / f"{name}.failed.ipynb"
     print(f"== chapter {chapter} ({name}, {profile} profile) ...", flush=True)
     started = time.time()
     try:
-        papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", output, parameters=params,
+        papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", running, parameters=params,
                                    cwd=REPO_ROOT, kernel_name="python3", progress_bar=False,
                                    log_output=True)
+        _drop_widget_state(running)
+        os.replace(running, output)
     except papermill.PapermillExecutionError as err:
+        if running.exists() and err.ename != "KeyboardInterrupt":  # an interrupted copy is of no use
+            os.replace(running, failed)
         first_line = next((line for line in err.source.splitlines() if line.strip()), "")
         err.add_note(f"chapter {chapter}: notebooks/{name}.ipynb failed in cell {err.cell_index} "
                      f"(In [{err.exec_count}]: {first_line!r}) with {err.ename}: {err.evalue}; "
-                     f"the executed copy, error included, is {output}")
+                     f"the executed copy, error included, is {failed}; the page's copy {output} is as it was")
         raise
-    _drop_widget_state(output)
+    finally:
+        running.unlink(missing_ok=True)
+    failed.unlink(missing_ok=True)
     print(f"== chapter {chapter} done in {time.time() - started:.0f} s -> {output}", flush=True)
     return output
+
+
+def _remove_orphans(unfinished: Path) -> None:
+    """Delete executed copies whose runner was killed (SIGKILL leaves its copy behind)."""
+    from .results import writer_alive
+
+    for copy in unfinished.glob("*.*.ipynb"):
+        pid = copy.suffixes[-2].lstrip(".")
+        if pid.isdigit() and not writer_alive(int(pid), copy):
+            copy.unlink(missing_ok=True)
+
+
+LANE_GRACE_S = 10  # after an interrupt, time for a lane to end by itself before it gets SIGTERM
 
 
 def run_lanes(lanes, profile: str, results_dir: str, output_dir: str) -> None:
@@ -111,12 +141,16 @@ def run_lanes(lanes, profile: str, results_dir: str, output_dir: str) -> None:
     try:
         failed = [(lane, p.wait()) for lane, p in procs]
     except BaseException:  # Ctrl-C or a kill of this runner stops its lanes too, not only itself
-        for _, p in procs:
-            p.send_signal(signal.SIGINT)
-        for _, p in procs:
-            p.wait()
+        for _, p in procs:  # they were interrupted with this runner; SIGTERM the ones still going
+            try:
+                p.wait(LANE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGTERM)  # not SIGINT, which a background shell's children ignore
+                p.wait()
         raise
     failed = [(lane, code) for lane, code in failed if code != 0]
+    if failed and all(code == INTERRUPTED for _, code in failed):
+        raise KeyboardInterrupt  # each lane said so in one line
     if failed:
         raise SystemExit("chapters failed: " + "; ".join(f"lane {', '.join(lane)} exited with {code}"
                                                           for lane, code in failed))
@@ -137,13 +171,12 @@ def _drop_widget_state(notebook: Path) -> None:
 
     nb = nbformat.read(notebook, as_version=4)
     if nb.metadata.pop("widgets", None) is not None:
-        tmp = notebook.with_suffix(".tmp")
-        nbformat.write(nb, tmp)
-        tmp.replace(notebook)
+        nbformat.write(nb, notebook)  # a copy under .unfinished/, not yet the page's
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m kvutils.chapters", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("chapters", nargs="*", default=list(NOTEBOOKS),
                         help="e.g. 01 (default: all); 'pages' runs only the summary pages")
     parser.add_argument("--profile", default="full", choices=["full", "quick"])
@@ -161,10 +194,25 @@ def main(argv: list[str] | None = None) -> None:
             overrides[key] = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
             overrides[key] = raw
+    unknown = [c for c in args.chapters if c not in {**NOTEBOOKS, **PAGES} and c != "pages"]
+    if unknown:
+        parser.error(f"chapters: {', '.join(map(repr, unknown))} unknown; choose from "
+                     f"{', '.join([*NOTEBOOKS, *PAGES])} or 'pages'")
     chapters = [c for c in args.chapters if c not in PAGES and c != "pages"]
+    if args.lanes and (overrides or sorted(chapters) != sorted(NOTEBOOKS)):
+        parser.error("--lanes runs every chapter with its own defaults; give no chapters and no -p")
+    try:  # the output folders, before any kernel starts or model loads
+        from . import results
+
+        results.check_folder(args.output_dir, "--output-dir")
+        for chapter in chapters:
+            results.check_output(args.results_dir, NOTEBOOKS[chapter], "--results-dir")
+        if not chapters and not Path(args.results_dir).expanduser().is_dir():
+            raise ValueError(f"--results-dir: {args.results_dir} is not a folder; the summary pages read the "
+                             "chapters' results from it (make book writes them to results/)")
+    except ValueError as err:
+        parser.error(str(err))
     if args.lanes:
-        if overrides or sorted(chapters) != sorted(NOTEBOOKS):
-            parser.error("--lanes runs every chapter with its own defaults; give no chapters and no -p")
         run_lanes(LANES, args.profile, args.results_dir, args.output_dir)
         chapters = []
     for chapter in chapters:
@@ -174,21 +222,23 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """`main`, with Ctrl-C answered by one line: each results file is written as one unit
-    (kvutils.results), so an interrupted chapter leaves the previous results as they were."""
+    """`main`, with Ctrl-C or SIGTERM answered by one line (kvutils.interrupt): each results file
+    and each page's executed copy is replaced as one unit, so an interrupted chapter leaves the
+    previous ones as they were."""
     import papermill
 
-    try:
-        main(argv)
-    except papermill.PapermillExecutionError as err:
-        if err.ename != "KeyboardInterrupt":
-            raise
-        print(f"interrupted (in cell {err.cell_index}); every results file is as it was before that chapter", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:
-        print("interrupted; every results file is as it was before the interrupted chapter", file=sys.stderr)
-        return 130
-    return 0
+    from .interrupt import run_cli
+
+    def main_interruptible(args: list[str] | None) -> None:
+        try:
+            main(args)
+        except papermill.PapermillExecutionError as err:  # Ctrl-C reached the kernel mid-cell
+            if err.ename != "KeyboardInterrupt":
+                raise
+            raise KeyboardInterrupt from None
+
+    return run_cli(main_interruptible, argv, "every results file and page is as it was before the "
+                   "interrupted chapter", children=True)
 
 
 if __name__ == "__main__":

@@ -137,15 +137,22 @@ def _writable_folder(folder: Path, parameter: str, shown: str) -> None:
         raise ValueError(f"{parameter}: cannot write in {shown} ({err.strerror or err})") from None
 
 
+def check_folder(folder: str | Path, parameter: str) -> Path:
+    """Fail now, naming `parameter`, if `folder` is not a folder this process can write in (or
+    create). Leaves no new files."""
+    if not isinstance(folder, (str, Path)) or not str(folder).strip():
+        raise ValueError(f"{parameter} must be a folder path (a non-empty string), got {folder!r}")
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{parameter}: {folder} is a file, not a folder")
+    _writable_folder(path, parameter, str(folder))
+    return path
+
+
 def check_output(results_dir: str | Path, chapter: str, parameter: str = "results_dir") -> Path:
     """Fail now, naming `parameter`, if the run could not write `<results_dir>/<chapter>.json` and
     its figures; finish or clear any earlier run that was cut short there. Leaves no new files."""
-    if not isinstance(results_dir, (str, Path)) or not str(results_dir).strip():
-        raise ValueError(f"{parameter} must be a folder path (a non-empty string), got {results_dir!r}")
-    folder = Path(results_dir).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{parameter}: {results_dir} is a file, not a folder")
-    _writable_folder(folder, parameter, str(results_dir))
+    folder = check_folder(results_dir, parameter)
     for target, want_dir in ((results_path(folder, chapter), False), (folder / "figures", True)):
         if target.exists() and target.is_dir() != want_dir:
             kind = "a folder" if target.is_dir() else "a file"
@@ -180,7 +187,7 @@ _TEMP = re.compile(r"^\..+\.(?P<pid>\d+)\.\w+\.(tmp|png)$")
 STALE_AFTER_S = 24 * 3600  # a live pid this old is a reused one, not the writer
 
 
-def _writer_alive(pid: int, path: Path) -> bool:
+def writer_alive(pid: int, path: Path) -> bool:
     if pid == os.getpid():
         return True
     try:
@@ -222,14 +229,14 @@ def recover(results_dir: str | Path) -> list[str]:
     for entry in entries:
         stage, temp = _STAGE.match(entry.name), _TEMP.match(entry.name)
         try:
-            if stage and entry.is_dir() and not _writer_alive(int(stage["pid"]), entry):
+            if stage and entry.is_dir() and not writer_alive(int(stage["pid"]), entry):
                 if (entry / f"{stage['chapter']}.json").is_file():
                     _finish(entry, folder, stage["chapter"])
                     done.append(f"finished {entry.name}")
                 else:
                     shutil.rmtree(entry)
                     done.append(f"removed {entry.name}")
-            elif temp and entry.is_file() and not _writer_alive(int(temp["pid"]), entry):
+            elif temp and entry.is_file() and not writer_alive(int(temp["pid"]), entry):
                 entry.unlink()
                 done.append(f"removed {entry.name}")
         except OSError:
