@@ -201,11 +201,12 @@ def main(argv: list[str] | None = None) -> None:
     chapters = [c for c in args.chapters if c not in PAGES and c != "pages"]
     if args.lanes and (overrides or sorted(chapters) != sorted(NOTEBOOKS)):
         parser.error("--lanes runs every chapter with its own defaults; give no chapters and no -p")
-    try:  # the output folders, before any kernel starts or model loads
-        from . import results
+    try:  # parameter names and output folders, before any kernel starts or model loads
+        from . import params, results
 
         results.check_folder(args.output_dir, "--output-dir")
         for chapter in chapters:
+            params.check_names(overrides, NOTEBOOKS[chapter])
             results.check_output(args.results_dir, NOTEBOOKS[chapter], "--results-dir")
         if not chapters and not Path(args.results_dir).expanduser().is_dir():
             raise ValueError(f"--results-dir: {args.results_dir} is not a folder; the summary pages read the "

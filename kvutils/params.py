@@ -177,8 +177,14 @@ def injected_names(namespace: dict) -> list[str]:
 def reject_unknown(namespace: dict, notebook: str) -> None:
     """A name given with `-p` that the notebook does not define stops the run, naming it and the
     closest parameter (papermill itself only warns, and the run would go on with the defaults)."""
+    check_names(injected_names(namespace), notebook)
+
+
+def check_names(names: Iterable[str], notebook: str) -> None:
+    """Every name is a parameter of `notebook`, or an error names each that is not and the
+    closest parameter."""
     known = list(notebook_parameters(notebook))
-    unknown = [n for n in injected_names(namespace) if n not in known]
+    unknown = [n for n in names if n not in known]
     if not unknown:
         return
     lowered = {k.lower(): k for k in known}

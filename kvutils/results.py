@@ -306,11 +306,3 @@ def load_results(results_dir: str | Path, chapter: str, parameter: str = "result
         raise ValueError(f"{parameter}: {path} is not a chapter results file (no \"numbers\" object); "
                          f"rerun chapter {chapter}")
     return record
-
-
-def save_figure(fig, results_dir: str | Path, name: str) -> Path:
-    """Save `fig` as results/figures/<name>.png atomically, on its own; `save_run` saves a
-    chapter's figures together with its results file."""
-    path = Path(results_dir) / "figures" / f"{name}.png"
-    _write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"), ".png")
-    return path

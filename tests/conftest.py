@@ -91,6 +91,17 @@ def no_model_loads(monkeypatch):
             monkeypatch.setattr(module, "load", fail)
 
 
+def failed_copy(output_dir, notebook: str) -> dict:
+    """The executed copy of a chapter that failed, which kvutils.chapters keeps aside; the page's
+    own copy (none in a test's fresh folder) is left as it was."""
+    import json
+
+    from kvutils import chapters
+
+    assert not (output_dir / f"{notebook}.ipynb").exists()
+    return json.loads((output_dir / chapters.UNFINISHED / f"{notebook}.failed.ipynb").read_text())
+
+
 def run_failing_chapter(chapter: str, tmp_path, overrides: dict) -> tuple[str, str]:
     """Run a chapter on the quick profile that must fail; return (the error, the source of the one
     cell that failed), so a test can check it stopped in its validation cell."""
@@ -102,7 +113,7 @@ def run_failing_chapter(chapter: str, tmp_path, overrides: dict) -> tuple[str, s
 
     with pytest.raises(papermill.PapermillExecutionError) as err:
         chapters.run_chapter(chapter, "quick", tmp_path / "results", tmp_path, overrides)
-    executed = json.loads((tmp_path / f"{chapters.NOTEBOOKS[chapter]}.ipynb").read_text())
+    executed = failed_copy(tmp_path, chapters.NOTEBOOKS[chapter])
     failed = [c for c in executed["cells"] if c["cell_type"] == "code"
               and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
     assert len(failed) == 1, f"{len(failed)} cells failed"

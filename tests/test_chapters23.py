@@ -5,7 +5,7 @@ import json
 import pytest
 from conftest import run_failing_chapter
 
-from kvutils import models, senses_study
+from kvutils import models, results, senses_study
 
 GOOD = dict(models="tiny-llama", encoder="tiny-bert", senses_file="data/senses.json", device="cpu")
 
@@ -93,8 +93,12 @@ def test_chapter3_quick_results_hold_the_identity(quick_chapters):
             assert abs(sum(split[p][layer] for p in split) - 1) < 1e-5
     assert numbers["tiny-gemma3"]["first_token"] == "<bos>"
     assert "new_position_pct" not in numbers["tiny-bert"]["probe"]
-    for figure in ("03_probe_accuracy", "03_attention_split"):
-        assert (root / "results" / "figures" / f"{figure}.png").stat().st_size > 10_000
+    figures = ("03_probe_accuracy", "03_attention_split", "03_attention_explorer")
+    assert sorted(record["figures"]) == sorted(figures)  # saved with the results, as one unit
+    for figure in figures:
+        png = root / "results" / "figures" / f"{figure}.png"
+        assert png.stat().st_size > 10_000
+        assert record["figures"][figure]["sha256"] == results.sha256_of(png)
 
 
 def test_chapter2_and_3_sentences_follow_the_numbers():
