@@ -65,8 +65,17 @@ def parse_op_list(value: str, parameter: str = "ops", default=ARTICLE_OPS + EXTR
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f'{parameter}: give "default" or cache-operation specs separated by ";"')
     specs = default if value.strip() == DEFAULT_OPS else [s for s in value.split(";") if s.strip()]
+    if not specs:
+        raise ValueError(f'{parameter}: {value!r} names no operation; give "default" or specs separated by ";"')
     try:
         return parse_ops(specs)
+    except ValueError as err:
+        raise ValueError(f"{parameter}: {err}") from None
+
+
+def _check_lengths(parameter: str, op: CacheOp, prefill: int, decode: int) -> None:
+    try:
+        op.check_lengths(prefill, decode)
     except ValueError as err:
         raise ValueError(f"{parameter}: {err}") from None
 
@@ -90,13 +99,13 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
     for op in frontier:
         if isinstance(op, CHUNK_OPS):
             raise ValueError(f"frontier_ops: {op.spec} is a chunk operation; the frontier scores prefill + decode")
-        op.check_lengths(prefill, decode)
+        _check_lengths("frontier_ops", op, prefill, decode)
     plain = [op for op in operations if not isinstance(op, CHUNK_OPS)]
     chunked = [op for op in operations if isinstance(op, CHUNK_OPS)]
     for op in plain:
-        op.check_lengths(prefill, decode)
+        _check_lengths("ops", op, prefill, decode)
     for op in chunked:
-        op.check_lengths(prefill, chunk_decode)
+        _check_lengths("ops", op, prefill, chunk_decode)
     need = max(prefill + max(decode, chunk_decode) + 1, max(context_list) + 1)
     resolved = params.check_models("models", models, family="causal", min_context=need,
                                    context_from="prefill + decode + 1, and the longest timed context + 1")
@@ -106,7 +115,7 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
     if outside:
         raise ValueError(f"table2_models: {outside} not in models ({', '.join(names)}); Table 2 runs on a subset of them")
     front = [r.name for r in params.check_models("frontier_models", frontier_models, family="causal")] \
-        if frontier_models.strip() else []
+        if not isinstance(frontier_models, str) or frontier_models.strip() else []
     outside = [m for m in front if m not in names]
     if outside:
         raise ValueError(f"frontier_models: {outside} not in models ({', '.join(names)}); the frontier runs on a subset of them")

@@ -412,6 +412,8 @@ def parse_op(spec: str | CacheOp) -> CacheOp:
         if not eq or key not in fields:
             raise ValueError(f"{name}: {item!r} is not key=value with a known key; keys: "
                              f"{', '.join(sorted(fields)) or 'none'}")
+        if key in kwargs:
+            raise ValueError(f"{name}: {key} is given twice in {spec.strip()!r}")
         kwargs[key] = _convert(name, key, raw.strip(), types[key])
     return cls(**kwargs)
 

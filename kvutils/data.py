@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,13 +76,21 @@ def _read_json(path: str | Path, parameter: str, top: str) -> dict:
     return raw
 
 
+def _only_word_field(template: str) -> bool:
+    try:
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
+    except ValueError:
+        return False
+    return fields == [("word", "", None)]
+
+
 def load_senses(path: str | Path = DEFAULT_SENSES, parameter: str = "senses_file") -> list[Word]:
     """Read and check the format of a senses file (see data/senses.json)."""
     raw = _read_json(path, parameter, "words")
     problems = []
     template = raw.get("prefix_template")
-    if not isinstance(template, str) or "{word}" not in template:
-        problems.append('"prefix_template" must be a string containing "{word}"')
+    if not isinstance(template, str) or not _only_word_field(template):
+        problems.append('"prefix_template" must be a string whose one field is "{word}", e.g. "The {word}"')
         template = "{word}"
     entries = raw.get("words")
     if not isinstance(entries, list) or not entries:
@@ -94,6 +103,9 @@ def load_senses(path: str | Path = DEFAULT_SENSES, parameter: str = "senses_file
             problems.append(f'{where}: needs a non-empty "word"')
             continue
         where = f"word {entry['word']!r}"
+        if any(w.word == entry["word"] for w in words):
+            problems.append(f"{where}: given twice (each word once)")
+            continue
         senses = entry.get("senses")
         if not isinstance(senses, list) or len(senses) != 2:
             problems.append(f'{where}: needs exactly two "senses"')
@@ -228,7 +240,12 @@ def load_corpus(corpus: str = DEFAULT_CORPUS, parameter: str = "corpus") -> list
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise ValueError(f'{parameter}: {corpus} line {n} has no "text" field')
             docs.append(Document(f"{path.name}:{n}", _clean(record["text"])))
+        if not docs:
+            raise ValueError(f'{parameter}: {corpus} holds no documents (no line with a "text" field)')
         return docs
+    if not path.exists():
+        raise ValueError(f'{parameter}: {corpus!r} does not exist; give "pydoc", a folder of .txt files '
+                         "or a .jsonl file")
     raise ValueError(f'{parameter}: {corpus!r} is neither "pydoc", a folder of .txt files, '
                      "nor a .jsonl file")
 

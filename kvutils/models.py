@@ -151,6 +151,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # transformers also takes ids without an owner (bert-base-uncased, gpt2): the hub's legacy models
 _BARE_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*$")
 # files any one of which gives transformers' AutoTokenizer something to load
+JSON_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
                    "sentencepiece.bpe.model")
 
@@ -233,6 +234,12 @@ def _resolve_local_dir(name: str, path: Path, parameter: str = "models") -> Reso
     if not any((path / f).is_file() for f in TOKENIZER_FILES):
         raise ModelNotAvailable(f"{where}: {path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
                                 "save the model's tokenizer there (tokenizer.save_pretrained)")
+    for file in (path / f for f in JSON_TOKENIZER_FILES):
+        try:
+            if file.is_file():
+                json.loads(file.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{where}: {file} is not valid UTF-8 JSON ({err}); the tokenizer is damaged") from None
     from safetensors import SafetensorError, safe_open
 
     for file in weights:
@@ -242,7 +249,7 @@ def _resolve_local_dir(name: str, path: Path, parameter: str = "models") -> Reso
         except (SafetensorError, OSError) as err:
             raise ValueError(f"{where}: {file} is not a readable safetensors file ({err}); "
                              "it is damaged or truncated") from None
-    return Resolved(name, "hf", _family_of(config), _context_of(config), path)
+    return Resolved(name, "hf", _family_of(config), _context_of(config, f"{where}: {config_file}"), path)
 
 
 def _refuse_custom_code(where: str, config_file: Path, config: dict) -> None:
@@ -267,9 +274,16 @@ def _family_of(config: dict) -> str:
     return "causal"
 
 
-def _context_of(config: dict) -> int:
+def _context_of(config: dict, where: str) -> int:
     text = config.get("text_config") or config
-    return int(text.get("max_position_embeddings") or text.get("n_positions") or 2048)
+    for key in ("max_position_embeddings", "n_positions"):
+        value = text.get(key) if isinstance(text, dict) else None
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {key} must be a positive integer, got {value!r}")
+        return value
+    return 2048
 
 
 # --------------------------------------------------------------------------- locating weight files
@@ -510,16 +524,25 @@ def _load_dir(name: str, family: str, path: Path, attn_implementation: str | Non
 @contextlib.contextmanager
 def _no_remote_code(name: str, path: Path):
     """transformers' refusal of a model's own code tells the user to pass trust_remote_code=True,
-    which kvutils never does; say that instead."""
+    which kvutils never does; say that instead. Any other failure to load files that passed
+    `resolve`'s checks (weights whose shapes do not fit config.json, a tokenizer transformers cannot
+    read) names the model and its folder."""
     try:
         yield
     except ValueError as err:
         if "trust_remote_code" not in str(err):
-            raise
+            raise ValueError(f"model {name!r}: transformers could not load {path} ({_first_line(err)})") from None
         raise ValueError(f"model {name!r}: {path} needs Python code that ships with the model (an auto_map in "
                          "its config or tokenizer_config.json). kvutils never passes trust_remote_code (it runs "
                          "no code that comes with a model); use a model whose architecture and tokenizer "
                          "transformers implements") from None
+    except (OSError, RuntimeError, KeyError, TypeError) as err:
+        raise ValueError(f"model {name!r}: transformers could not load {path} "
+                         f"({type(err).__name__}: {_first_line(err)})") from None
+
+
+def _first_line(err: BaseException) -> str:
+    return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
 
 
 def load_tokenizer(name: str):

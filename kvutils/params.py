@@ -47,7 +47,18 @@ def check_list(name: str, value, allowed: Iterable[str]) -> list[str]:
     if bad or not items:
         raise ValueError(f"{name}: {', '.join(map(repr, bad)) or 'nothing given'} not allowed; "
                          f"give one or more of {', '.join(allowed)} separated by commas")
+    _no_repeats(name, items)
     return items
+
+
+def _no_repeats(name: str, items: list) -> None:
+    """A value given twice would be computed twice and overwrite itself in the results."""
+    twice = sorted({str(v) for v in items if items.count(v) > 1})
+    if twice:
+        raise ValueError(f"{name}: {', '.join(twice)} given more than once; give each value once")
+
+
+COMPUTE_DEVICES = ("cpu", "cuda", "mps", "xpu")  # 'meta' holds no numbers; the others need plug-ins
 
 
 def check_device(device: str) -> str:
@@ -60,10 +71,18 @@ def check_device(device: str) -> str:
     except (RuntimeError, TypeError):
         raise ValueError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:1', 'mps' or 'auto' "
                          "(spread over every accelerator, then the CPU)") from None
+    if dev.type not in COMPUTE_DEVICES:
+        raise ValueError(f"device: {device!r} is not a device kvutils computes on; use one of "
+                         f"{', '.join(COMPUTE_DEVICES)} (with an index where there are several, e.g. 'cuda:1') or 'auto'")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device: {device!r} asked for, but no CUDA device is available here; use 'cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device: {device!r} asked for, but this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s), numbered from 0")
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device: {device!r} asked for, but MPS is not available here; use 'cpu'")
+    if dev.type == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        raise ValueError(f"device: {device!r} asked for, but no XPU is available here; use 'cpu'")
     return device
 
 
@@ -116,6 +135,7 @@ def check_int_list(name: str, value, low: int, high: int | None = None, example:
     if out:
         allowed = f">= {low}" if high is None else f"between {low} and {high}"
         raise ValueError(f"{name}: every value must be {allowed}; {', '.join(map(str, out))} is not")
+    _no_repeats(name, numbers)
     return numbers
 
 

@@ -33,13 +33,19 @@ REPEAT_FIELDS = ("prefix", "continuation", "word")
 
 
 def check_repeat_template(template: str, parameter: str = "repeat_template") -> str:
-    """The template must name {word} and may use only {prefix}, {continuation} and {word}."""
+    """The template must name {prefix} (where the word first occurs) and {word} (its new position)
+    once each, and may add {continuation}; plain fields only (no !r or :spec)."""
     if not isinstance(template, str):
         raise ValueError(f"{parameter} must be a string, got {template!r}")
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
     except ValueError as err:
         raise ValueError(f"{parameter}: {template!r} is not a format string ({err})") from None
+    fields = [f for f, _, _ in parsed]
+    decorated = [f for f, spec, conv in parsed if spec or conv]
+    if decorated:
+        raise ValueError(f"{parameter}: {template!r} formats {decorated}; write plain fields such as {{word}}, "
+                         "without !conversions or :specs")
     unknown = sorted(set(fields) - set(REPEAT_FIELDS))
     if unknown:
         raise ValueError(f"{parameter}: unknown field(s) {unknown} in {template!r}; "
@@ -47,6 +53,9 @@ def check_repeat_template(template: str, parameter: str = "repeat_template") -> 
     if fields.count("word") != 1:
         raise ValueError(f"{parameter}: {template!r} must contain {{word}} exactly once (the word's "
                          f"new position), e.g. {DEFAULT_REPEAT_TEMPLATE!r}")
+    if fields.count("prefix") != 1:
+        raise ValueError(f"{parameter}: {template!r} must contain {{prefix}} exactly once (where the word "
+                         f"first occurs, whose cached state the probe reads), e.g. {DEFAULT_REPEAT_TEMPLATE!r}")
     return template
 
 
@@ -142,7 +151,10 @@ def build_items(tokenizer, words: list[Word], repeat_template: str = DEFAULT_REP
                 values = {"prefix": w.prefix, "continuation": sense.continuation, "word": w.word}
                 contexts.append(encode_sentence(tokenizer, CONTEXT_TEMPLATE, values, w.word))
                 if with_repeats:
-                    repeats.append(encode_sentence(tokenizer, repeat_template, values, w.word))
+                    try:
+                        repeats.append(encode_sentence(tokenizer, repeat_template, values, w.word))
+                    except ValueError as err:
+                        raise ValueError(f"with repeat_template {repeat_template!r}: {err}") from None
             a, b = contexts
             if a.ids[:a.prefix[1]] != b.ids[:b.prefix[1]]:
                 raise ValueError(f"the prefix {w.prefix!r} tokenises differently before its two "

@@ -118,6 +118,12 @@ def parse_per_model(parameter: str, value, model_names: list[str]) -> dict[str, 
             default = number
         else:
             raise ValueError(f"{parameter}: two defaults ({default} and {number}); give one, then model:value pairs")
+    from .models import known_names
+
+    strangers = [n for n in values if n not in model_names and n not in known_names() and "/" not in n]
+    if strangers:
+        raise ValueError(f"{parameter}: {', '.join(map(repr, strangers))} is neither a model of this run "
+                         f"({', '.join(model_names)}) nor a known model; check the spelling")
     missing = [m for m in model_names if m not in values and default is None]
     if missing:
         raise ValueError(f"{parameter}: no value for {', '.join(missing)}; add a default or {missing[0]}:value")
@@ -191,6 +197,8 @@ def check_task(task: str, marker: str, train_words: str, heldout_words: str, sen
     params.check_choice("task", task, switch_tasks.TASKS)
     if not isinstance(marker, str):
         raise ValueError(f"marker must be a string ('' = the task's own marker), got {marker!r}")
+    if marker and not marker.strip():
+        raise ValueError(f"marker: {marker!r} is only white space; give visible text, or '' for the task's own marker")
     marker = marker or switch_tasks.MARKERS[task]
     if task == "senses":
         words = data.load_senses(senses_file)
@@ -228,6 +236,9 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
     """Check every parameter of chapter 5 and tokenise every example; loads tokenizers and config
     files only. Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
     params.check_device(device)
+    if device == "auto":  # training and the tail patch move every tensor to one device
+        raise ValueError("device: 'auto' (a model spread over several devices) is not supported by chapter 5, "
+                         "which trains and patches on one device; use 'cpu', 'cuda' or 'cuda:N'")
     params.check_choice("dtype", dtype, list(TOLERANCE))
     resolved_train_dtype = lora.resolve_train_dtype(train_dtype, device)
     for name, value in (("rank", rank), ("batch_size", batch_size), ("patch_layer_groups",
@@ -236,7 +247,7 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
         params.check_int(name, value, 1)
     params.check_int("seed", seed, 0)
     params.check_int("bench_tokens", bench_tokens, 8)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
         raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
     target_list = lora.parse_targets(targets)
     resolved_models = params.check_models("models", models, family="causal")
@@ -262,6 +273,15 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
             td, tokenizer, r.name, seed=seed, passage_tokens=passage_tokens, candidate_tokens=candidate_tokens,
             n_train=n_train, n_heldout=n_heldout)
         marker_ids, train, heldout, pairs, prefix_len, labels = task_plan
+        if exact_examples > len(heldout):
+            raise ValueError(f"exact_examples: {exact_examples} is more than the {len(heldout)} held-out examples "
+                             f"of {r.name}; give at most {len(heldout)}")
+        longest = max(len(e.ids) for e in train + heldout)
+        if longest > r.context:
+            raise ValueError(f"passage_tokens, candidate_tokens: an example of {r.name} has {longest} tokens (with the "
+                             f"marker and the question), more than its context of {r.context}; lower them")
+        if bench_tokens > r.context:
+            raise ValueError(f"bench_tokens: {bench_tokens} is more than {r.name}'s context of {r.context} tokens")
         bench = data.prompts_from_corpus(tokenizer, bench_docs, 1, bench_tokens, parameter="bench_tokens")
         plans.append(ModelPlan(r.name, config.model_type, n_layers, ks, p_k, marker_ids, train, heldout,
                                pairs[:patch_pairs], prefix_len, labels, bench, learning_rates[r.name],

@@ -107,8 +107,8 @@ def continuation_examples(tokenizer, docs: list[data.Document], n: int, a: int, 
     if len(usable) < 2 or available < n // 2:
         raise ValueError(f"{parameter}: its {len(docs)} documents give {available} passages of {a} + {b} tokens "
                          f"for {name} (in {len(usable)} documents); {n // 2} are needed for {n} examples, from "
-                         "at least two documents. Give more or longer documents, or lower the passage lengths "
-                         "or the number of examples.")
+                         "at least two documents. Give more or longer documents, or lower passage_tokens and "
+                         "candidate_tokens or the number of examples (n_train, n_heldout).")
     rng, spare = random.Random(seed), random.Random(seed + 10_007)
     queues = {i: rng.sample(windows[i][1], len(windows[i][1])) for i in usable}
     overlapping = {i: spare.sample(windows[i][2], len(windows[i][2])) for i in usable}

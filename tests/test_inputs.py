@@ -397,6 +397,13 @@ def _broken_model(model_dir: Path, tmp_path: Path, case: str) -> tuple[Path, typ
     if case == "empty safetensors":
         weights.write_bytes(b"")
         return folder, ValueError, "model.safetensors is not a readable safetensors file"
+    if case == "tokenizer.json not JSON":
+        (folder / "tokenizer.json").write_text('{"version": ')
+        return folder, ValueError, "tokenizer.json is not valid UTF-8 JSON"
+    if case == "context not a number":
+        config["max_position_embeddings"] = "lots"
+        (folder / "config.json").write_text(json.dumps(config))
+        return folder, ValueError, "max_position_embeddings must be a positive integer, got 'lots'"
     if case == "pickled weights only":
         weights.unlink()
         (folder / "pytorch_model.bin").write_bytes(b"never unpickled")
@@ -406,7 +413,7 @@ def _broken_model(model_dir: Path, tmp_path: Path, case: str) -> tuple[Path, typ
 
 MODEL_CASES = ["config not JSON", "config not UTF-8", "config a list", "config without model_type", "custom code",
                "no tokenizer", "no config", "garbage safetensors", "truncated safetensors", "empty safetensors",
-               "pickled weights only"]
+               "pickled weights only", "tokenizer.json not JSON", "context not a number"]
 
 
 @pytest.mark.parametrize("case", MODEL_CASES)
@@ -417,6 +424,19 @@ def test_a_broken_model_folder_is_named_before_loading(model_dir, tmp_path, case
     message = str(err.value)
     assert message.startswith(f"models: model '{folder}'") and words in message
     assert "trust_remote_code=True" not in message
+
+
+def test_weights_that_do_not_fit_their_config_name_the_model(model_dir, tmp_path):
+    """resolve reads only the headers; a shape that does not fit config.json shows when transformers
+    loads, and is then named, not a bare RuntimeError."""
+    folder = tmp_path / "m"
+    shutil.copytree(model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["intermediate_size"] += 8
+    (folder / "config.json").write_text(json.dumps(config))
+    params.check_models("models", str(folder))
+    with pytest.raises(ValueError, match=rf"^model '{re.escape(str(folder))}': transformers could not load {re.escape(str(folder))} \(RuntimeError: "):
+        models.load(str(folder))
 
 
 def test_a_custom_tokenizer_is_refused_without_suggesting_remote_code(model_dir, tmp_path):
@@ -510,3 +530,83 @@ def test_ctrl_c_in_the_chapters_runner_prints_one_line(monkeypatch, capsys):
     assert chapters.cli(["01", "--no-pages"]) == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "interrupted" in err
+
+
+# --------------------------------------------------------------------------- each chapter's plan, as a reader mistypes it
+#
+# Found by trying 400+ bad inputs as a new user would: each was accepted silently, or failed with a
+# bare Python error, before these checks.
+
+PLANS = {"01": "kvutils.exactness", "03": "kvutils.senses_study", "04": "kvutils.approx_study",
+         "05": "kvutils.switch"}
+
+
+def _plan(chapter: str, **overrides):
+    """The chapter's plan (its first cell's checks) on the quick profile with `overrides`."""
+    import importlib
+
+    from kvutils.chapters import QUICK
+
+    name = NOTEBOOKS[chapter]
+    given = {**params.notebook_parameters(name), **QUICK[name], **overrides}
+    return importlib.import_module(PLANS[chapter]).plan(**given)
+
+
+def _senses_variant(tmp_path: Path, change) -> str:
+    raw = json.loads((REPO_ROOT / "data" / "senses.json").read_text(encoding="utf-8"))
+    change(raw)
+    path = tmp_path / "senses.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    return str(path)
+
+
+PLAN_CASES = [
+    ("01", dict(dtypes="float32,float32"), "dtypes: float32 given more than once"),
+    ("04", dict(contexts="32,32"), "contexts: 32 given more than once"),
+    ("01", dict(device="meta"), "device: 'meta' is not a device kvutils computes on"),
+    ("01", dict(device="ipu"), "device: 'ipu' is not a device kvutils computes on"),
+    ("01", dict(corpus="no/such/file.jsonl"), "corpus: 'no/such/file.jsonl' does not exist"),
+    ("01", dict(senses_file=lambda raw: raw.update(prefix_template="A {thing} {word}")),
+     '"prefix_template" must be a string whose one field is "{word}"'),
+    ("01", dict(senses_file=lambda raw: raw.update(prefix_template="The {word} {0}")),
+     '"prefix_template" must be a string whose one field is "{word}"'),
+    ("01", dict(senses_file=lambda raw: raw["words"].append(raw["words"][0])), "word 'bank': given twice"),
+    ("03", dict(repeat_template="The {word!r}"), "formats ['word']; write plain fields"),
+    ("03", dict(repeat_template="{continuation} The {word}"), "must contain {prefix} exactly once"),
+    ("03", dict(repeat_template="{prefix}{continuation} The {word}s"),
+     "with repeat_template '{prefix}{continuation} The {word}s': 'bank' is not one token"),
+    ("04", dict(frontier_models=0), "frontier_models must be one comma-separated string"),
+    ("04", dict(ops=";;"), "ops: ';;' names no operation"),
+    ("04", dict(frontier_ops=" ; "), "frontier_ops: ' ; ' names no operation"),
+    ("04", dict(ops="chunk_reuse:chunk=64"), "ops: chunk_reuse: chunk=64 is not allowed"),
+    ("04", dict(frontier_ops="snapkv:compression_ratio=0.5,window=64"), "frontier_ops: snapkv: window=64 is not allowed"),
+    ("04", dict(ops="window:size=16,size=8"), "window: size is given twice"),
+    ("05", dict(alpha=float("inf")), "alpha must be a number > 0, got inf"),
+    ("05", dict(lr="0.003,tiny-qwen:0.001"), "lr: 'tiny-qwen' is neither a model of this run (tiny-qwen3)"),
+    ("05", dict(marker=" "), "marker: ' ' is only white space"),
+    ("05", dict(exact_examples=9), "exact_examples: 9 is more than the 8 held-out examples of tiny-qwen3"),
+    ("05", dict(device="auto"), "device: 'auto' (a model spread over several devices) is not supported by chapter 5"),
+    ("05", dict(bench_tokens=1000), "bench_tokens: 1000 is more than tiny-qwen3's context of 512 tokens"),
+    ("05", dict(passage_tokens=600, n_train=4, n_heldout=2, exact_examples=2),
+     "passage_tokens, candidate_tokens: an example of tiny-qwen3 has"),
+    ("05", dict(n_train=10**6), "lower passage_tokens and candidate_tokens or the number of examples (n_train, n_heldout)"),
+]
+
+
+@pytest.mark.parametrize("chapter, overrides, words", PLAN_CASES,
+                         ids=[f"{c}-{next(iter(o))}-{i}" for i, (c, o, _) in enumerate(PLAN_CASES)])
+def test_each_chapter_plan_names_what_is_wrong(tmp_path, no_model_loads, chapter, overrides, words):
+    overrides = {k: _senses_variant(tmp_path, v) if callable(v) else v for k, v in overrides.items()}
+    with pytest.raises(ValueError) as err:
+        _plan(chapter, **overrides)
+    assert words in str(err.value)
+    parameter = next(iter(overrides))
+    assert parameter in str(err.value) or "senses_file" in str(err.value) or "prefix_template" in str(err.value)
+
+
+@pytest.mark.parametrize("chapter, overrides", [
+    ("04", dict(ops="window:size=16, sinks=4")), ("05", dict(lr="0.003,gemma3-270m:0.001")),
+    ("03", dict(repeat_template="{prefix}{continuation} Again, the {word}")), ("01", dict(dtypes="float64")),
+])
+def test_valid_unusual_values_still_plan(no_model_loads, chapter, overrides):
+    assert _plan(chapter, **overrides)
