@@ -99,16 +99,19 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
     for op in frontier:
         if isinstance(op, CHUNK_OPS):
             raise ValueError(f"frontier_ops: {op.spec} is a chunk operation; the frontier scores prefill + decode")
-        _check_lengths("frontier_ops", op, prefill, decode)
     plain = [op for op in operations if not isinstance(op, CHUNK_OPS)]
     chunked = [op for op in operations if isinstance(op, CHUNK_OPS)]
     for op in plain:
         _check_lengths("ops", op, prefill, decode)
     for op in chunked:
         _check_lengths("ops", op, prefill, chunk_decode)
-    need = max(prefill + max(decode, chunk_decode) + 1, max(context_list) + 1)
-    resolved = params.check_models("models", models, family="causal", min_context=need,
-                                   context_from="prefill + decode + 1, and the longest timed context + 1")
+    resolved = params.check_models("models", models, family="causal",
+                                   min_context=prefill + max(decode, chunk_decode) + 1,
+                                   context_from="prefill + decode + 1, and prefill + chunk_decode + 1")
+    for r in resolved:
+        if max(context_list) + 1 > r.context:
+            raise ValueError(f"contexts: {max(context_list)} is longer than {r.name} handles ({r.context} tokens, "
+                             "one of which the timed step adds)")
     names = [r.name for r in resolved]
     table2 = [r.name for r in params.check_models("table2_models", table2_models, family="causal")]
     outside = [m for m in table2 if m not in names]
@@ -119,6 +122,8 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
     outside = [m for m in front if m not in names]
     if outside:
         raise ValueError(f"frontier_models: {outside} not in models ({', '.join(names)}); the frontier runs on a subset of them")
+    for op in frontier if front else []:  # with no frontier model, frontier_ops are not run
+        _check_lengths("frontier_ops", op, prefill, decode)
     corpus_docs = data.load_corpus(corpus)
     docs, skipped, timing = {}, {}, {}
     for name in names:

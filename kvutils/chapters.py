@@ -77,9 +77,10 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     name = everything[chapter]
     params = dict(QUICK.get(name, {})) if profile == "quick" else {}
     params.update(parameters or {})
-    params["results_dir"] = str(Path(results_dir).resolve())
-    output = Path(output_dir) / f"{name}.ipynb"
-    unfinished = Path(output_dir) / UNFINISHED
+    params["results_dir"] = str(Path(results_dir).expanduser().resolve())
+    output_dir = Path(output_dir).expanduser()
+    output = output_dir / f"{name}.ipynb"
+    unfinished = output_dir / UNFINISHED
     unfinished.mkdir(parents=True, exist_ok=True)
     _remove_orphans(unfinished)
     running = unfinished / f"{name}.{os.getpid()}.ipynb"
@@ -188,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="override a notebook parameter (as papermill -p)")
     args = parser.parse_args(argv)
+    args.results_dir, args.output_dir = (str(Path(d).expanduser()) for d in (args.results_dir, args.output_dir))
     overrides = {}
     for key, raw in args.p:
         try:
@@ -230,13 +232,17 @@ def cli(argv: list[str] | None = None) -> int:
 
     from .interrupt import run_cli
 
-    def main_interruptible(args: list[str] | None) -> None:
+    def main_interruptible(args: list[str] | None) -> int:
         try:
             main(args)
-        except papermill.PapermillExecutionError as err:  # Ctrl-C reached the kernel mid-cell
-            if err.ename != "KeyboardInterrupt":
-                raise
-            raise KeyboardInterrupt from None
+        except papermill.PapermillExecutionError as err:
+            if err.ename == "KeyboardInterrupt":  # Ctrl-C reached the kernel mid-cell
+                raise KeyboardInterrupt from None
+            # the chapter's own error, its cell and its executed copy (run_chapter's note); the
+            # runner's traceback would only show papermill's internals
+            print("\n".join(getattr(err, "__notes__", [])) or f"{err.ename}: {err.evalue}", file=sys.stderr)
+            return 1
+        return 0
 
     return run_cli(main_interruptible, argv, "every results file and page is as it was before the "
                    "interrupted chapter", children=True)

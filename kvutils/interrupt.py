@@ -33,6 +33,26 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _stop_while_starting(signum, frame):
+    print("interrupted while starting; nothing was written", file=sys.stderr)
+    raise SystemExit(INTERRUPTED)
+
+
+CLI_TOOLS = ("kvutils.accept", "kvutils.bench", "kvutils.chapters")  # the tools whose main uses this module
+
+
+def quiet_while_starting(command: list[str]) -> None:
+    """`python -m kvutils.<tool>` spends seconds importing torch and transformers before its
+    `main` sets its own handlers: Ctrl-C or SIGTERM then ends it with one line, too (a SIGINT
+    ignored by a background job stays ignored). `command` is the interpreter's own argv."""
+    module = next((command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "-m"), None)
+    if module not in CLI_TOOLS or threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, _stop_while_starting)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _stop_while_starting)
+
+
 def _grace_running() -> bool:
     return signal.getitimer(signal.ITIMER_REAL)[0] > 0
 
@@ -75,6 +95,8 @@ def signals_as_interrupt(children: bool = False) -> Iterator[None]:
         return
     names = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
     previous = {name: signal.getsignal(name) for name in names}
+    if previous[signal.SIGINT] is _stop_while_starting:  # started: Ctrl-C raises KeyboardInterrupt again
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _after_children(signal.SIGTERM) if children else _raise_interrupt)
     if children and previous[signal.SIGINT] is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _after_children(signal.SIGINT))

@@ -252,7 +252,6 @@ def check_notebook(namespace: dict, notebook: str) -> str:
             raise ValueError(f"results_dir: {results_dir!r} is not a folder; give the folder that holds the "
                              "chapters' results files (make book writes them to results/)")
         results.recover(Path(results_dir).expanduser())
-        return results_dir
+        return str(Path(results_dir).expanduser())
     results_dir = run_folder(namespace, notebook)
-    results.check_output(results_dir, notebook)
-    return results_dir
+    return str(results.check_output(results_dir, notebook))  # "~/runs" as the folder it names

@@ -3,13 +3,15 @@ commit, machine, wall time per chapter, commands to rerun on the article's model
 performance report rendered from `results/bench.json`."""
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 
 import pandas as pd
 
 from .chapters import NOTEBOOKS
 from .report import fmt, styled
-from .results import load_results, results_path
+from .results import check_fields, load_results, results_path
 
 # The models the article used (and chapter 5's intended one), per chapter and parameter: hub ids
 # that run where their weights are on the machine (local Hugging Face cache or a local folder).
@@ -35,9 +37,33 @@ def rerun_commands() -> pd.DataFrame:
 
 
 def available_runs(results_dir) -> dict[str, dict]:
-    """The chapters' results files that exist (a chapter never run is simply absent)."""
+    """The chapters' results files that exist (a chapter never run is simply absent), checked for
+    what appendix A reads."""
+    runs = _existing_runs(results_dir)
+    check_fields(results_dir, "appendix A", lambda: reproducibility_glue(runs), lambda: models_table(runs),
+                 lambda: runs_table(runs), lambda: packages_table(runs), lambda: parameters_table(runs))
+    return runs
+
+
+def _existing_runs(results_dir) -> dict[str, dict]:
     return {name: load_results(results_dir, name) for name in NOTEBOOKS.values()
             if results_path(results_dir, name).is_file()}
+
+
+def load_bench(results_dir) -> tuple[dict, dict]:
+    """bench.json and the chapters' results, as appendix B reads them; a missing or damaged file
+    is an error naming it."""
+    path = Path(results_dir) / "bench.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"results_dir: no bench.json in {results_dir}; run make bench (python -m kvutils.bench)")
+    try:
+        bench = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"results_dir: {path} is damaged or truncated ({err}); rerun make bench") from None
+    runs = _existing_runs(results_dir)
+    check_fields(results_dir, "appendix B (with bench.json)", lambda: performance_glue(bench, runs),
+                 lambda: performance_table(bench), lambda: book_times_table(bench, runs))
+    return bench, runs
 
 
 def models_table(runs: dict) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from .chapters import NOTEBOOKS
 from .params import check_number
 from .report import article, fmt, fraction, rows_table, styled
 from .report_costs import article_rows_by_spec
-from .results import load_results, results_path
+from .results import check_fields, load_results, results_path
 
 ARTICLE_MODEL = "Pythia-160M"
 # |logit difference| below which fp64 decoding counts as equal up to rounding (the theorem's test)
@@ -25,7 +25,11 @@ def load_chapters(results_dir) -> dict[str, dict]:
         raise FileNotFoundError(
             "results_dir: no results for " + ", ".join(f"chapter {n} ({name}.json)" for n, name in missing)
             + f" in {results_dir}; run them first, e.g. make chapter N={missing[0][0]}")
-    return {name: load_results(results_dir, name) for name in NOTEBOOKS.values()}
+    runs = {name: load_results(results_dir, name) for name in NOTEBOOKS.values()}
+    check_fields(results_dir, "the conclusions page", lambda: conclusions_glue(runs), lambda: rq1_table(runs),
+                 lambda: rq2_table(runs), lambda: rq3_table(runs), lambda: rq4_table(runs),
+                 lambda: decision_table(decision_rows(runs)))
+    return runs
 
 
 def _numbers(runs: dict, n: str) -> dict:

@@ -259,7 +259,7 @@ def save_run(results_dir: str | Path, chapter: str, parameters: dict, models: li
     bad = [name for name in figures if not re.fullmatch(r"[\w.-]+", name)]
     if bad:
         raise ValueError(f"figures: names must be plain file names, got {bad}")
-    folder = Path(results_dir)
+    folder = Path(results_dir).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     recover(folder)
     stage = Path(tempfile.mkdtemp(dir=folder, prefix=f".{chapter}.run-{os.getpid()}-"))
@@ -306,3 +306,16 @@ def load_results(results_dir: str | Path, chapter: str, parameter: str = "result
         raise ValueError(f"{parameter}: {path} is not a chapter results file (no \"numbers\" object); "
                          f"rerun chapter {chapter}")
     return record
+
+
+def check_fields(results_dir: str | Path, read_by: str, *computations) -> None:
+    """Run a summary page's computations once, in its first cell. A results file written by
+    another version of kvutils, or edited by hand, lacks fields the page reads: that is named
+    here, with the folder and what to do, rather than as a bare KeyError in a later cell."""
+    for compute in computations:
+        try:
+            compute()
+        except (KeyError, TypeError, IndexError, AttributeError, StopIteration) as err:
+            raise ValueError(f"results_dir: the results in {results_dir} lack what {read_by} reads "
+                             f"({type(err).__name__}: {err}); they were written by another version of "
+                             "kvutils or edited: rerun the chapters (make book)") from None

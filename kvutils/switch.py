@@ -91,8 +91,9 @@ def parse_per_model(parameter: str, value, model_names: list[str]) -> dict[str, 
     """`lr` or `steps`: one value for every model, or a default and `model:value` pairs
     ("0.003,gemma3-270m:0.001"; a colon, as papermill reads no second "=" on a parameter's line).
     Models differ in the rate at which a LoRA tail learns without diverging, and in how many steps
-    it needs. A pair naming a model not in this run is allowed (the defaults name both embedded
-    models, and a reader may run one); every model of the run must get a value."""
+    it needs. A pair naming a known model not in this run is allowed (the defaults name both
+    embedded models, and a reader may run one), a name no model has is a misspelling; every model
+    of the run must get a value."""
     what, kind, smallest, example = PER_MODEL[parameter]
     example = f"e.g. {example} (a default, then model:value pairs)"
     if isinstance(value, (int, float)) and not isinstance(value, bool):

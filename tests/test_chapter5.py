@@ -28,8 +28,8 @@ SENSES = dict(GOOD, task="senses")
     (dict(n_train=0), r"n_train must be >= 2"),
     (dict(passage_tokens=2), r"passage_tokens must be >= 4"),
     (dict(n_heldout=100_000), r"corpus \(its held-out quarter\): its 8 documents give \d+ passages of 16 \+ 8 tokens"),
-    (dict(eval_corpus="no/such/folder"), r"eval_corpus: 'no/such/folder' is neither"),
-    (dict(corpus="pydocs"), r"corpus: 'pydocs' is neither"),
+    (dict(eval_corpus="no/such/folder"), r"eval_corpus: 'no/such/folder' does not exist"),
+    (dict(corpus="pydocs"), r"corpus: 'pydocs' does not exist"),
     (dict(patch_pairs=0), r"patch_pairs must be >= 1"),
     (dict(SENSES, marker="..Sense:"), r"marker: '\.\.Sense:' tokenises differently after the text than alone .* never find its invocation tokens"),
     (dict(SENSES, heldout_words="key,bat"), r"train_words and heldout_words overlap \(bat\)"),
@@ -284,9 +284,12 @@ def test_the_interactive_quality_cost_chart_holds_every_adapter_and_policy(quick
 
 
 def test_learning_rates_and_steps_per_model():
-    """A default for every model, a pair for one of them; a pair naming a model not in the run is allowed."""
+    """A default for every model, a pair for one of them; a pair naming a known model not in the run
+    is allowed (the defaults name both embedded models), a name no model has is a misspelling."""
     assert switch.parse_per_model("lr", 0.002, ["a", "b"]) == {"a": 0.002, "b": 0.002}
-    assert switch.parse_per_model("lr", "0.005,b:0.001,c:0.3", ["a", "b"]) == {"a": 0.005, "b": 0.001}
+    assert switch.parse_per_model("lr", "0.005,b:0.001,gemma3-270m:0.3", ["a", "b"]) == {"a": 0.005, "b": 0.001}
+    with pytest.raises(ValueError, match=r"^lr: 'c' is neither a model of this run \(a, b\) nor a known model"):
+        switch.parse_per_model("lr", "0.005,b:0.001,c:0.3", ["a", "b"])
     assert switch.parse_per_model("lr", "a:0.1, b:0.2", ["a", "b"]) == {"a": 0.1, "b": 0.2}
     assert switch.parse_per_model("steps", "96,b:64", ["a", "b"]) == {"a": 96, "b": 64}
     mp = switch.plan(**{**GOOD, "steps": "5,tiny-qwen3:3", "lr": "0.1,tiny-qwen3:0.02"}).models[0]

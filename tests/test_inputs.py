@@ -348,6 +348,46 @@ def test_the_summary_pages_name_a_truncated_results_file(tmp_path):
             read(tmp_path)
 
 
+@pytest.mark.parametrize("page", ["conclusions", "appendix A", "appendix B"])
+def test_the_summary_pages_name_results_of_another_version(tmp_path, page):
+    """Valid JSON with a "numbers" object, but not the fields this version writes (an older
+    kvutils, or a hand edit): named in the page's first cell, not a KeyError in a later one."""
+    from kvutils import report_appendix, report_conclusions
+
+    for name in NOTEBOOKS.values():
+        (tmp_path / f"{name}.json").write_text('{"numbers": {"some_model": {}}}')
+    (tmp_path / "bench.json").write_text('{"model": "smollm2-135m"}')
+    read = {"conclusions": report_conclusions.load_chapters, "appendix A": report_appendix.available_runs,
+            "appendix B": report_appendix.load_bench}[page]
+    with pytest.raises(ValueError, match=rf"^results_dir: the results in {re.escape(str(tmp_path))} lack what "
+                                         rf"(the )?{page}.* reads \((KeyError|TypeError|IndexError|AttributeError|StopIteration)"):
+        read(tmp_path)
+
+
+@pytest.mark.parametrize("content, words", [("", "bench.json is damaged or truncated"),
+                                            ('{"model": ', "bench.json is damaged or truncated"),
+                                            (None, "no bench.json in")])
+def test_appendix_b_names_a_damaged_or_missing_bench_file(tmp_path, content, words):
+    from kvutils import report_appendix
+
+    if content is not None:
+        (tmp_path / "bench.json").write_text(content)
+    with pytest.raises((ValueError, FileNotFoundError), match=rf"^results_dir: .*{words}"):
+        report_appendix.load_bench(tmp_path)
+
+
+def test_a_results_dir_under_home_is_written_where_it_was_checked(tmp_path, monkeypatch):
+    """'~/runs' (quoted, so no shell expanded it) is checked and written as the same folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    namespace = {"results_dir": "~/runs", "In": []}
+    folder = params.check_notebook(namespace, "02_bert_contrast")
+    assert folder == str(tmp_path / "home" / "runs")
+    results.save_run("~/runs", "02_bert_contrast", {}, [], {"x": 1}, time.time())
+    assert (tmp_path / "home" / "runs" / "02_bert_contrast.json").is_file()
+    assert not (tmp_path / "~").exists()
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A reader's model folder: the tiny Llama saved with its tokenizer."""
@@ -590,6 +630,8 @@ PLAN_CASES = [
     ("05", dict(passage_tokens=600, n_train=4, n_heldout=2, exact_examples=2),
      "passage_tokens, candidate_tokens: an example of tiny-qwen3 has"),
     ("05", dict(n_train=10**6), "lower passage_tokens and candidate_tokens or the number of examples (n_train, n_heldout)"),
+    ("04", dict(contexts="5000"), "contexts: 5000 is longer than tiny-llama handles (512 tokens"),
+    ("04", dict(prefill=500), "models: tiny-llama handles at most 512 tokens, but the parameters need 533"),
 ]
 
 
@@ -607,6 +649,8 @@ def test_each_chapter_plan_names_what_is_wrong(tmp_path, no_model_loads, chapter
 @pytest.mark.parametrize("chapter, overrides", [
     ("04", dict(ops="window:size=16, sinks=4")), ("05", dict(lr="0.003,gemma3-270m:0.001")),
     ("03", dict(repeat_template="{prefix}{continuation} Again, the {word}")), ("01", dict(dtypes="float64")),
+    # no frontier model: frontier_ops are not run, so their window need not fit a short prefill
+    ("04", dict(frontier_models="", frontier_ops="snapkv:compression_ratio=0.5,window=64", prefill=48, decode=16)),
 ])
 def test_valid_unusual_values_still_plan(no_model_loads, chapter, overrides):
     assert _plan(chapter, **overrides)

@@ -143,6 +143,29 @@ def test_the_lanes_interrupted_stop_every_kernel(tmp_path, signal_name, backgrou
     assert not list((out / chapters.UNFINISHED).iterdir())
 
 
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_a_tool_interrupted_while_it_imports_says_one_line(signal_name):
+    """Importing torch takes seconds before a tool's main sets its handlers; a signal then is one
+    line too, not a traceback from inside an import."""
+    run = Watched(["kvutils.accept", "--model", "tiny-llama", "--op", "exact", "--docs", "pydoc"])
+    time.sleep(0.5)
+    code = run.stop(signal_name)
+    assert code == interrupt.INTERRUPTED
+    assert "".join(run.err).strip() == "interrupted while starting; nothing was written"
+
+
+def test_a_failing_chapter_prints_its_error_not_the_runners_traceback(monkeypatch, capsys):
+    def failing(chapter, *args, **kwargs):
+        err = papermill.PapermillExecutionError(3, 3, "x = 1", "ValueError", "n_prompts must be >= 1, got 0", [])
+        err.add_note("chapter 01: notebooks/01_cache_exactness.ipynb failed in cell 3 with ValueError: n_prompts ...")
+        raise err
+
+    monkeypatch.setattr(chapters, "run_chapter", failing)
+    assert chapters.cli(["01", "--no-pages"]) == 1
+    err = capsys.readouterr().err
+    assert err == "chapter 01: notebooks/01_cache_exactness.ipynb failed in cell 3 with ValueError: n_prompts ...\n"
+
+
 def test_sigterm_runs_every_finally_and_prints_one_line(capsys):
     cleaned = []
 
