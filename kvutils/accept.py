@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                         "spreads the model over every accelerator, then the CPU")
     parser.add_argument("--path", default="fast", choices=list(PATHS), help="fast (one forward) or step (reference)")
     parser.add_argument("--out", type=Path, default=None, help="write the numbers here as JSON")
+    params.check_flags(parser, argv)
     args = parser.parse_args(argv)
     try:
         if args.out is not None:  # before any model loads, not after the run

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from . import models, results
+from . import models, params, results
 from .chapters import NOTEBOOKS
 from .costs import memory_bandwidth, median_seconds
 from .engines import greedy, recompute_logits
@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--quick", action="store_true", help="small sizes (for the tests)")
+    params.check_flags(parser, argv)
     args = parser.parse_args(argv)
     args.results_dir = str(Path(args.results_dir).expanduser())
     causal = [k for k, e in {**models.EMBEDDED, **models.TINY}.items() if e.family == "causal"]

@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="all chapters in two one-thread queues side by side: " + " | ".join(map(",".join, LANES)))
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="override a notebook parameter (as papermill -p)")
+    from . import params
+
+    params.check_flags(parser, argv)
     args = parser.parse_args(argv)
     args.results_dir, args.output_dir = (str(Path(d).expanduser()) for d in (args.results_dir, args.output_dir))
     overrides = {}
@@ -204,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.lanes and (overrides or sorted(chapters) != sorted(NOTEBOOKS)):
         parser.error("--lanes runs every chapter with its own defaults; give no chapters and no -p")
     try:  # parameter names and output folders, before any kernel starts or model loads
-        from . import params, results
+        from . import results
 
         results.check_folder(args.output_dir, "--output-dir")
         for chapter in chapters:

@@ -149,6 +149,24 @@ def check_number(name: str, value, low: float, high: float, low_inclusive: bool 
     return float(value)
 
 
+def check_flags(parser, argv: list[str] | None) -> None:
+    """A command-line tool's flags: argparse names a misspelt one only after a missing required one
+    (`--ops exact` says "--op is required"), and suggests nothing. Name it first, with the closest
+    flag. Unambiguous abbreviations (`--dec` for `--decode`) stay allowed, as argparse allows them."""
+    import sys
+
+    known = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+    for token in sys.argv[1:] if argv is None else argv:
+        if token == "--":
+            break
+        flag = token.split("=", 1)[0]
+        if not flag.startswith("--") or flag in known or sum(k.startswith(flag) for k in known) == 1:
+            continue
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        parser.error(f"unrecognized argument {flag}" + (f" (did you mean {close[0]}?)" if close else "")
+                     + f"; the flags are {', '.join(known)}")
+
+
 # --------------------------------------------------------------------------- a notebook's first cell
 
 PAPERMILL_CELL = "# Parameters\n"  # how papermill's injected cell (-p, -y, -f) begins

@@ -654,3 +654,29 @@ def test_each_chapter_plan_names_what_is_wrong(tmp_path, no_model_loads, chapter
 ])
 def test_valid_unusual_values_still_plan(no_model_loads, chapter, overrides):
     assert _plan(chapter, **overrides)
+
+
+@pytest.mark.parametrize("tool, argv, words", [
+    ("accept", ["--model", "tiny-llama", "--ops", "exact", "--docs", "pydoc"], "unrecognized argument --ops (did you mean --op?)"),
+    ("accept", ["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--ndocs", "2"],
+     "unrecognized argument --ndocs (did you mean --n-docs?)"),
+    ("chapters", ["01", "--result-dir", "x"], "unrecognized argument --result-dir (did you mean --results-dir?)"),
+    ("bench", ["--quik"], "unrecognized argument --quik (did you mean --quick?)"),
+    ("bench", ["--frobnicate"], "unrecognized argument --frobnicate; the flags are"),
+])
+def test_a_misspelt_flag_is_named_before_a_missing_one(capsys, no_model_loads, tool, argv, words):
+    import importlib
+
+    main = importlib.import_module(f"kvutils.{tool}").main
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert words in capsys.readouterr().err
+
+
+def test_abbreviated_flags_still_work(tmp_path, capsys):
+    from kvutils import accept
+
+    assert accept.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--pre", "16", "--dec", "8",
+                        "--n-docs", "1"]) == 0
+    assert "prefill 16, decode 8" in capsys.readouterr().out
