@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.out is not None:  # before any model loads, not after the run
-            results.check_output_file(args.out, "--out")
+            args.out = results.check_output_file(args.out, "--out")  # "~/a.json" as the file it names
         run = accept_many(args.model, args.ops, args.docs, args.prefill, args.decode, args.dtype, args.device,
                           args.n_docs, args.skip_short, args.path)
     except (ValueError, models.ModelNotAvailable) as err:

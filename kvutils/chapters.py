@@ -175,6 +175,19 @@ def _drop_widget_state(notebook: Path) -> None:
         nbformat.write(nb, notebook)  # a copy under .unfinished/, not yet the page's
 
 
+def _check_pages_inputs(results_dir: str, running: list[str]) -> None:
+    """The summary pages read every chapter's results and bench.json: say now, before any chapter
+    runs, if some would still be missing after this run's chapters."""
+    from .results import results_path
+
+    missing = [f"{name}.json" for n, name in NOTEBOOKS.items()
+               if n not in running and not results_path(results_dir, name).is_file()]
+    missing += [] if (Path(results_dir) / "bench.json").is_file() else ["bench.json"]
+    if missing:
+        raise ValueError(f"--results-dir: the summary pages need {', '.join(missing)} in {results_dir}, which "
+                         "this run does not write; run make book first, or pass --no-pages")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kvutils.chapters", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -192,7 +205,8 @@ def main(argv: list[str] | None = None) -> None:
 
     params.check_flags(parser, argv)
     args = parser.parse_args(argv)
-    args.results_dir, args.output_dir = (str(Path(d).expanduser()) for d in (args.results_dir, args.output_dir))
+    args.results_dir, args.output_dir = (str(Path(d).expanduser()) if d.strip() else d  # "" stays an error
+                                         for d in (args.results_dir, args.output_dir))
     overrides = {}
     for key, raw in args.p:
         try:
@@ -213,9 +227,11 @@ def main(argv: list[str] | None = None) -> None:
         for chapter in chapters:
             params.check_names(overrides, NOTEBOOKS[chapter])
             results.check_output(args.results_dir, NOTEBOOKS[chapter], "--results-dir")
-        if not chapters and not Path(args.results_dir).expanduser().is_dir():
-            raise ValueError(f"--results-dir: {args.results_dir} is not a folder; the summary pages read the "
+        if not chapters and not (args.results_dir.strip() and Path(args.results_dir).is_dir()):
+            raise ValueError(f"--results-dir: {args.results_dir!r} is not a folder; the summary pages read the "
                              "chapters' results from it (make book writes them to results/)")
+        if not args.no_pages:
+            _check_pages_inputs(args.results_dir, chapters or (list(NOTEBOOKS) if args.lanes else []))
     except ValueError as err:
         parser.error(str(err))
     if args.lanes:

@@ -242,14 +242,37 @@ def _resolve_local_dir(name: str, path: Path, parameter: str = "models") -> Reso
             raise ValueError(f"{where}: {file} is not valid UTF-8 JSON ({err}); the tokenizer is damaged") from None
     from safetensors import SafetensorError, safe_open
 
+    shapes = {}
     for file in weights:
         try:
-            with safe_open(file, "pt"):  # reads the header only
-                pass
+            with safe_open(file, "pt") as header:  # reads the header only
+                shapes.update({key: header.get_slice(key).get_shape() for key in header.keys()
+                               if key.endswith(EMBEDDING_NAMES)})
         except (SafetensorError, OSError) as err:
             raise ValueError(f"{where}: {file} is not a readable safetensors file ({err}); "
                              "it is damaged or truncated") from None
+    _check_config_fits_weights(f"{where}: {config_file}", config, shapes)
     return Resolved(name, "hf", _family_of(config), _context_of(config, f"{where}: {config_file}"), path)
+
+
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")  # as transformers' configs name them
+WIDTH_KEYS = ("hidden_size", "n_embd", "d_model")
+EMBEDDING_NAMES = ("embed_tokens.weight", "embed_in.weight", "word_embeddings.weight", "wte.weight")
+
+
+def _check_config_fits_weights(where: str, config: dict, embeddings: dict[str, list[int]]) -> None:
+    """config.json must describe the weights: without a layer count and a width transformers takes
+    its defaults (Llama's are 32 layers 4096 wide, whatever the weights hold), and a width that
+    differs from the token embedding's would fail only once the model loads."""
+    text = config.get("text_config") or config
+    width = next((text[k] for k in WIDTH_KEYS if k in text), None)
+    if width is None or not any(k in text for k in LAYER_KEYS):
+        raise ValueError(f"{where} gives no layer count ({LAYER_KEYS[0]}) or no width ({WIDTH_KEYS[0]}); "
+                         f"transformers would take its defaults for {config['model_type']}, which do not describe "
+                         "these weights")
+    for name, shape in embeddings.items():
+        if len(shape) == 2 and shape[1] != width:
+            raise ValueError(f"{where} gives width {width}, but the weights' {name} is {shape[0]} x {shape[1]}")
 
 
 def _refuse_custom_code(where: str, config_file: Path, config: dict) -> None:

@@ -260,8 +260,20 @@ def save_run(results_dir: str | Path, chapter: str, parameters: dict, models: li
     if bad:
         raise ValueError(f"figures: names must be plain file names, got {bad}")
     folder = Path(results_dir).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    recover(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        recover(folder)
+        stage = _stage_run(folder, chapter, parameters, models, numbers, started, figures)
+    except OSError as err:  # a full disk, a folder removed mid-run: name it, not PIL's or json's frame
+        raise OSError(err.errno, f"results_dir: cannot write {chapter}'s results in {folder} "
+                      f"({err.strerror or err}); its previous results and figures are as they were") from err
+    _finish(stage, folder, chapter)
+    return results_path(folder, chapter)
+
+
+def _stage_run(folder: Path, chapter: str, parameters: dict, models: list[dict], numbers: dict,
+               started: float, figures: dict) -> Path:
+    """The staged run, committed (its JSON written last); on any failure nothing is left."""
     stage = Path(tempfile.mkdtemp(dir=folder, prefix=f".{chapter}.run-{os.getpid()}-"))
     try:
         os.chmod(stage, 0o777 & ~_umask())
@@ -279,8 +291,7 @@ def save_run(results_dir: str | Path, chapter: str, parameters: dict, models: li
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    _finish(stage, folder, chapter)
-    return results_path(folder, chapter)
+    return stage
 
 
 def save_results(results_dir: str | Path, chapter: str, parameters: dict, models: list[dict],

@@ -376,6 +376,38 @@ def test_appendix_b_names_a_damaged_or_missing_bench_file(tmp_path, content, wor
         report_appendix.load_bench(tmp_path)
 
 
+def test_a_full_disk_names_results_dir_and_keeps_the_previous_run(tmp_path):
+    import errno
+
+    import matplotlib.pyplot as plt
+
+    results.save_run(tmp_path, "ch", {}, [], {"run": 1}, time.time())
+    fig = plt.figure()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    fig.savefig = full
+    with pytest.raises(OSError, match=rf"^\[Errno 28\] results_dir: cannot write ch's results in {re.escape(str(tmp_path))} "
+                                      r"\(No space left on device\); its previous results and figures are as they were"):
+        results.save_run(tmp_path, "ch", {}, [], {"run": 2}, time.time(), figures={"ch_fig": fig})
+    plt.close(fig)
+    assert json.loads((tmp_path / "ch.json").read_text())["numbers"] == {"run": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["ch.json"]  # no staging folder left
+
+
+def test_accept_out_under_home_is_written_where_it_was_checked(tmp_path, monkeypatch, capsys):
+    from kvutils import accept
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert accept.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--prefill", "16", "--decode", "8",
+                        "--n-docs", "1", "--out=~/a.json"]) == 0
+    assert (tmp_path / "home" / "a.json").is_file() and not (tmp_path / "~").exists()
+    assert f"wrote {tmp_path / 'home' / 'a.json'}" in capsys.readouterr().out
+
+
 def test_a_results_dir_under_home_is_written_where_it_was_checked(tmp_path, monkeypatch):
     """'~/runs' (quoted, so no shell expanded it) is checked and written as the same folder."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -444,6 +476,13 @@ def _broken_model(model_dir: Path, tmp_path: Path, case: str) -> tuple[Path, typ
         config["max_position_embeddings"] = "lots"
         (folder / "config.json").write_text(json.dumps(config))
         return folder, ValueError, "max_position_embeddings must be a positive integer, got 'lots'"
+    if case == "config without sizes":
+        (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+        return folder, ValueError, "gives no layer count (num_hidden_layers) or no width (hidden_size)"
+    if case == "config wider than the weights":
+        config["hidden_size"] *= 2
+        (folder / "config.json").write_text(json.dumps(config))
+        return folder, ValueError, f"gives width {config['hidden_size']}, but the weights' model.embed_tokens.weight is"
     if case == "pickled weights only":
         weights.unlink()
         (folder / "pytorch_model.bin").write_bytes(b"never unpickled")
@@ -453,7 +492,8 @@ def _broken_model(model_dir: Path, tmp_path: Path, case: str) -> tuple[Path, typ
 
 MODEL_CASES = ["config not JSON", "config not UTF-8", "config a list", "config without model_type", "custom code",
                "no tokenizer", "no config", "garbage safetensors", "truncated safetensors", "empty safetensors",
-               "pickled weights only", "tokenizer.json not JSON", "context not a number"]
+               "pickled weights only", "tokenizer.json not JSON", "context not a number", "config without sizes",
+               "config wider than the weights"]
 
 
 @pytest.mark.parametrize("case", MODEL_CASES)

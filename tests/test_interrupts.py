@@ -288,13 +288,21 @@ def _usage_error(main, argv, capsys) -> str:
     (["01", "--results-dir", "/proc/kvutils-results"], "--results-dir: /proc/kvutils-results cannot be created in /proc"),
     (["04", "--results-dir", "{json_dir}"], "--results-dir: {json_dir}/04_cache_approximations.json is a folder"),
     (["01", "--output-dir", "{file}"], "--output-dir: {file} is a file, not a folder"),
-    (["pages", "--results-dir", "{missing}"], "--results-dir: {missing} is not a folder; the summary pages read"),
+    (["pages", "--results-dir", "{missing}"], "--results-dir: '{missing}' is not a folder; the summary pages read"),
+    (["pages", "--results-dir", ""], "--results-dir: '' is not a folder; the summary pages read"),
     (["01", "-p", "models", "x", "--lanes"], "--lanes runs every chapter with its own defaults"),
     (["02", "-p", "batchsize", "4"], "batchsize: not a parameter of 02_bert_contrast (did you mean batch_size?)"),
+    (["01", "--results-dir", ""], "--results-dir must be a folder path (a non-empty string), got ''"),
+    (["01", "--results-dir", "{missing}"], "--results-dir: the summary pages need 02_bert_contrast.json, "
+                                          "03_sense_probes.json, 04_cache_approximations.json, 05_qwen3_switch.json, "
+                                          "bench.json in {missing}, which this run does not write"),
+    (["pages", "--results-dir", "{empty}"], "--results-dir: the summary pages need 01_cache_exactness.json"),
     (["01", "05", "-p", "n_prompts", "4"], "n_prompts: not a parameter of 05_qwen3_switch"),
 ])
 def test_the_chapters_runner_checks_its_folders_before_any_work(tmp_path, capsys, nothing_runs, argv, words):
-    places = {"file": tmp_path / "a-file", "json_dir": tmp_path / "r", "missing": tmp_path / "none"}
+    places = {"file": tmp_path / "a-file", "json_dir": tmp_path / "r", "missing": tmp_path / "none",
+              "empty": tmp_path / "empty"}
+    places["empty"].mkdir()
     places["file"].write_text("x")
     (places["json_dir"] / "04_cache_approximations.json").mkdir(parents=True)
     argv = [a.format(**places) for a in argv]
@@ -307,13 +315,16 @@ def test_the_chapters_runner_checks_its_folders_before_any_work(tmp_path, capsys
 
 @pytest.mark.parametrize("case, words", [
     ("a file", "--results-dir: {dir} is a file, not a folder"),
+    ("empty", "--results-dir must be a folder path (a non-empty string), got ''"),
     ("empty setup_seconds.txt", "setup_seconds.txt should hold the set-up's seconds, but holds ''"),
     ("truncated chapter_lanes.json", "chapter_lanes.json is damaged"),
     ("truncated chapter results", "01_cache_exactness.json is not a valid results file"),
 ])
 def test_the_benchmark_checks_its_folder_and_inputs_before_any_model(tmp_path, capsys, nothing_runs, case, words):
     folder = tmp_path / "results"
-    if case == "a file":
+    if case == "empty":
+        folder = ""
+    elif case == "a file":
         folder.write_text("x")
     else:
         folder.mkdir()
@@ -322,5 +333,5 @@ def test_the_benchmark_checks_its_folder_and_inputs_before_any_model(tmp_path, c
                       "truncated chapter results": ("01_cache_exactness.json", '{"numbers": {')}[case]
         (folder / file).write_text(text)
     message = _usage_error(bench.main, ["--quick", "--results-dir", str(folder)], capsys)
-    assert message.startswith("python -m kvutils.bench: error: --results-dir: ")
+    assert message.startswith("python -m kvutils.bench: error: --results-dir")
     assert words.format(dir=folder) in message
