@@ -61,7 +61,7 @@ def test_an_eval_corpus_too_small_is_named(no_model_loads, tmp_path):
 
 
 def test_an_unknown_architecture_is_named(no_model_loads, tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba", "num_hidden_layers": 2}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba", "num_hidden_layers": 2, "hidden_size": 16}))
     import torch
     from safetensors.torch import save_file
 
