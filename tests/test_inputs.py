@@ -399,6 +399,7 @@ def test_a_full_disk_names_results_dir_and_keeps_the_previous_run(tmp_path):
 def test_accept_out_under_home_is_written_where_it_was_checked(tmp_path, monkeypatch, capsys):
     from kvutils import accept
 
+    monkeypatch.setenv("KVUTILS_CACHE", str(models.cache_dir()))  # the converted models stay where they are
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
     monkeypatch.chdir(tmp_path)
