@@ -199,14 +199,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (for the tests)")
     params.check_flags(parser, argv)
     args = parser.parse_args(argv)
-    args.results_dir = str(Path(args.results_dir).expanduser()) if args.results_dir.strip() else args.results_dir
     causal = [k for k, e in {**models.EMBEDDED, **models.TINY}.items() if e.family == "causal"]
     if args.model not in causal:
         parser.error(f"--model: {args.model!r} is not an embedded or tiny causal model; choose one of {causal}")
     if args.repeats < 1:
         parser.error(f"--repeats: {args.repeats} must be at least 1")
     try:  # before any model loads
-        results.check_output(args.results_dir, "bench", "--results-dir")
+        args.results_dir = str(results.check_output(args.results_dir, "bench", "--results-dir"))  # "~/…" expanded
         earlier = earlier_records(args.results_dir)
     except ValueError as err:
         parser.error(str(err))

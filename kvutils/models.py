@@ -151,9 +151,10 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # transformers also takes ids without an owner (bert-base-uncased, gpt2): the hub's legacy models
 _BARE_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*$")
 # files any one of which gives transformers' AutoTokenizer something to load
-JSON_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
                    "sentencepiece.bpe.model")
+# the tokenizer's files that are JSON, checked to parse before transformers reads them
+JSON_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json")
 
 
 def resolve(name: str, parameter: str = "models") -> Resolved:
@@ -257,6 +258,8 @@ def _resolve_local_dir(name: str, path: Path, parameter: str = "models") -> Reso
 
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")  # as transformers' configs name them
 WIDTH_KEYS = ("hidden_size", "n_embd", "d_model")
+# where the token embedding is narrower than the layers and projected up (OPT-350m, ALBERT)
+EMBEDDING_WIDTH_KEYS = ("word_embed_proj_dim", "embedding_size")
 EMBEDDING_NAMES = ("embed_tokens.weight", "embed_in.weight", "word_embeddings.weight", "wte.weight")
 
 
@@ -270,9 +273,11 @@ def _check_config_fits_weights(where: str, config: dict, embeddings: dict[str, l
         raise ValueError(f"{where} gives no layer count ({LAYER_KEYS[0]}) or no width ({WIDTH_KEYS[0]}); "
                          f"transformers would take its defaults for {config['model_type']}, which do not describe "
                          "these weights")
+    width = next((text[k] for k in EMBEDDING_WIDTH_KEYS if text.get(k)), width)
     for name, shape in embeddings.items():
         if len(shape) == 2 and shape[1] != width:
-            raise ValueError(f"{where} gives width {width}, but the weights' {name} is {shape[0]} x {shape[1]}")
+            raise ValueError(f"{where} gives the token embedding width {width}, but the weights' {name} is "
+                             f"{shape[0]} x {shape[1]}")
 
 
 def _refuse_custom_code(where: str, config_file: Path, config: dict) -> None:
@@ -537,7 +542,7 @@ def _load_dir(name: str, family: str, path: Path, attn_implementation: str | Non
 
     auto = AutoModelForCausalLM if family == "causal" else AutoModel
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    with _no_remote_code(name, path):
+    with _load_errors_named(name, path):
         model = auto.from_pretrained(path, dtype=torch.float32, use_safetensors=True,
                                      trust_remote_code=False, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
@@ -545,7 +550,7 @@ def _load_dir(name: str, family: str, path: Path, attn_implementation: str | Non
 
 
 @contextlib.contextmanager
-def _no_remote_code(name: str, path: Path):
+def _load_errors_named(name: str, path: Path):
     """transformers' refusal of a model's own code tells the user to pass trust_remote_code=True,
     which kvutils never does; say that instead. Any other failure to load files that passed
     `resolve`'s checks (weights whose shapes do not fit config.json, a tokenizer transformers cannot
@@ -576,7 +581,7 @@ def load_tokenizer(name: str):
     if resolved.kind == "tiny":
         name = TINY[name].tokenizer_from
     if resolved.kind == "hf":
-        with _no_remote_code(name, resolved.path):
+        with _load_errors_named(name, resolved.path):
             return AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=False)
     return AutoTokenizer.from_pretrained(converted_dir(name), trust_remote_code=False)
 

@@ -10,6 +10,7 @@ import difflib
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -153,8 +154,6 @@ def check_flags(parser, argv: list[str] | None) -> None:
     """A command-line tool's flags: argparse names a misspelt one only after a missing required one
     (`--ops exact` says "--op is required"), and suggests nothing. Name it first, with the closest
     flag. Unambiguous abbreviations (`--dec` for `--decode`) stay allowed, as argparse allows them."""
-    import sys
-
     known = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
     for token in sys.argv[1:] if argv is None else argv:
         if token == "--":

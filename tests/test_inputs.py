@@ -483,7 +483,8 @@ def _broken_model(model_dir: Path, tmp_path: Path, case: str) -> tuple[Path, typ
     if case == "config wider than the weights":
         config["hidden_size"] *= 2
         (folder / "config.json").write_text(json.dumps(config))
-        return folder, ValueError, f"gives width {config['hidden_size']}, but the weights' model.embed_tokens.weight is"
+        return folder, ValueError, (f"gives the token embedding width {config['hidden_size']}, but the weights' "
+                                    "model.embed_tokens.weight is")
     if case == "pickled weights only":
         weights.unlink()
         (folder / "pytorch_model.bin").write_bytes(b"never unpickled")
@@ -505,6 +506,17 @@ def test_a_broken_model_folder_is_named_before_loading(model_dir, tmp_path, case
     message = str(err.value)
     assert message.startswith(f"models: model '{folder}'") and words in message
     assert "trust_remote_code=True" not in message
+
+
+def test_an_embedding_projected_up_to_the_layers_width_is_accepted(model_dir, tmp_path):
+    """OPT-350m embeds tokens 512 wide and projects them to its 1024-wide layers
+    (word_embed_proj_dim); ALBERT names that width embedding_size. Neither is a mismatch."""
+    folder = tmp_path / "m"
+    shutil.copytree(model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(word_embed_proj_dim=config["hidden_size"], hidden_size=config["hidden_size"] * 2)
+    (folder / "config.json").write_text(json.dumps(config))
+    assert params.check_models("models", str(folder))[0].path == folder
 
 
 def test_weights_that_do_not_fit_their_config_name_the_model(model_dir, tmp_path):
