@@ -1,0 +1,260 @@
+"""One way to compare two things measured on the same units, used by every page.
+
+Every comparative word the book prints ("beats", "best", "tied", "from depth k on", "the knee")
+comes from a `Paired` result of this module, with its n, its effect and a 95 % interval.
+
+The method, stated once (`METHOD`): for numbers paired over the unit that varies (documents for
+KL divergence, held-out examples for accuracy, repeats for time), the effect is the mean of the
+differences a − b; its 95 % interval is a paired percentile bootstrap (`scipy.stats.bootstrap`,
+10,000 resamples of the units, fixed seed, so the same numbers give the same interval). A verdict
+needs both the interval to exclude 0 and an exact two-sided sign test over the non-zero
+differences at p < 0.05 (for right/wrong outcomes that sign test is McNemar's exact test). So
+with fewer than 6 units that differ no verdict is possible: 2/2⁵ = 0.0625. Otherwise the result
+is "no detectable difference at n = …". Differences that are all exactly zero are "identical":
+a tie the caller must explain (it usually holds by construction), never a measured one.
+
+A rate against chance (a probe right on 19 of 32 pairs where guessing gives 1/2) is an exact
+binomial test with its Clopper–Pearson interval (`against_chance`).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05  # two-sided level of every test (95 % intervals)
+RESAMPLES = 10_000  # bootstrap resamples of the paired units
+SEED = 0  # the bootstrap's seed: same numbers, same interval
+
+# the verdicts a `Paired` can carry
+A_LOWER, A_HIGHER = "a<b", "a>b"
+NO_DIFFERENCE = "no detectable difference"
+IDENTICAL = "identical"
+
+METHOD = ("Comparisons are paired over the unit that varies (documents, held-out examples or "
+          "repeats): the effect is the mean difference, its 95 % interval a paired bootstrap "
+          f"({RESAMPLES:,} resamples), and a verdict is given only when that interval excludes 0 "
+          "and an exact two-sided sign test (McNemar's test for right/wrong answers) gives "
+          "p < 0.05; otherwise the page says there is no detectable difference at that n.")
+
+
+@dataclass(frozen=True)
+class Paired:
+    """a against b over n paired units. `effect` = mean(a − b); `ci95` its 95 % interval (None
+    when n < 2); `p` the exact sign test's two-sided p-value; `verdict` one of A_LOWER,
+    A_HIGHER, NO_DIFFERENCE, IDENTICAL."""
+
+    a: str
+    b: str
+    n: int
+    effect: float
+    ci95: tuple[float, float] | None
+    p: float
+    verdict: str
+    unit: str = "documents"
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["ci95"] = list(self.ci95) if self.ci95 is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Paired:
+        ci = d.get("ci95")
+        return cls(a=d["a"], b=d["b"], n=int(d["n"]), effect=float(d["effect"]),
+                   ci95=tuple(ci) if ci is not None else None, p=float(d["p"]),
+                   verdict=d["verdict"], unit=d.get("unit", "documents"))
+
+    @property
+    def separated(self) -> bool:
+        return self.verdict in (A_LOWER, A_HIGHER)
+
+    def better(self, lower_is_better: bool = True) -> str | None:
+        """The name of the better of the two, or None when the test does not separate them."""
+        if not self.separated:
+            return None
+        a_lower = self.verdict == A_LOWER
+        return self.a if a_lower == lower_is_better else self.b
+
+    def interval(self, digits: int = 3) -> str:
+        """'n = 8, difference +0.012 [+0.004, +0.020]' (a − b, 95 % interval)."""
+        if self.ci95 is None:
+            return f"n = {self.n}, difference {_signed(self.effect, digits)}"
+        lo, hi = self.ci95
+        return (f"n = {self.n} {self.unit}, difference {_signed(self.effect, digits)} "
+                f"[{_signed(lo, digits)}, {_signed(hi, digits)}]")
+
+    def sentence(self, lower_is_better: bool = True, metric: str = "", digits: int = 3) -> str:
+        """One clause: who is better and by how much, or that no difference was detected."""
+        what = f" in {metric}" if metric else ""
+        if self.verdict == IDENTICAL:
+            return f"{self.a} and {self.b} are identical{what} on all {self.n} {self.unit}"
+        if not self.separated:
+            return (f"no detectable difference{what} between {self.a} and {self.b} at "
+                    f"{self.interval(digits)}, 95 % interval, p = {self.p:.2g}")
+        winner = self.better(lower_is_better)
+        loser = self.b if winner == self.a else self.a
+        return (f"{winner} beats {loser}{what} ({self.interval(digits)}, 95 % interval, "
+                f"p = {self.p:.2g})")
+
+
+def _signed(x: float, digits: int) -> str:
+    return f"{x:+.{digits}g}".replace("-", "−")
+
+
+def _bootstrap_mean(diffs: np.ndarray, seed: int) -> tuple[float, float]:
+    if np.all(diffs == diffs[0]):  # the resampled mean is that value every time
+        return float(diffs[0]), float(diffs[0])
+    res = stats.bootstrap((diffs,), np.mean, n_resamples=RESAMPLES, confidence_level=1 - ALPHA,
+                          method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def sign_test(diffs: Sequence[float]) -> float:
+    """Exact two-sided sign test over the non-zero differences (1.0 when none differs)."""
+    d = np.asarray(diffs, dtype=float)
+    nonzero = d[d != 0]
+    if nonzero.size == 0:
+        return 1.0
+    return float(stats.binomtest(int((nonzero > 0).sum()), int(nonzero.size), 0.5).pvalue)
+
+
+def paired(a: Sequence[float], b: Sequence[float], a_name: str = "a", b_name: str = "b",
+           unit: str = "documents", seed: int = SEED) -> Paired:
+    """Compare a and b measured on the same units (a[i] and b[i] on unit i)."""
+    x = np.asarray(a, dtype=float)
+    y = np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired: {a_name} and {b_name} must be equal-length lists "
+                         f"(got {x.shape} and {y.shape})")
+    if x.size == 0:
+        raise ValueError(f"paired: no {unit} to compare {a_name} and {b_name} on")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError(f"paired: {a_name} or {b_name} holds a value that is not finite")
+    diffs = x - y
+    n = int(diffs.size)
+    effect = float(diffs.mean())
+    if np.all(diffs == 0):
+        return Paired(a_name, b_name, n, 0.0, (0.0, 0.0), 1.0, IDENTICAL, unit)
+    p = sign_test(diffs)
+    ci = _bootstrap_mean(diffs, seed) if n >= 2 else None
+    verdict = NO_DIFFERENCE
+    if ci is not None and p < ALPHA and (ci[0] > 0 or ci[1] < 0):
+        verdict = A_HIGHER if ci[0] > 0 else A_LOWER
+    return Paired(a_name, b_name, n, effect, ci, p, verdict, unit)
+
+
+def paired_binary(a_right: Sequence[bool], b_right: Sequence[bool], a_name: str = "a",
+                  b_name: str = "b", unit: str = "examples", seed: int = SEED) -> Paired:
+    """Right/wrong outcomes of a and b on the same examples: the effect is the difference in
+    accuracy (a − b), the p-value McNemar's exact test (the sign test of the discordant pairs)."""
+    return paired(np.asarray(a_right, dtype=float), np.asarray(b_right, dtype=float),
+                  a_name, b_name, unit, seed)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """`successes` of `n` against a chance rate: exact binomial test, Clopper–Pearson interval."""
+
+    successes: int
+    n: int
+    chance: float
+    rate: float
+    ci95: tuple[float, float]
+    p: float
+    above: bool  # the test separates the rate from chance, upwards
+    below: bool
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["ci95"] = list(self.ci95)
+        return out
+
+    def sentence(self, what: str = "right") -> str:
+        lo, hi = self.ci95
+        base = (f"{what} on {self.successes} of {self.n} ({100 * self.rate:.0f} %, 95 % interval "
+                f"{100 * lo:.0f}–{100 * hi:.0f} %; chance {100 * self.chance:.0f} %, p = {self.p:.2g})")
+        if self.above:
+            return base + ", above chance"
+        if self.below:
+            return base + ", below chance"
+        return base + f", no detectable difference from chance at n = {self.n}"
+
+
+def against_chance(successes: int, n: int, chance: float) -> Rate:
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"against_chance: need 0 <= successes <= n and n >= 1 (got {successes}/{n})")
+    if not 0 < chance < 1:
+        raise ValueError(f"against_chance: chance must lie strictly between 0 and 1 (got {chance})")
+    test = stats.binomtest(int(successes), int(n), chance)
+    ci = test.proportion_ci(confidence_level=1 - ALPHA, method="exact")
+    rate = successes / n
+    significant = test.pvalue < ALPHA
+    return Rate(int(successes), int(n), float(chance), rate, (float(ci.low), float(ci.high)),
+                float(test.pvalue), significant and rate > chance, significant and rate < chance)
+
+
+def pairwise(values: Mapping[str, Sequence[float]], unit: str = "documents",
+             seed: int = SEED) -> list[Paired]:
+    """Every pair of `values` (name → one number per unit, the units the same for all)."""
+    names = list(values)
+    return [paired(values[a], values[b], a, b, unit, seed)
+            for i, a in enumerate(names) for b in names[i + 1:]]
+
+
+def best(values: Mapping[str, Sequence[float]], lower_is_better: bool = True, unit: str = "documents",
+         seed: int = SEED) -> tuple[str | None, list[str]]:
+    """(the one name the tests put ahead of every other, or None; the names no test separates
+    from the leader by mean, the leader included). 'Best' is written only when the first is set."""
+    if not values:
+        raise ValueError("best: nothing to compare")
+    sign = 1.0 if lower_is_better else -1.0
+    leader = min(values, key=lambda k: sign * float(np.mean(values[k])))
+    tied = [leader]
+    for name in values:
+        if name == leader:
+            continue
+        result = paired(values[leader], values[name], leader, name, unit, seed)
+        if result.better(lower_is_better) != leader:
+            tied.append(name)
+    return (leader if len(tied) == 1 else None), tied
+
+
+def first_from(results: Sequence[Paired | Rate], lower_is_better: bool = False) -> int | None:
+    """The first index k from which every result separates in the wanted direction (a `Rate`
+    above chance; a `Paired` with its a better), or None: 'from depth k on' is earned only then."""
+    def ok(r) -> bool:
+        if isinstance(r, Rate):
+            return r.below if lower_is_better else r.above
+        return r.better(lower_is_better) == r.a
+    start = None
+    for k, r in enumerate(results):
+        if ok(r):
+            start = k if start is None else start
+        else:
+            start = None
+    return start
+
+
+def resampled_flips(values: Mapping[str, Sequence[float]], lower_is_better: bool = True,
+                    resamples: int = 1000, seed: int = SEED) -> dict:
+    """How stable the ranking of means is: resample the units with replacement and count, for each
+    pair, the share of resamples whose order of means differs from the full sample's."""
+    names = list(values)
+    matrix = np.asarray([values[k] for k in names], dtype=float)  # (methods, units)
+    rng = np.random.default_rng(seed)
+    n = matrix.shape[1]
+    idx = rng.integers(0, n, size=(resamples, n))
+    means = matrix[:, idx].mean(axis=2)  # (methods, resamples)
+    full = matrix.mean(axis=1)
+    out = {}
+    for i, a in enumerate(names):
+        for j in range(i + 1, len(names)):
+            if full[i] == full[j]:
+                continue
+            order = np.sign(full[i] - full[j])
+            out[f"{a} vs {names[j]}"] = float(np.mean(np.sign(means[i] - means[j]) != order))
+    return out
+
