@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: setup browser test book chapter bench check-html clean
+.PHONY: setup browser test lint book chapter bench check-html clean
 
 setup: $(STAMP)
 
@@ -36,8 +36,12 @@ browser: setup
 	else echo "chromium is not installed, and installing it needs root and apt-get (apt-get install chromium)" \
 	  > $(BROWSER_NOTE); fi
 
+# both cores: pytest-xdist, the tests that share the quick book kept on one worker (tests/conftest.py)
 test: setup browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+lint: setup
+	$(VENV)/bin/ruff check kvutils tests
 
 # all chapters on the full profile (two one-thread lanes side by side), the benchmark (alone, on
 # every core), the summary pages (conclusions, appendices), then the HTML book (-W: a warning fails

@@ -10,6 +10,18 @@ import kvutils  # noqa: E402
 
 CAUSAL_TINY = ["tiny-neox", "tiny-llama", "tiny-qwen3", "tiny-gemma3"]
 
+# tests that share the session's quick book (every chapter run once, then built): one xdist worker
+# runs them all, so the book is built once, not once per worker
+_BOOK_FIXTURES = {"quick_chapters", "built_book", "site_report"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _BOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("quick_book"))
+            item.add_marker(pytest.mark.slow)
+
 _loaded = {}
 
 
