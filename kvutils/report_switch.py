@@ -337,8 +337,12 @@ def trend(values: list[float]) -> str:
     return "is not monotonic"
 
 
+def _last_tenth(losses: list[float]) -> list[float]:
+    return losses[-max(1, len(losses) // 10):]
+
+
 def _final_loss(losses: list[float]) -> float:
-    tail = losses[-max(1, len(losses) // 10):]
+    tail = _last_tenth(losses)
     return sum(tail) / len(tail)
 
 
@@ -393,15 +397,18 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
         for key, clause in verdicts.items():
             parts[key].append(clause(model, r))
         finals = [_final_loss(tr["adapters"][f"tail{k}"]["losses"]) for k in ks]
-        parts["fit"].append(f"{model}: the training loss at the end of training (mean of the last tenth of the steps) "
-                            f"{trend(finals)} with k: " + ", ".join(f"{fmt(v, 3)} (k = {k})" for k, v in zip(ks, finals)))
+        word, steps = rsv.tested_trend({k: _last_tenth(tr["adapters"][f"tail{k}"]["losses"]) for k in ks},
+                                       "training steps")
+        parts["fit"].append(f"{model}: the training loss at the end of training (mean of the last tenth of the steps; "
+                            f"every adapter sees the same batches in the same order) {word} with k: "
+                            + ", ".join(f"{fmt(v, 3)} (k = {k})" for k, v in zip(ks, finals)) + f" ({steps})")
         parts["stale_acc"].append(rsv.against_tail(model, r, "tail", "stale", "stale reuse"))
         parts["activated_acc"].append(rsv.against_tail(model, r, "activated", "activated", "the activated adapter"))
         parts["exact"].append(f"{model}: largest |logit difference| of the tail patch "
                               + ", ".join(f"{fmt(sc[f'tail{k}']['tail_patch']['max_abs_logit_diff'], 3)} (k = {k})" for k in ks)
                               + f"; largest K/V difference {fmt(max(nan_max(layers[f'tail{k}']['tail_patch']) for k in ks), 3)}")
-        stale_gaps = [sc[f"tail{k}"]["stale"]["kl_mean"] for k in ks]
-        parts["stale"].append(f"{model}: its mean KL from the recompute {trend(stale_gaps)} with k — " + "; ".join(
+        word, steps = rsv.tested_trend({k: sc[f"tail{k}"]["stale"]["kl_per_example"] for k in ks}, "examples")
+        parts["stale"].append(f"{model}: its mean KL from the recompute {word} with k ({steps}) — " + "; ".join(
             f"k = {k}: max |Δlogit| {fmt(sc[f'tail{k}']['stale']['max_abs_logit_diff'], 3)}, mean KL "
             f"{fmt(sc[f'tail{k}']['stale']['kl_mean'], 3)}, top-1 agreement {_pct(sc[f'tail{k}']['stale']['top1_agree_pct'])}; "
             f"{_stale_layers(L, k, r['first_changed_layer'][str(k)])}" for k in ks))

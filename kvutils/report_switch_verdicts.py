@@ -29,11 +29,12 @@ def _signed(x: float) -> str:
 def verdict(p: compare.Paired, metric: str, points: bool = True) -> str:
     """One clause: 'A is above B in <metric>' only when the test separates them."""
     if p.verdict == compare.IDENTICAL:
-        return f"{p.a} and {p.b} give the same {metric} on every one of the {p.n} {p.unit}"
+        return f"{p.a} and {p.b} give the same {metric or 'value'} on every one of the {p.n} {p.unit}"
+    what = f" in {metric}" if metric else ""
     if not p.separated:
-        return f"no detectable difference in {metric} between {p.a} and {p.b} ({_where(p, points)})"
+        return f"no detectable difference{what} between {p.a} and {p.b} ({_where(p, points)})"
     side = "above" if p.verdict == compare.A_HIGHER else "below"
-    return f"{p.a} is {side} {p.b} in {metric} ({_where(p, points)})"
+    return f"{p.a} is {side} {p.b}{what} ({_where(p, points)})"
 
 
 def _labels(r: dict) -> list[int]:
@@ -67,7 +68,7 @@ def deepest(model: str, r: dict) -> str:
     held, ks = r["switch"]["heldout"], r["k_values"]
     deep, base = held[f"tail{ks[-1]}"]["tail_patch"], held["base"]["zero_shot"]
     name = f"the k = {ks[-1]} tail"
-    return (f"{model}: {name} {measures(deep)}; " + verdict(sv.accuracy_pair(deep, base, name, "the base model"),
+    return (f"{model}: {name}: {measures(deep)}; " + verdict(sv.accuracy_pair(deep, base, name, "the base model"),
                                                             "accuracy")
             + "; " + verdict(sv.auc_pair(deep, base, _labels(r), name, "the base model"), "AUC", points=False))
 
@@ -111,8 +112,7 @@ def against_tail(model: str, r: dict, adapter: str, policy: str, name: str) -> s
 
 
 def _flip_rate(k: int, n: int) -> str:
-    if n == 0:
-        return "no pair to count (the clean adapter is right on none)"
+    """'3 of 12 (25%, 95% interval 5.5–57%)' (n > 0)."""
     lo, hi = sv.rate_interval(k, n)
     return f"{k} of {n} ({fmt(100 * k / n, 3)}%, 95% interval {fmt(100 * lo, 3)}–{fmt(100 * hi, 3)}%)"
 
@@ -120,9 +120,12 @@ def _flip_rate(k: int, n: int) -> str:
 def patching(model: str, r: dict, adapter_label: str) -> str:
     pm = r["patching"]
     whole = sv.cell_flips(pm, len(pm["row_labels"]) - 1, len(pm["col_labels"]) - 1)
-    return (f"{model} ({adapter_label}, {pm['n_contexts']} pairs; the clean adapter answers right on "
-            f"{pm['n_clean_right']} of them, the n of every cell's flips): copying all of what follows the shared "
-            f"prefix, in all layers, flips {_flip_rate(sum(whole), len(whole))} right answers")
+    head = (f"{model} ({adapter_label}, {pm['n_contexts']} pairs; the clean adapter answers right on "
+            f"{pm['n_clean_right']} of them, the n of every cell's flips)")
+    if not whole:
+        return head + ": with no right answer to turn wrong, the map counts no flips; only its log-odds changes remain"
+    return (head + f": copying all of what follows the shared prefix, in all layers, flips "
+            f"{_flip_rate(sum(whole), len(whole))} right answers")
 
 
 def where(model: str, r: dict) -> str:
@@ -155,7 +158,28 @@ def controls(model: str, r: dict) -> str:
     if p is None:
         return theorem + "; no pair has a context of another prefix, so the control that can fail was not run"
     f = pm["foreign_control"]
+    flips = (f"flips {_flip_rate(f['flipped_any'], f['n_clean_right'])} right answers in at least one cell"
+             if f["n_clean_right"] else "has no right answer to flip")
     return (theorem + f". Another pair's prefix copied into the same cells moves the log-odds by up to "
-            f"{fmt(max(f['max_abs_delta_per_pair']), 3)} and flips {_flip_rate(f['flipped_any'], f['n_clean_right'])} "
-            "right answers in at least one cell; per pair, largest |change| against the shared prefix's: "
+            f"{fmt(max(f['max_abs_delta_per_pair']), 3)} and {flips}; per pair, largest |change| against the shared "
+            "prefix's: "
             + verdict(p, "largest |change of log-odds|", points=False))
+
+
+# --------------------------------------------------------------------------- trends over k
+
+
+def tested_trend(values: dict[int, list[float]], unit: str) -> tuple[str, str]:
+    """(word, clause) for a quantity measured per k on the same units: "rises" or "falls" only when
+    every step to the next k is separated in that direction by the paired test, else "shows no
+    detectable trend"; the clause gives each step's test."""
+    ks = sorted(values)
+    steps = [compare.paired(values[b], values[a], f"k = {b}", f"k = {a}", unit) for a, b in zip(ks, ks[1:])]
+    if steps and all(p.verdict == compare.A_HIGHER for p in steps):
+        word = "rises"
+    elif steps and all(p.verdict == compare.A_LOWER for p in steps):
+        word = "falls"
+    else:
+        word = "shows no trend the tests support"
+    clause = "; ".join(verdict(p, "", points=False) for p in steps)
+    return word, clause or "one k only"

@@ -121,7 +121,8 @@ class _Scores:
                 "max_abs_logit_diff": lora.nan_max(r["max_abs_logit_diff"] for r in rows),
                 "kl_mean": statistics.fmean(r["kl"] for r in rows), "kl_max": lora.nan_max(r["kl"] for r in rows),
                 "top1_agree_pct": 100 * statistics.fmean(r["top1_agree"] for r in rows),
-                "accuracy_pct": 100 * statistics.fmean(r["right"] for r in rows), "n": len(rows)}
+                "accuracy_pct": 100 * statistics.fmean(r["right"] for r in rows), "n": len(rows),
+                "kl_per_example": [r["kl"] for r in rows]}
         return out
 
 
