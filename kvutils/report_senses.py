@@ -307,8 +307,11 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
     above = [d for d, r in enumerate(rates) if r.above]
     if start is not None:
         weakest = min(rates[start:], key=lambda r: (r.successes, -r.p))
+        earlier = [d for d in above if d < start]
+        also = (f"; before that, depth{'s' if len(earlier) > 1 else ''} {_depths(earlier)} above chance too, but not "
+                "every depth between" if earlier else "")
         return (f"from depth {start} on {subject} (every depth from {start} is above chance at n = {n} items; the "
-                f"weakest: {weakest.sentence()})")
+                f"weakest: {weakest.sentence()}{also})")
     best = max(range(len(rates)), key=lambda d: rates[d].successes)
     if above:
         return (f"it is above chance at depth{'s' if len(above) > 1 else ''} {_depths(above)} but not at every later "
