@@ -337,6 +337,11 @@ def trend(values: list[float]) -> str:
     return "is not monotonic"
 
 
+def _excess_per_repeat(row: dict, share: float) -> list[float]:
+    """Per timed repeat, the tail patch's time as a share of the recompute's, minus k/L."""
+    return [t / r - share for t, r in zip(row["tail_patch"]["seconds_repeats"], row["recompute"]["seconds_repeats"])]
+
+
 def _last_tenth(losses: list[float]) -> list[float]:
     return losses[-max(1, len(losses) // 10):]
 
@@ -424,11 +429,12 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
             f"k = {k}: {fmt(cost['per_k'][str(k)]['tail_time_fraction'], 3)} of the time and "
             f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = {fmt(k / L, 3)})" for k in ks))
         excess = [cost["per_k"][str(k)]["tail_time_fraction"] - k / L for k in ks]
-        shape = trend(excess)
+        shape, steps = rsv.tested_trend({k: _excess_per_repeat(cost["per_k"][str(k)], k / L) for k in ks}, "repeats")
         reading = ("largest at the smallest k, as a fixed cost per forward makes it" if shape == "falls" else
-                   "not largest at the smallest k here, so a fixed cost per forward is not what dominates it")
-        parts["cost_trend"].append(f"{model}: the measured share minus k/L {shape} with k ("
-                                   + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"): {reading}")
+                   "the repeats do not show it largest at the smallest k, so this run cannot say whether a fixed cost "
+                   "per forward dominates it")
+        parts["cost_trend"].append(f"{model}: the measured share minus k/L {shape} with k (medians "
+                                   + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"; paired by repeat: {steps}): {reading}")
         parts["memory"].append(f"{model}: {fmt(cost['boundary_bytes_per_token'] / 1024, 4)} KiB per token "
                                f"({r['hidden_size']} numbers in {parameters['dtype']})")
         parts["patching"].append(rsv.patching(model, r, _adapter_label(r, r["patching"]["adapter"])))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -185,11 +186,15 @@ def _flops(fn) -> int:
     return int(counter.get_total_flops())
 
 
-def _seconds(fn, repeats: int) -> float:
-    from .costs import median_seconds
-
+def _timed(fn, repeats: int) -> dict:
+    """After a warm-up, `repeats` timed calls: their median ("seconds") and every one of them."""
     fn()  # warm-up
-    return median_seconds(fn, repeats)
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return {"seconds": statistics.median(times), "seconds_repeats": times}
 
 
 @torch.no_grad()
@@ -209,7 +214,7 @@ def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
         for policy in ("recompute", "tail_patch", "stale"):
             def build(policy=policy):
                 return lora.switch_cache(model, policy, pre, ids, adapter, k)
-            row[policy] = {"flops": _flops(build), "seconds": _seconds(build, repeats),
+            row[policy] = {"flops": _flops(build), **_timed(build, repeats),
                            "extra_bytes": boundary_bytes if policy == "tail_patch" else 0}
         row["tail_time_fraction"] = row["tail_patch"]["seconds"] / row["recompute"]["seconds"]
         row["tail_flops_fraction"] = row["tail_patch"]["flops"] / row["recompute"]["flops"]
@@ -218,7 +223,7 @@ def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
 
     def reuse():
         return lora.switch_cache(model, "activated", pre, ids, f"activated{mp.k_values[0]}", mp.k_values[0])
-    activated = {"flops": _flops(reuse), "seconds": _seconds(reuse, repeats), "extra_bytes": 0}
+    activated = {"flops": _flops(reuse), **_timed(reuse, repeats), "extra_bytes": 0}
     return {"prefix_tokens": tokens, "per_k": per_k, "activated": activated,
             "boundary_bytes_per_token": boundary_bytes // tokens}
 
