@@ -17,9 +17,11 @@ def _where(p: compare.Paired, points: bool) -> str:
     """'n = 128 held-out examples, difference +3.1 points, 95 % interval [−2.3, +8.6], p = 0.41'
     (an effect in 0..1 given in points when `points`)."""
     scale, unit = (100, " points") if points else (1, "")
-    lo, hi = p.ci95 if p.ci95 is not None else (p.effect, p.effect)
-    return (f"n = {p.n} {p.unit}, difference {_signed(scale * p.effect)}{unit}, 95 % interval "
-            f"[{_signed(scale * lo)}, {_signed(scale * hi)}], p = {p.p:.2g}")
+    if p.ci95 is None:
+        interval = f"no interval at n = {p.n}"
+    else:
+        interval = f"95 % interval [{_signed(scale * p.ci95[0])}, {_signed(scale * p.ci95[1])}]"
+    return f"n = {p.n} {p.unit}, difference {_signed(scale * p.effect)}{unit}, {interval}, p = {p.p:.2g}"
 
 
 def _signed(x: float) -> str:
