@@ -283,10 +283,10 @@ def summarise_map(per_pair: dict, n_rows: int, n_cols: int, control_rows: int) -
             "delta_logodds_mean": [[d / pairs if pairs else nan for d in row] for row in delta],
             "control_max_abs_delta": control, "n_clean_right": sum(right),
             "clean_accuracy_pct": 100 * sum(right) / pairs if pairs else nan,
-            "foreign_control": _foreign_summary(per_pair, right, control_rows, n_cols)}
+            "foreign_control": foreign_summary(per_pair, right, control_rows, n_cols)}
 
 
-def _foreign_summary(per_pair: dict, right: list[bool], control_rows: int, n_cols: int) -> dict | None:
+def foreign_summary(per_pair: dict, right: list[bool], control_rows: int, n_cols: int) -> dict | None:
     """The prefix cells patched from a context of another prefix: per pair, the largest |change of
     log-odds| over those cells, and whether any cell flipped a right answer."""
     rows = [(ok, a, b) for ok, a, b in zip(right, per_pair["foreign_patched"], per_pair["foreign_unpatched"])

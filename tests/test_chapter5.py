@@ -351,9 +351,9 @@ def _patch_results(flips_per_group: list[int], n_pairs=32, n_right=32, foreign_d
           "n_clean_right": n_right, "prefix_kv_max_diff": 0.0, "control_max_abs_delta": 0.0, "adapter": "tail4",
           "per_pair": {"clean": clean, "patched": patched, "unpatched": unpatched, "foreign_patched": foreign,
                        "foreign_unpatched": [[[c] * (groups + 1)] for c in clean]}}
-    from kvutils.patching import _foreign_summary
+    from kvutils.patching import foreign_summary
 
-    pm["foreign_control"] = _foreign_summary(pm["per_pair"], [c > 0 for c in clean], 1, groups + 1)
+    pm["foreign_control"] = foreign_summary(pm["per_pair"], [c > 0 for c in clean], 1, groups + 1)
     return {"layers": 8, "patching": pm}
 
 
