@@ -179,7 +179,8 @@ def runs(items, n: int) -> list[list]:
 @torch.no_grad()
 def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], int, int]],
                marker_ids: Sequence[int], prefix_len: int, cols: Sequence[tuple[int, ...]], control_bins: int,
-               bins: int, device: str = "cpu", chunk: int = 64) -> dict:
+               bins: int, device: str = "cpu", chunk: int = 64,
+               foreign: Sequence[Sequence[int] | None] | None = None) -> dict:
     """Where an adapter reads its answer from: for each pair (target ids, source ids, target's
     answer token, the other answer token), the adapter's own cache of the target, patched from the
     source's, cell by cell; the adapter then reads the marker.
@@ -189,9 +190,15 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
     model computes their entries before it reads what differs, so the two caches hold the same bits
     there — `prefix_kv_max_diff` measures it, it is not assumed — and copying them must change
     nothing); `bins` contiguous runs of the rest (copied from the same absolute positions, up to
-    the shorter context's end); all of the rest. Columns: `cols` (tuples of layers). Returns per
-    cell the share of answers that flip (own token above the other or not) and the mean change of
-    the answer's log-odds, with the control's largest change.
+    the shorter context's end); all of the rest. Columns: `cols` (tuples of layers).
+
+    `foreign` (one entry per pair, or None): the ids of a context that does NOT share the target's
+    prefix; its entries are copied into the same prefix cells. That control can fail: its bits
+    differ, so a map that shows nothing there is blind, not a confirmation of the theorem.
+
+    Returns the answer's log-odds (own token − other) per pair and cell, patched and unpatched (the
+    unpatched row of the same batch), and the clean run's, so every summary can be recomputed
+    (`summarise_map`), with the summaries themselves.
     A patch in layers >= s cannot change the marker's states below layer s, so each column runs the
     marker from its first patched layer, starting from the clean run's hidden states there.
     """
@@ -200,11 +207,12 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
     m = len(marker_ids)
     marker = torch.tensor([list(marker_ids)], device=device)  # (1, m)
     controls = runs(range(prefix_len), min(prefix_len, control_bins))
-    n_rows = len(controls) + bins + 1
-    flips, delta, count = (torch.zeros(n_rows, len(cols), dtype=torch.float64) for _ in range(3))
-    control = prefix_gap = 0.0
-    clean_right = 0
-    for target_ids, source_ids, own, other in tqdm(pairs, desc="patching", unit="context"):
+    prefix_gap = 0.0
+    per_pair: dict[str, list] = {"clean": [], "patched": [], "unpatched": [], "foreign_patched": [],
+                                 "foreign_unpatched": []}
+    foreign = list(foreign) if foreign is not None else [None] * len(pairs)
+    for (target_ids, source_ids, own, other), alien in tqdm(list(zip(pairs, foreign)), desc="patching",
+                                                            unit="context"):
         if list(target_ids[:prefix_len]) != list(source_ids[:prefix_len]):
             raise ValueError("the two contexts do not share their first prefix_len tokens")
         caches = [own_cache(model, adapter, ids, device) for ids in (target_ids, source_ids)]
@@ -212,11 +220,13 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
         prefix_gap = lora.nan_max([prefix_gap, *lora.layer_differences(caches[0], caches[1], prefix_len)])
         with lora.active_adapter(model, adapter):
             clean = model(input_ids=marker, cache=lora.copy_cache(caches[0]), use_cache=True, output_hidden_states=True)
-        clean_right += int(clean.logits[0, -1, own] > clean.logits[0, -1, other])
+        per_pair["clean"].append((clean.logits[0, -1, own] - clean.logits[0, -1, other]).item())
         marker_positions = torch.arange(length, length + m, device=device)[None]  # (1, m)
         spans = [tuple(c) for c in controls] + [tuple(r) for r in runs(range(prefix_len, n), bins)]
         spans.append(tuple(range(prefix_len, n)))
-        for col, layers in enumerate(cols):
+        alien_cache = None if alien is None else own_cache(model, adapter, alien, device)
+        grids = {key: [] for key in ("patched", "unpatched", "foreign_patched", "foreign_unpatched")}
+        for layers in cols:
             start = layers[0]
             states = clean.hidden_states[start]  # (1, m, hidden) entering the first patched layer
 
@@ -229,18 +239,65 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
                 return logits[:, own] - logits[:, other]  # (rows,) the answer's log-odds
 
             after, before = patch_grid(caches[0], caches[1], [Patch(layers, span) for span in spans], answer, chunk)
-            for row, x, y in zip(range(n_rows), after.tolist(), before.tolist()):
-                flips[row, col] += (x > 0) != (y > 0)
-                delta[row, col] += x - y
-                count[row, col] += 1
-                if row < len(controls):
-                    control = lora.nan_max([control, abs(x - y)])
-    seen = count > 0
-    return {"flip_pct": torch.where(seen, 100 * flips / count.clamp(min=1), torch.nan).tolist(),
-            "delta_logodds_mean": torch.where(seen, delta / count.clamp(min=1), torch.nan).tolist(),
-            "count": count.tolist(), "control_rows": len(controls), "control_max_abs_delta": control,
-            "prefix_kv_max_diff": prefix_gap, "clean_accuracy_pct": 100 * clean_right / len(pairs),
-            "n_contexts": len(pairs)}
+            grids["patched"].append(after.tolist())
+            grids["unpatched"].append(before.tolist())
+            if alien_cache is not None:
+                after, before = patch_grid(caches[0], alien_cache, [Patch(layers, tuple(c)) for c in controls],
+                                           answer, chunk)
+                grids["foreign_patched"].append(after.tolist())
+                grids["foreign_unpatched"].append(before.tolist())
+        for key, by_col in grids.items():  # [col][row] -> [row][col]
+            per_pair[key].append([list(row) for row in zip(*by_col)] if by_col else None)
+    n_rows = len(controls) + bins + 1
+    return {**summarise_map(per_pair, n_rows, len(cols), len(controls)), "per_pair": per_pair,
+            "control_rows": len(controls), "prefix_kv_max_diff": prefix_gap, "n_contexts": len(pairs)}
+
+
+def _flipped(x: float, y: float) -> bool:
+    return (x > 0) != (y > 0)
+
+
+def summarise_map(per_pair: dict, n_rows: int, n_cols: int, control_rows: int) -> dict:
+    """The map's summaries from its per-pair log-odds (see `answer_map`). A flip is counted only
+    where the clean adapter answers right (n per cell: those pairs), so a flip always means a right
+    answer turned wrong; the mean change of the log-odds is over every pair."""
+    right = [c > 0 for c in per_pair["clean"]]
+    flips = [[0] * n_cols for _ in range(n_rows)]
+    delta = [[0.0] * n_cols for _ in range(n_rows)]
+    count = [[0] * n_cols for _ in range(n_rows)]
+    control = 0.0
+    for ok, after, before in zip(right, per_pair["patched"], per_pair["unpatched"]):
+        for row in range(min(n_rows, len(after))):
+            for col in range(n_cols):
+                x, y = after[row][col], before[row][col]
+                delta[row][col] += x - y
+                if row < control_rows:
+                    control = max(control, abs(x - y)) if x == x and y == y else float("nan")
+                if ok:
+                    flips[row][col] += _flipped(x, y)
+                    count[row][col] += 1
+    pairs = len(right)
+    nan = float("nan")
+    return {"flip_pct": [[100 * f / c if c else nan for f, c in zip(fr, cr)] for fr, cr in zip(flips, count)],
+            "flips": flips, "count": count,
+            "delta_logodds_mean": [[d / pairs if pairs else nan for d in row] for row in delta],
+            "control_max_abs_delta": control, "n_clean_right": sum(right),
+            "clean_accuracy_pct": 100 * sum(right) / pairs if pairs else nan,
+            "foreign_control": foreign_summary(per_pair, right, control_rows, n_cols)}
+
+
+def foreign_summary(per_pair: dict, right: list[bool], control_rows: int, n_cols: int) -> dict | None:
+    """The prefix cells patched from a context of another prefix: per pair, the largest |change of
+    log-odds| over those cells, and whether any cell flipped a right answer."""
+    rows = [(ok, a, b) for ok, a, b in zip(right, per_pair["foreign_patched"], per_pair["foreign_unpatched"])
+            if a is not None]
+    if not rows:
+        return None
+    moved = [max(abs(a[r][c] - b[r][c]) for r in range(control_rows) for c in range(n_cols)) for _, a, b in rows]
+    flipped = [any(_flipped(a[r][c], b[r][c]) for r in range(control_rows) for c in range(n_cols))
+               for ok, a, b in rows if ok]
+    return {"max_abs_delta_per_pair": moved, "n_pairs": len(rows), "flipped_any": sum(flipped),
+            "n_clean_right": len(flipped)}
 
 
 def own_cache(model, adapter: str, ids: Sequence[int], device: str):

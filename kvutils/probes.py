@@ -245,8 +245,8 @@ def distances(x: torch.Tensor, centroids: torch.Tensor, distance: str) -> torch.
     raise ValueError(f"distance: {distance!r} not allowed; choose one of {DISTANCES}")
 
 
-def nearest_centroid_accuracy(states: torch.Tensor, centroids: torch.Tensor, distance: str) -> torch.Tensor:
-    """Per layer, the share of items classified as their own sense.
+def nearest_centroid_right(states: torch.Tensor, centroids: torch.Tensor, distance: str) -> torch.Tensor:
+    """Per item and layer, whether the item is classified as its own sense: (words, senses, layers).
 
     states: (words, senses, layers, d), item [w, s] is word w read in sense s's context;
     centroids: (words, senses, layers, d). Ties go to sense 0, so two identical states are always
@@ -256,7 +256,17 @@ def nearest_centroid_accuracy(states: torch.Tensor, centroids: torch.Tensor, dis
     d = distances(states, per_item, distance)  # (words, senses, layers, senses)
     predicted = d.argmin(-1)  # (words, senses, layers)
     truth = torch.arange(states.shape[1])[None, :, None]
-    return (predicted == truth).double().mean(dim=(0, 1))  # (layers,)
+    return predicted == truth
+
+
+def nearest_centroid_accuracy(states: torch.Tensor, centroids: torch.Tensor, distance: str) -> torch.Tensor:
+    """Per layer, the share of items classified as their own sense (see `nearest_centroid_right`)."""
+    return nearest_centroid_right(states, centroids, distance).double().mean(dim=(0, 1))  # (layers,)
+
+
+def _per_depth(right: torch.Tensor) -> list[list[int]]:
+    """(words, senses, layers) right/wrong -> per depth, per item (word-major) 1/0."""
+    return right.flatten(0, 1).T.int().tolist()  # (layers, items)
 
 
 def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -330,7 +340,8 @@ def attention_split(ws: WordStates) -> dict:
 
     Each part is summed from the attention weights over its own positions ("rest": every position
     in none of the other three), so the four parts summing to one is a check on the softmax rows
-    and on the spans (disjoint, covering the row), not an identity."""
+    and on the spans (disjoint, covering the row), not an identity. `per_item` keeps each item's
+    shares ([item][layer]) for the paired comparisons of the page."""
     parts = {"continuation": [], "first_token": [], "old_word": [], "rest": []}
     for w, by_sense in enumerate(ws.repeats):
         for s, enc in enumerate(by_sense):
@@ -342,14 +353,20 @@ def attention_split(ws: WordStates) -> dict:
             for name, value in (("continuation", row[:, c0:c1].sum(-1)), ("first_token", row[:, 0]),
                                 ("old_word", row[:, enc.old_word]), ("rest", row[:, rest].sum(-1))):
                 parts[name].append(value)
-    return {name: torch.stack(values).mean(0).tolist() for name, values in parts.items()}
+    out = {name: torch.stack(values).mean(0).tolist() for name, values in parts.items()}
+    out["per_item"] = {name: torch.stack(values).tolist() for name, values in parts.items()}  # [item][layer]
+    return out
 
 
 def probe(ws: WordStates, distance: str) -> dict:
     """Chapter 3: per depth (embeddings first), nearest-centroid accuracy (%) at the old position
-    and, where there is one, at the new position."""
-    out = {"old_position_pct": (100 * nearest_centroid_accuracy(ws.old, ws.centroids, distance)).tolist(),
+    and, where there is one, at the new position; with every item's outcome per depth
+    (`*_right`: [depth][item], 1 right, 0 wrong) so the tests against chance can be recomputed."""
+    old = nearest_centroid_right(ws.old, ws.centroids, distance)
+    out = {"old_position_pct": (100 * old.double().mean(dim=(0, 1))).tolist(), "old_position_right": _per_depth(old),
            "n_items": ws.old.shape[0] * ws.old.shape[1], "distance": distance}
     if ws.new is not None:
-        out["new_position_pct"] = (100 * nearest_centroid_accuracy(ws.new, ws.centroids, distance)).tolist()
+        new = nearest_centroid_right(ws.new, ws.centroids, distance)
+        out["new_position_pct"] = (100 * new.double().mean(dim=(0, 1))).tolist()
+        out["new_position_right"] = _per_depth(new)
     return out

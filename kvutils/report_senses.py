@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from . import compare
 from .report import article, fmt, rows_table, styled
 
 
@@ -262,17 +263,15 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
         + (f"at most {fmt(max(r['attention']['old_word'][4:]), 3)} from layer 5" if r["attention"]["old_word"][4:]
            else f"the model has no layer 5 ({len(r['attention']['old_word'])} layers)")
         for m, r in causal.items()) or "no causal model run"
-    out["new_reading"] = "; ".join(_new_reading(m, r["probe"]["new_position_pct"]) for m, r in causal.items()) or (
+    out["new_reading"] = "; ".join(_new_reading(m, r["probe"]) for m, r in causal.items()) or (
         "no causal model run")
-    out["encoder_reading"] = "; ".join(
-        f"{m}: above chance at its original position from depth {first}" if (first := next(
-            (i for i, v in enumerate(r["probe"]["old_position_pct"]) if v > 50), None)) is not None
-        else f"{m}: never above chance at its original position" for m, r in encoders.items()) or "no encoder run"
-    rewrites = all(max(r["probe"]["old_position_pct"]) > 50 for r in encoders.values()) and encoders
+    out["encoder_reading"] = "; ".join(_encoder_probe_reading(m, r["probe"]) for m, r in encoders.items()) or (
+        "no encoder run")
+    rewrites = encoders and all(any(rate.above for rate in depth_rates(r["probe"], "old")) for r in encoders.values())
     out["encoder_verdict"] = (
         "The encoder rewrites the old position itself — which is exactly why its cache would go stale (chapter 2)"
-        if rewrites else "In this run the probe does not read the sense at the encoder's original position on every "
-        "encoder, so this run does not show the encoder rewriting it")
+        if rewrites else "In this run the probe does not read the sense above chance at the encoder's original position "
+        "on every encoder, so this run does not show the encoder rewriting it")
     out["attention_reading"] = "; ".join(_attention_reading(m, r) for m, r in causal.items()) or "no causal model run"
     out["split_check"] = _split_check(causal)
     distance = next(iter(numbers.values()))["probe"]["distance"]
@@ -280,34 +279,101 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
     n_items = next(iter(numbers.values()))["probe"]["n_items"]
     out["n_items"] = str(n_items)
     out["step"] = fmt(100 / n_items)
+    out["method"] = (compare.METHOD + " A probe's accuracy at one depth is tested against chance (50 %) with an "
+                     "exact binomial test over its items, and \"from depth k on\" is written only when every depth "
+                     "from k to the last is above chance by that test.")
     return out
 
 
-def _new_reading(model: str, new: list[float]) -> str:
-    """(b) at the repeated word: where the probe starts and whether later depths carry the sense."""
+def depth_rates(probe: dict, where: str) -> list[compare.Rate]:
+    """Per depth, the probe's right answers at the `where` ("new" or "old") position against chance
+    (one half: two senses), from the per-item outcomes (or, in results without them, the accuracy
+    times the items: the same count)."""
+    n = probe["n_items"]
+    items = probe.get(f"{where}_position_right")
+    counts = ([sum(d) for d in items] if items is not None else
+              [round(pct * n / 100) for pct in probe[f"{where}_position_pct"]])
+    return [compare.against_chance(k, n, 0.5) for k in counts]
+
+
+def _depths(depths: list[int]) -> str:
+    return ", ".join(map(str, depths))
+
+
+def _above_chance(rates: list[compare.Rate], subject: str) -> str:
+    """Where the probe reads above chance, in the words the tests support."""
+    n = rates[0].n
+    start = compare.first_from(rates)
+    above = [d for d, r in enumerate(rates) if r.above]
+    if start is not None:
+        weakest = min(rates[start:], key=lambda r: (r.successes, -r.p))
+        earlier = [d for d in above if d < start]
+        also = (f"; before that, depth{'s' if len(earlier) > 1 else ''} {_depths(earlier)} above chance too, but not "
+                "every depth between" if earlier else "")
+        return (f"from depth {start} on {subject} (every depth from {start} is above chance at n = {n} items; the "
+                f"weakest: {weakest.sentence()}{also})")
+    best = max(range(len(rates)), key=lambda d: rates[d].successes)
+    if above:
+        return (f"it is above chance at depth{'s' if len(above) > 1 else ''} {_depths(above)} but not at every later "
+                f"depth, so this run does not show it from one depth on (n = {n} items per depth)")
+    return (f"no depth shows a detectable difference from chance at n = {n} items (the most: depth {best}, "
+            f"{rates[best].sentence()})")
+
+
+def _new_reading(model: str, probe: dict) -> str:
+    """(b) at the repeated word: where the probe starts and from which depth, by the test, it reads the sense."""
+    new = probe["new_position_pct"]
     start = "is just the token again" if new[0] == 50 else f"already reads {fmt(new[0])}%"
-    later = next((i for i, v in enumerate(new) if v > 50), None)
-    return (f"{model}: at the embeddings the repeated word {start} ({fmt(new[0])}%); " + (
-        f"from depth {later} on its state carries the sense the continuation implies (peak {fmt(max(new))}%)"
-        if later is not None and all(v > 50 for v in new[later:]) else
-        f"it rises above chance at depth {later} but not at every later depth (peak {fmt(max(new))}%)"
-        if later is not None else "no depth is above chance"))
+    return (f"{model}: at the embeddings the repeated word {start} ({fmt(new[0])}%); "
+            + _above_chance(depth_rates(probe, "new"), "its state carries the sense the continuation implies"))
+
+
+def _encoder_probe_reading(model: str, probe: dict) -> str:
+    """(c) the encoder's original position, tested against chance per depth."""
+    return f"{model}: " + _above_chance(depth_rates(probe, "old"), "the probe reads the sense at its original position")
+
+
+def layer_tests(att: dict, a: str, b: str) -> list[compare.Paired] | None:
+    """Per layer, share `a` against share `b` of the repeated word's attention, paired over the items
+    (None when the results hold no per-item shares)."""
+    items = att.get("per_item")
+    if items is None:
+        return None
+    n_layers = len(att[a])
+    return [compare.paired([row[layer] for row in items[a]], [row[layer] for row in items[b]], a, b, "items")
+            for layer in range(n_layers)]
+
+
+def _layer_count(tests: list[compare.Paired], than: str) -> str:
+    """'takes detectably more than … in 12 of 18 layers, detectably less in 2, with no detectable
+    difference at n = 32 items in 4'."""
+    n = len(tests)
+    higher = sum(t.verdict == compare.A_HIGHER for t in tests)
+    lower = sum(t.verdict == compare.A_LOWER for t in tests)
+    rest = n - higher - lower
+    items = tests[0].n if tests else 0
+    text = (f"takes detectably more than {than} in {'every one' if higher == n else higher} of {n} layers"
+            if higher else f"takes detectably more than {than} in none of {n} layers")
+    if lower:
+        text += f", detectably less in {lower}"
+    if rest:
+        text += f", with no detectable difference at n = {items} items in {rest}"
+    return text
 
 
 def _attention_reading(model: str, r: dict) -> str:
-    """Where the repeated word looks, in the words the shares support: the continuation against the old
-    copy of the word, and how often the first token (the sink) takes more than the continuation."""
+    """Where the repeated word looks, in the words the paired tests per layer support: the continuation
+    against the old copy of the word, and the first token (the sink) against the continuation."""
     att = r["attention"]
-    n = len(att["continuation"])
-    over_old = sum(c > o for c, o in zip(att["continuation"], att["old_word"]))
-    sink = sum(f > c for f, c in zip(att["first_token"], att["continuation"]))
-    cont = (f"it attends more to the continuation than to the old copy of itself in {'every one' if over_old == n else over_old} "
-            f"of {n} layers")
-    first = (f"the first token ({r['first_token']!r}), the \"attention sink\" that many models use as a place for attention "
-             "that has nowhere better to go, " + (
-                 f"takes more than the continuation in {sink} of {n} layers" if sink else
-                 f"takes at most {fmt(max(att['first_token']), 3)}, less than the continuation in every layer"))
-    return f"{model}: {cont}; {first}"
+    sink = (f"the first token ({r['first_token']!r}), the \"attention sink\" that many models use as a place for "
+            "attention that has nowhere better to go")
+    cont_vs_old, sink_vs_cont = layer_tests(att, "continuation", "old_word"), layer_tests(att, "first_token", "continuation")
+    if cont_vs_old is None or sink_vs_cont is None:
+        return (f"{model}: these results hold no per-item attention shares, so no layer's shares are compared; "
+                f"{sink} takes at most {fmt(max(att['first_token']), 3)}")
+    return (f"{model}: paired over the items of each layer, the continuation "
+            + _layer_count(cont_vs_old, "the old copy of the word") + f"; {sink}, "
+            + _layer_count(sink_vs_cont, "the continuation"))
 
 
 SPLIT_TOLERANCE = 1e-6  # the four attention shares of a layer against 1 (softmax rows, averaged in float64)

@@ -7,9 +7,10 @@ import math
 
 import pandas as pd
 
-from . import switch_tasks
+from . import compare, switch_tasks
+from . import report_switch_verdicts as rsv
 from .lora import POLICY_TEXT, nan_max
-from .switch import KNEE_POINTS, TOLERANCE
+from .switch import TOLERANCE
 from .report import article, fmt, styled
 
 POLICY_STYLE = {"recompute": ("tab:blue", "o"), "stale": ("tab:red", "X"),
@@ -69,6 +70,7 @@ def curve_rows(r: dict) -> list[dict]:
             a = held[adapter][policy]
             spent = c["tail_patch"] if policy == "tail_patch" else (cost["activated"] if policy == "activated" else c["stale"])
             rows.append({"k": k, "k_over_L": k / r["layers"], "policy": policy, "accuracy_pct": a["accuracy_pct"],
+                         "balanced_accuracy_pct": a["balanced_accuracy_pct"], "auc": a["auc"],
                          "ci95_low_pct": a["ci95_pct"][0], "ci95_high_pct": a["ci95_pct"][1], "n": a["n"],
                          "switch_flops_fraction": spent["flops"] / c["recompute"]["flops"],
                          "switch_time_fraction": spent["seconds"] / c["recompute"]["seconds"],
@@ -94,7 +96,7 @@ def quality_cost_chart(numbers: dict):
            "policy": lambda t: t.policy.map(POLICY_LABEL)})
     return interactive.scatter(
         table, x="switch time (% of recompute)", y="accuracy_pct", color="policy", symbol="model",
-        hover=["k", "accuracy_pct", "95% interval", "n", "switch FLOPs (% of recompute)", "extra_bytes_per_token"],
+        hover=["k", "accuracy_pct", "95% interval", "n", "auc", "switch FLOPs (% of recompute)", "extra_bytes_per_token"],
         title=f"Held-out accuracy against the cost of the switch — models: {', '.join(numbers)}",
         x_label="time of the switch (% of a full recompute under the adapter)",
         y_label="held-out accuracy (%)")
@@ -216,7 +218,7 @@ def plot_patch_map(numbers: dict):
         delta = np.array(pm["delta_logodds_mean"], dtype=float)
         bound = np.nanmax(np.abs(delta)) or 1.0
         for ax, values, cmap, vmin, vmax, unit in (
-                (ax_flip, flips, "viridis", 0, 100, "answers flipped (%)"),
+                (ax_flip, flips, "viridis", 0, 100, f"right answers flipped (% of n = {pm['n_clean_right']})"),
                 (ax_delta, delta, "RdBu", -bound, bound, "mean change of log-odds (own − other label, nats)")):
             image = ax.imshow(values, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax)
             fig.colorbar(image, ax=ax, label=unit, fraction=0.05)
@@ -227,8 +229,9 @@ def plot_patch_map(numbers: dict):
             ax.axvline(len(pm["col_labels"]) - 1.5, color="white", linewidth=2)
             ax.set_xlabel("layers whose cached K/V are copied (1-based)")
             ax.set_ylabel("position copied (prefix rows = control)")
-        ax_flip.set_title(f"Answer flips — {_title_model(model, r)}\n{_adapter_label(r, pm['adapter'])}")
-        ax_delta.set_title(f"Log-odds change — {_title_model(model, r)}\n{pm['n_contexts']} contexts")
+        ax_flip.set_title(f"Answer flips — {_title_model(model, r)}\n{_adapter_label(r, pm['adapter'])}; n = "
+                          f"{pm['n_clean_right']} pairs the clean adapter answers right")
+        ax_delta.set_title(f"Log-odds change — {_title_model(model, r)}\nmean over all {pm['n_contexts']} pairs")
     fig.tight_layout()
     return fig
 
@@ -324,17 +327,6 @@ def _acc(a: dict) -> str:
     return f"{fmt(a['accuracy_pct'], 3)}% (95% interval {fmt(low, 3)}–{fmt(high, 3)}%, n = {a['n']})"
 
 
-def compare(a: dict, b: dict, what: str) -> tuple[float, str]:
-    """(a − b in points, a phrase that holds for these numbers: "N points above <what>", ...). A
-    difference whose two 95 % intervals overlap is said to be no clear difference."""
-    diff = a["accuracy_pct"] - b["accuracy_pct"]
-    if diff == 0:
-        return diff, f"the same as {what}"
-    apart = a["ci95_pct"][0] > b["ci95_pct"][1] or b["ci95_pct"][0] > a["ci95_pct"][1]
-    phrase = f"{fmt(abs(diff), 3)} points {'above' if diff > 0 else 'below'} {what}"
-    return diff, phrase + ("" if apart else " (the two intervals overlap: no clear difference at this n)")
-
-
 def trend(values: list[float]) -> str:
     """'rises', 'falls' or 'is not monotonic' — of a sequence (ordered by k)."""
     pairs = list(zip(values, values[1:]))
@@ -345,8 +337,17 @@ def trend(values: list[float]) -> str:
     return "is not monotonic"
 
 
+def _excess_per_repeat(row: dict, share: float) -> list[float]:
+    """Per timed repeat, the tail patch's time as a share of the recompute's, minus k/L."""
+    return [t / r - share for t, r in zip(row["tail_patch"]["seconds_repeats"], row["recompute"]["seconds_repeats"])]
+
+
+def _last_tenth(losses: list[float]) -> list[float]:
+    return losses[-max(1, len(losses) // 10):]
+
+
 def _final_loss(losses: list[float]) -> float:
-    tail = losses[-max(1, len(losses) // 10):]
+    tail = _last_tenth(losses)
     return sum(tail) / len(tail)
 
 
@@ -378,7 +379,7 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
            "alpha": fmt(parameters["alpha"]), "lr": _per_model_text(numbers, parameters, "lr"), "targets": parameters["targets"],
            "batch_size": str(parameters["batch_size"]), "task": task,
            "marker": repr(parameters["marker"] or switch_tasks.MARKERS[task]), "dtype": parameters["dtype"],
-           "knee_points": fmt(KNEE_POINTS), "exact_examples": str(parameters["exact_examples"]),
+           "method": compare.METHOD, "exact_examples": str(parameters["exact_examples"]),
            "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in {parameters['dtype']}",
            "train_dtype": _train_dtype_text(numbers, parameters)}
     if task == "senses":
@@ -390,37 +391,29 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
                        f"tokens, trained on documents of {parameters['corpus']!r}, scored on documents of {held}")
     keys = ("setup", "zero_shot", "deepest", "knee", "fit", "stale_acc", "activated_acc", "exact", "stale",
             "activated", "cost", "cost_trend", "memory", "patching", "patch_where", "control", "timings")
+    verdicts = {"zero_shot": rsv.zero_shot, "deepest": rsv.deepest, "knee": rsv.knee,
+                "patch_where": rsv.where, "control": rsv.controls}
     parts: dict[str, list[str]] = {key: [] for key in keys}
     for model, r in numbers.items():
         tr, L, ks = r["training"], r["layers"], r["k_values"]
-        held, sc, layers = r["switch"]["heldout"], r["switch"]["scores"], r["switch"]["cache_layers"]
-        z = tr["zero_shot"]["heldout"]
+        sc, layers = r["switch"]["scores"], r["switch"]["cache_layers"]
         parts["setup"].append(f"{model}: L = {L} layers, k ∈ {{{', '.join(map(str, ks))}}}, {r['n_train_examples']} "
                               f"training and {r['n_heldout_examples']} held-out examples")
-        parts["zero_shot"].append(f"{model}: {_acc(z)}")
-        deep = held[f"tail{ks[-1]}"]["tail_patch"]
-        parts["deepest"].append(f"{model}: the deepest tail (k = {ks[-1]}) {_acc(deep)}, "
-                                f"{compare(deep, z, 'the base model zero-shot')[1]}")
-        best = max(ks, key=lambda k: held[f"tail{k}"]["tail_patch"]["accuracy_pct"])
-        knee_acc = held[f"tail{r['knee_k']}"]["tail_patch"]["accuracy_pct"]
-        parts["knee"].append(f"{model}: k = {r['knee_k']} of L = {L} ({fmt(knee_acc, 3)}%; the best tail, k = {best}: "
-                             f"{fmt(held[f'tail{best}']['tail_patch']['accuracy_pct'], 3)}%)")
+        for key, clause in verdicts.items():
+            parts[key].append(clause(model, r))
         finals = [_final_loss(tr["adapters"][f"tail{k}"]["losses"]) for k in ks]
-        parts["fit"].append(f"{model}: the training loss at the end of training (mean of the last tenth of the steps) "
-                            f"{trend(finals)} with k: " + ", ".join(f"{fmt(v, 3)} (k = {k})" for k, v in zip(ks, finals)))
-        parts["stale_acc"].append(f"{model}: " + "; ".join(
-            f"k = {k}: stale {fmt(held[f'tail{k}']['stale']['accuracy_pct'], 3)}% against "
-            f"{fmt(held[f'tail{k}']['tail_patch']['accuracy_pct'], 3)}% patched, "
-            f"{compare(held[f'tail{k}']['stale'], held[f'tail{k}']['tail_patch'], 'the tail patch')[1]}" for k in ks))
-        parts["activated_acc"].append(f"{model}: " + "; ".join(
-            f"k = {k}: activated {fmt(held[f'activated{k}']['activated']['accuracy_pct'], 3)}% against "
-            f"{fmt(held[f'tail{k}']['tail_patch']['accuracy_pct'], 3)}% for the tail, "
-            f"{compare(held[f'activated{k}']['activated'], held[f'tail{k}']['tail_patch'], 'the tail')[1]}" for k in ks))
+        word, steps = rsv.tested_trend({k: _last_tenth(tr["adapters"][f"tail{k}"]["losses"]) for k in ks},
+                                       "training steps")
+        parts["fit"].append(f"{model}: the training loss at the end of training (mean of the last tenth of the steps; "
+                            f"every adapter sees the same batches in the same order) {word} with k: "
+                            + ", ".join(f"{fmt(v, 3)} (k = {k})" for k, v in zip(ks, finals)) + f" ({steps})")
+        parts["stale_acc"].append(rsv.against_tail(model, r, "tail", "stale", "stale reuse"))
+        parts["activated_acc"].append(rsv.against_tail(model, r, "activated", "activated", "the activated adapter"))
         parts["exact"].append(f"{model}: largest |logit difference| of the tail patch "
                               + ", ".join(f"{fmt(sc[f'tail{k}']['tail_patch']['max_abs_logit_diff'], 3)} (k = {k})" for k in ks)
                               + f"; largest K/V difference {fmt(max(nan_max(layers[f'tail{k}']['tail_patch']) for k in ks), 3)}")
-        stale_gaps = [sc[f"tail{k}"]["stale"]["kl_mean"] for k in ks]
-        parts["stale"].append(f"{model}: its mean KL from the recompute {trend(stale_gaps)} with k — " + "; ".join(
+        word, steps = rsv.tested_trend({k: sc[f"tail{k}"]["stale"]["kl_per_example"] for k in ks}, "examples")
+        parts["stale"].append(f"{model}: its mean KL from the recompute {word} with k ({steps}) — " + "; ".join(
             f"k = {k}: max |Δlogit| {fmt(sc[f'tail{k}']['stale']['max_abs_logit_diff'], 3)}, mean KL "
             f"{fmt(sc[f'tail{k}']['stale']['kl_mean'], 3)}, top-1 agreement {_pct(sc[f'tail{k}']['stale']['top1_agree_pct'])}; "
             f"{_stale_layers(L, k, r['first_changed_layer'][str(k)])}" for k in ks))
@@ -436,32 +429,15 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
             f"k = {k}: {fmt(cost['per_k'][str(k)]['tail_time_fraction'], 3)} of the time and "
             f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = {fmt(k / L, 3)})" for k in ks))
         excess = [cost["per_k"][str(k)]["tail_time_fraction"] - k / L for k in ks]
-        shape = trend(excess)
+        shape, steps = rsv.tested_trend({k: _excess_per_repeat(cost["per_k"][str(k)], k / L) for k in ks}, "repeats")
         reading = ("largest at the smallest k, as a fixed cost per forward makes it" if shape == "falls" else
-                   "not largest at the smallest k here, so a fixed cost per forward is not what dominates it")
-        parts["cost_trend"].append(f"{model}: the measured share minus k/L {shape} with k ("
-                                   + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"): {reading}")
+                   "the repeats do not show it largest at the smallest k, so this run cannot say whether a fixed cost "
+                   "per forward dominates it")
+        parts["cost_trend"].append(f"{model}: the measured share minus k/L {shape} with k (medians "
+                                   + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"; paired by repeat: {steps}): {reading}")
         parts["memory"].append(f"{model}: {fmt(cost['boundary_bytes_per_token'] / 1024, 4)} KiB per token "
                                f"({r['hidden_size']} numbers in {parameters['dtype']})")
-        pm = r["patching"]
-        flips = pm["flip_pct"]
-        below = [(v, i, j) for i, row in enumerate(flips) for j, v in enumerate(row)
-                 if v == v and pm["control_rows"] <= i < len(flips) - 1]
-        best_cell = max(below, default=(math.nan, 0, 0))
-        parts["patching"].append(
-            f"{model} ({_adapter_label(r, pm['adapter'])}, {pm['n_contexts']} pairs, clean accuracy "
-            f"{_pct(pm['clean_accuracy_pct'])}): copying all of what follows the shared prefix, in all layers, flips "
-            f"{_pct(flips[-1][-1])} of the answers; the largest single cell flips {_pct(best_cell[0])} "
-            f"({pm['row_labels'][best_cell[1]]}, layers {pm['col_labels'][best_cell[2]]})")
-        whole = flips[-1][:-1]
-        top = max(range(len(whole)), key=lambda j: whole[j] if whole[j] == whole[j] else -1)
-        where = (f"copying all of what follows flips most answers in layers {pm['col_labels'][top]} "
-                 f"({_pct(whole[top])})" if whole[top] == whole[top] and whole[top] > 0 else
-                 "copying all of what follows, in any one group of layers, flips no answer")
-        parts["patch_where"].append(f"{model}: {where}; the adapter of this map is on layers {L - pm['k'] + 1}–{L}")
-        parts["control"].append(
-            f"{model}: the two passes' prefix entries differ by {fmt(pm['prefix_kv_max_diff'], 3)}; largest "
-            f"|change of log-odds| in the control rows {fmt(pm['control_max_abs_delta'], 3)}")
+        parts["patching"].append(rsv.patching(model, r, _adapter_label(r, r["patching"]["adapter"])))
         t = r["timings"]
         parts["timings"].append(f"{model}: training {fmt(t['training_s'], 3)} s, switch {fmt(t['switch_s'], 3)} s, "
                                 f"cost benchmark {fmt(t['cost_s'], 3)} s, patching {fmt(t['patching_s'], 3)} s")

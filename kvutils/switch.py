@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import data, lora, models, params, switch_tasks
+from . import data, lora, models, params, switch_tasks, switch_verdicts
 from .models import load, load_tokenizer
 from .switch_policies import (CONTINUATION_BINS, CONTROL_BINS, EVAL_BATCH, binomial_interval, by_length,  # noqa: F401
                               exactness, heldout_accuracy, layer_groups, patch_map, scored, switch_costs)
@@ -27,7 +27,6 @@ DEFAULT_TRAIN_WORDS = "bank,bat,pitcher,mouse,spring,seal,plant,match,organ,pen,
 DEFAULT_HELDOUT_WORDS = "key,cell,club,fan"
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # tail patch vs recompute: logits and K/V
 TRAIN_ACCURACY_MAX = 64  # training examples scored per adapter (the fit, not the skill)
-KNEE_POINTS = 2.0  # the knee: the smallest k whose held-out accuracy is within this many points of the best
 
 
 @dataclass
@@ -395,12 +394,6 @@ def _train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict
 # --------------------------------------------------------------------------- the chapter
 
 
-def knee(curve: dict[int, float], points: float = KNEE_POINTS) -> int:
-    """The smallest k whose accuracy is within `points` of the best k's."""
-    best = max(curve.values())
-    return min(k for k, v in curve.items() if v >= best - points)
-
-
 def run(p: Plan) -> tuple[dict, list[dict]]:
     """Chapter 5 for every model: train the adapters, switch under every policy, measure the cost,
     patch the cache. Returns (numbers per model, described models)."""
@@ -414,19 +407,20 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
         model, training = _train_all(p, mp, loaded.model, pad_id)
         timings["training_s"] = time.perf_counter() - began
         heldout = heldout_accuracy(mp, model, p.device)
+        examples = heldout.pop("examples")  # the labels, in the order of every per-example list
         training["zero_shot"]["heldout"] = heldout["base"]["zero_shot"]
         for name, _, activated in adapter_names(mp):
             training["adapters"][name]["heldout"] = heldout[name]["activated" if activated else "tail_patch"]
-        switch = {"heldout": heldout, **exactness(mp, model, p.device, p.exact_examples)}
+        switch = {"heldout": heldout, "heldout_examples": examples, **exactness(mp, model, p.device, p.exact_examples)}
         timings["switch_s"] = time.perf_counter() - began - sum(timings.values())
         cost = switch_costs(mp, model, p.device, p.timing_repeats)
         timings["cost_s"] = time.perf_counter() - began - sum(timings.values())
         patching = patch_map(mp, model, p.device, p.patch_layer_groups, p.task)
         timings["patching_s"] = time.perf_counter() - began - sum(timings.values())
-        tails = {k: heldout[f"tail{k}"]["tail_patch"]["accuracy_pct"] for k in mp.k_values}
+        knee = switch_verdicts.knee(heldout, mp.k_values)
         numbers[mp.name] = {
             "task": p.task, "lr": mp.lr, "steps": mp.steps, "train_dtype": p.train_dtype, "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
-            "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee(tails),
+            "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee["knee_k"], "knee": knee,
             "first_changed_layer": {str(k): lora.first_changed_layer(mp.n_layers, k, p.targets, lora.family_of(mp.model_type))
                                     for k in mp.k_values},
             "n_train_examples": len(mp.train), "n_heldout_examples": len(mp.heldout),

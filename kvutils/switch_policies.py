@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
 
 from . import lora
+from .switch_verdicts import auc, balanced_accuracy
 
 if TYPE_CHECKING:
     from .switch import ModelPlan
@@ -50,8 +52,9 @@ def by_length(examples: list[Example], m: int) -> list[list[Example]]:
     return [groups[n][a:a + EVAL_BATCH] for n in sorted(groups) for a in range(0, len(groups[n]), EVAL_BATCH)]
 
 
-def _right(logits: torch.Tensor, group: list[Example]) -> list[bool]:
-    return [bool(logits[i, e.target] > logits[i, e.other]) for i, e in enumerate(group)]
+def _logodds(logits: torch.Tensor, group: list[Example]) -> list[float]:
+    """Per example, the right answer's logit minus the wrong one's (> 0: right)."""
+    return [(logits[i, e.target] - logits[i, e.other]).item() for i, e in enumerate(group)]
 
 
 @torch.no_grad()
@@ -62,7 +65,8 @@ def heldout_accuracy(mp: ModelPlan, model, device: str) -> dict:
     each activated adapter reusing the base cache (its own, exact, semantics)."""
     m = len(mp.marker_ids)
     starts = sorted({mp.n_layers - k for k in mp.k_values})
-    right: dict[tuple[str, str], list[bool]] = {}
+    logodds: dict[tuple[str, str], list[float]] = {}
+    order: list[Example] = []  # the examples in the order their answers are stored
     for group in tqdm(by_length(mp.heldout, m), desc=f"{mp.name} held-out switch", unit="batch"):
         ids = torch.tensor([e.ids[:-m] for e in group], device=device)  # (batch, prefix)
         marker = torch.tensor([mp.marker_ids] * len(group), device=device)  # (batch, m)
@@ -74,12 +78,26 @@ def heldout_accuracy(mp: ModelPlan, model, device: str) -> dict:
             answers[(f"tail{k}", "stale")] = lora.answer_logits(model, f"tail{k}", lora.copy_cache(pre.cache), marker)
             answers[(f"activated{k}", "activated")] = lora.answer_logits(model, f"activated{k}",
                                                                         lora.copy_cache(pre.cache), marker)
+        order += group
         for key, logits in answers.items():
-            right.setdefault(key, []).extend(_right(logits, group))
-    out: dict = {}
-    for (adapter, policy), values in right.items():
-        out.setdefault(adapter, {})[policy] = scored(values)
+            logodds.setdefault(key, []).extend(_logodds(logits, group))
+    labels = [e.label for e in order]
+    out: dict = {"examples": {"label": labels, "group": [e.group for e in order]}}
+    for (adapter, policy), values in logodds.items():
+        out.setdefault(adapter, {})[policy] = {**scored([v > 0 for v in values]),
+                                               **per_example(values, labels)}
     return out
+
+
+def per_example(logodds: list[float], labels: list[int]) -> dict:
+    """What every comparison of chapter 5 is recomputed from: per held-out example (in the order of
+    `heldout["examples"]`), right or wrong and the answer's log-odds; with two measures the base
+    model's preference for one answer cannot fake: balanced accuracy (the mean of the two labels'
+    accuracies) and the AUC of the label-0 log-odds (see `kvutils.switch_verdicts`)."""
+    right = [v > 0 for v in logodds]
+    return {"right_per_example": [int(r) for r in right], "logodds_per_example": logodds,
+            "balanced_accuracy_pct": 100 * balanced_accuracy(right, labels),
+            "auc": auc(logodds, labels)}
 
 
 class _Scores:
@@ -104,7 +122,8 @@ class _Scores:
                 "max_abs_logit_diff": lora.nan_max(r["max_abs_logit_diff"] for r in rows),
                 "kl_mean": statistics.fmean(r["kl"] for r in rows), "kl_max": lora.nan_max(r["kl"] for r in rows),
                 "top1_agree_pct": 100 * statistics.fmean(r["top1_agree"] for r in rows),
-                "accuracy_pct": 100 * statistics.fmean(r["right"] for r in rows), "n": len(rows)}
+                "accuracy_pct": 100 * statistics.fmean(r["right"] for r in rows), "n": len(rows),
+                "kl_per_example": [r["kl"] for r in rows]}
         return out
 
 
@@ -167,11 +186,15 @@ def _flops(fn) -> int:
     return int(counter.get_total_flops())
 
 
-def _seconds(fn, repeats: int) -> float:
-    from .costs import median_seconds
-
+def _timed(fn, repeats: int) -> dict:
+    """After a warm-up, `repeats` timed calls: their median ("seconds") and every one of them."""
     fn()  # warm-up
-    return median_seconds(fn, repeats)
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return {"seconds": statistics.median(times), "seconds_repeats": times}
 
 
 @torch.no_grad()
@@ -191,7 +214,7 @@ def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
         for policy in ("recompute", "tail_patch", "stale"):
             def build(policy=policy):
                 return lora.switch_cache(model, policy, pre, ids, adapter, k)
-            row[policy] = {"flops": _flops(build), "seconds": _seconds(build, repeats),
+            row[policy] = {"flops": _flops(build), **_timed(build, repeats),
                            "extra_bytes": boundary_bytes if policy == "tail_patch" else 0}
         row["tail_time_fraction"] = row["tail_patch"]["seconds"] / row["recompute"]["seconds"]
         row["tail_flops_fraction"] = row["tail_patch"]["flops"] / row["recompute"]["flops"]
@@ -200,7 +223,7 @@ def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
 
     def reuse():
         return lora.switch_cache(model, "activated", pre, ids, f"activated{mp.k_values[0]}", mp.k_values[0])
-    activated = {"flops": _flops(reuse), "seconds": _seconds(reuse, repeats), "extra_bytes": 0}
+    activated = {"flops": _flops(reuse), **_timed(reuse, repeats), "extra_bytes": 0}
     return {"prefix_tokens": tokens, "per_k": per_k, "activated": activated,
             "boundary_bytes_per_token": boundary_bytes // tokens}
 
@@ -215,17 +238,30 @@ def layer_groups(n_layers: int, groups: int) -> list[tuple[int, ...]]:
     return [tuple(b) for b in runs(range(n_layers), groups)]
 
 
+def foreign_sources(pairs: list[tuple], prefix_len: int) -> list[tuple | None]:
+    """For each pair, the source context of the next pair (cyclically) whose first `prefix_len`
+    tokens differ from this pair's target: the failing control's source. None where no pair has
+    another prefix."""
+    out = []
+    for i, (target, _, *_) in enumerate(pairs):
+        others = [pairs[(i + j) % len(pairs)][1] for j in range(1, len(pairs))]
+        out.append(next((o for o in others if tuple(o[:prefix_len]) != tuple(target[:prefix_len])), None))
+    return out
+
+
 def patch_map(mp: ModelPlan, model, device: str, groups: int, task: str) -> dict:
     """The patching map of the tail of depth `patch_k`: each pair's first context patched from the
     second (see `kvutils.patching.answer_map`). Rows: the shared prefix (the control), what follows
-    it in quarters, all of what follows; columns: layer groups, all layers."""
+    it in quarters, all of what follows; columns: layer groups, all layers. Beside the shared
+    prefix's control (a zero by construction), the same prefix cells patched from another pair's
+    context (a control that can fail)."""
     from .patching import answer_map
 
     m = len(mp.marker_ids)
     pairs = [(a.ids[:-m], b.ids[:-m], a.target, a.other) for a, b in mp.patch_pairs]
     cols = layer_groups(mp.n_layers, groups) + [tuple(range(mp.n_layers))]
     out = answer_map(model, f"tail{mp.patch_k}", pairs, mp.marker_ids, mp.prefix_len, cols, CONTROL_BINS,
-                     CONTINUATION_BINS, device)
+                     CONTINUATION_BINS, device, foreign=foreign_sources(pairs, mp.prefix_len))
     rest = "continuation" if task == "senses" else "passage B"
     out["row_labels"] = mp.prefix_labels + [f"{rest} {i}/{CONTINUATION_BINS}" for i in range(1, CONTINUATION_BINS + 1)]
     out["row_labels"].append(f"whole {rest}")

@@ -89,8 +89,13 @@ def test_chapter3_quick_results_hold_the_identity(quick_chapters):
         assert probe["old_position_pct"] == [50.0] * (numbers[model]["layers"] + 1)
         assert len(probe["new_position_pct"]) == numbers[model]["layers"] + 1
         split = numbers[model]["attention"]
+        parts = ("continuation", "first_token", "old_word", "rest")
         for layer in range(numbers[model]["layers"]):
-            assert abs(sum(split[p][layer] for p in split) - 1) < 1e-5
+            assert abs(sum(split[p][layer] for p in parts) - 1) < 1e-5
+        # every item's outcome and shares are kept, and they give the page's numbers back
+        assert [100 * sum(d) / probe["n_items"] for d in probe["new_position_right"]] == pytest.approx(probe["new_position_pct"])
+        assert all(len(d) == probe["n_items"] for d in probe["old_position_right"])
+        assert len(split["per_item"]["continuation"]) == probe["n_items"]
     assert numbers["tiny-gemma3"]["first_token"] == "<bos>"
     assert "new_position_pct" not in numbers["tiny-bert"]["probe"]
     figures = ("03_probe_accuracy", "03_attention_split", "03_attention_explorer")
@@ -114,24 +119,80 @@ def test_chapter2_and_3_sentences_follow_the_numbers():
         "e: the state differed between the two contexts after 1 of its 2 layers and the prefix's keys in 1 of 2 "
         "layers (at the embeddings: 0)")
 
-    def causal(new, cont, first, old):
-        n = len(cont)
-        return {"family": "causal", "layers": n, "first_token": "<bos>",
-                "probe": {"old_position_pct": [50.0] * (n + 1), "new_position_pct": new, "n_items": 32, "distance": "cosine"},
-                "attention": {"continuation": cont, "first_token": first, "old_word": old,
-                              "rest": [1 - c - f - o for c, f, o in zip(cont, first, old)]}}
-
-    good = rs.chapter3_glue({"m": causal([50.0, 70.0, 90.0], [0.6, 0.3], [0.1, 0.5], [0.1, 0.05])})
+    good = rs.chapter3_glue({"m": _causal([50.0, 90.0, 95.0], [0.6, 0.3], [0.1, 0.5], [0.1, 0.05])})
     assert "from depth 1 on its state carries the sense" in good["new_reading"]
-    assert "in every one of 2 layers" in good["attention_reading"] and "takes more than the continuation in 1 of 2" in good["attention_reading"]
-    flat = rs.chapter3_glue({"m": causal([50.0, 50.0, 40.0], [0.2, 0.3], [0.05, 0.05], [0.4, 0.1])})
-    assert flat["new_reading"].endswith("no depth is above chance")
-    assert "in 1 of 2 layers" in flat["attention_reading"] and "less than the continuation in every layer" in flat["attention_reading"]
+    assert "takes detectably more than the old copy of the word in every one of 2 layers" in good["attention_reading"]
+    assert "takes detectably more than the continuation in 1 of 2 layers, detectably less in 1" in good["attention_reading"]
+    flat = rs.chapter3_glue({"m": _causal([50.0, 50.0, 40.0], [0.2, 0.3], [0.05, 0.05], [0.4, 0.1])})
+    assert "no depth shows a detectable difference from chance at n = 32 items" in flat["new_reading"]
+    assert "the old copy of the word in 1 of 2 layers, detectably less in 1" in flat["attention_reading"]
+    assert "takes detectably more than the continuation in none of 2 layers" in flat["attention_reading"]
     enc_probe = {"family": "encoder", "layers": 2, "probe": {"old_position_pct": [50.0, 50.0, 50.0], "n_items": 32,
                                                             "distance": "cosine"}}
     assert "does not show the encoder rewriting" in rs.chapter3_glue({"e": enc_probe})["encoder_verdict"]
     enc_probe["probe"]["old_position_pct"] = [50.0, 100.0, 100.0]
     assert rs.chapter3_glue({"e": enc_probe})["encoder_verdict"].startswith("The encoder rewrites the old position")
+
+
+def _causal(new, cont, first, old, n_items=32):
+    """A causal model's chapter 3 results: probe accuracies per depth, attention shares per layer
+    with per-item shares spread around them (so a paired test per layer can separate them)."""
+    n = len(cont)
+    spread = [0.02 * ((i % 5) - 2) for i in range(n_items)]  # mean 0 over every 5 items; 32 = 6 × 5 + 2
+    spread = [d - sum(spread) / n_items for d in spread]
+
+    def items(shares):
+        return [[v + d for v in shares] for d in spread]
+
+    rest = [1 - c - f - o for c, f, o in zip(cont, first, old)]
+    return {"family": "causal", "layers": n, "first_token": "<bos>",
+            "probe": {"old_position_pct": [50.0] * (n + 1), "new_position_pct": new, "n_items": n_items,
+                      "distance": "cosine"},
+            "attention": {"continuation": cont, "first_token": first, "old_word": old, "rest": rest,
+                          "per_item": {"continuation": items(cont), "first_token": items([f + 0.001 for f in first]),
+                                       "old_word": items(old), "rest": items(rest)}}}
+
+
+@pytest.mark.parametrize("right, verdict", [
+    ((19, 18, 17), None),  # the run the issue names: p = 0.19–0.43 against chance at every depth
+    ((31, 31, 31), 0),
+    ((16, 31, 31), 1),
+    ((31, 16, 31), 2),  # above chance at depth 0, not at 1: "from depth 0" would be false
+    ((16, 24, 19), None),  # above chance at depth 1 only, not at every later depth
+])
+def test_from_depth_is_written_only_when_every_later_depth_is_above_chance(right, verdict):
+    """'From depth k on' needs the exact binomial test against chance at k and at every later depth;
+    a run a shade over 50 % (19, 18, 17 of 32) must say no detectable difference instead."""
+    from kvutils import report_senses as rs
+
+    model = _causal([100 * k / 32 for k in right], [0.5, 0.5], [0.1, 0.1], [0.1, 0.1])
+    model["probe"]["new_position_right"] = [[1] * k + [0] * (32 - k) for k in right]
+    reading = rs.chapter3_glue({"m": model})["new_reading"]
+    if verdict is None:
+        assert "from depth" not in reading
+    else:
+        assert f"from depth {verdict} on its state carries the sense" in reading
+        assert "from depth" not in reading.replace(f"from depth {verdict} on", "")
+    if right == (19, 18, 17):
+        assert "no depth shows a detectable difference from chance at n = 32 items" in reading
+    if right == (16, 24, 19):
+        assert "above chance at depth 1 but not at every later depth" in reading
+
+
+def test_the_encoder_reading_is_tested_against_chance():
+    from kvutils import report_senses as rs
+
+    def encoder(pct):
+        return {"e": {"family": "encoder", "layers": 2,
+                      "probe": {"old_position_pct": pct, "n_items": 32, "distance": "cosine"}}}
+
+    weak = rs.chapter3_glue(encoder([50.0, 59.375, 59.375]))  # 19 of 32: p = 0.38
+    assert "no depth shows a detectable difference from chance" in weak["encoder_reading"]
+    assert "does not show the encoder rewriting" in weak["encoder_verdict"]
+    strong = rs.chapter3_glue(encoder([50.0, 100.0, 100.0]))
+    assert "from depth 1 on the probe reads the sense at its original position" in strong["encoder_reading"]
+    assert strong["encoder_verdict"].startswith("The encoder rewrites")
+    assert "exact binomial test" in strong["method"] and "bootstrap" in strong["method"]
 
 
 def test_the_attention_split_check_on_the_page_can_fail():

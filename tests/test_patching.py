@@ -155,3 +155,17 @@ def test_the_answer_map_control_is_measured_from_each_contexts_own_pass(monkeypa
     out = patching.answer_map(model, "t", [(a, b, own, other)], marker, prefix_len, cols, 4, 2)
     assert passes == [a, b]  # one pass per context, over the whole context
     assert out["prefix_kv_max_diff"] == pytest.approx(1e-3, rel=1e-3) and out["control_max_abs_delta"] > 0
+
+
+def test_the_map_counts_flips_only_where_the_clean_adapter_is_right():
+    """Each cell's n is the pairs the unpatched adapter answers right, so a flip is a right answer
+    turned wrong; a wrong answer turned right is not counted (a map that counted every pair would say
+    2 of 3). The mean change of the log-odds is over every pair."""
+    clean = [2.0, -1.0, 3.0]
+    after = [[[-1.0]], [[1.0]], [[3.0]]]  # pair 0 turns wrong, pair 1 turns right, pair 2 stays
+    before = [[[2.0]], [[-1.0]], [[3.0]]]
+    out = patching.summarise_map({"clean": clean, "patched": after, "unpatched": before,
+                                  "foreign_patched": [None] * 3, "foreign_unpatched": [None] * 3}, 1, 1, 0)
+    assert out["count"] == [[2]] and out["flips"] == [[1]] and out["flip_pct"] == [[50.0]]
+    assert out["n_clean_right"] == 2 and out["delta_logodds_mean"] == [[pytest.approx((-3.0 + 2.0 + 0.0) / 3)]]
+    assert out["foreign_control"] is None
