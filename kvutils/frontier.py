@@ -17,8 +17,23 @@ from types import SimpleNamespace
 import torch
 
 from . import compare
-from .cache import FRONTIER_OPS, FRONTIER_RATIOS, CacheOp, Window, cache_bytes, kv_shape, parse_op
-from .presses import AdaKVPress, DecodePolicy, Press, PyramidKVPress, SnapKVPress, kept_per_head
+from .cache import (
+    FRONTIER_OPS,
+    FRONTIER_RATIOS,
+    CacheOp,
+    Window,
+    cache_bytes,
+    kv_shape,
+    parse_op,
+)
+from .presses import (
+    AdaKVPress,
+    DecodePolicy,
+    Press,
+    PyramidKVPress,
+    SnapKVPress,
+    kept_per_head,
+)
 
 MATCH_ENTRIES = 1.0  # a fixed budget matches a press level when the mean held entries differ by at most this
 FLIP_SHARE = 0.05  # a pairwise order "flips" when more than this share of resamples reverses it
@@ -186,4 +201,17 @@ def analyse(run: dict, config, ops: list[CacheOp]) -> dict:
     run["construction_ties"] = [t for t in construction_ties(config, ops, prefill)
                                 if t["a"] in run["ops"] and (t["b"] is None or t["b"] in run["ops"])]
     run["kv_heads"] = kv_shape(config)[0]
+    run["sliding"] = sliding_note(config, prefill)
     return run
+
+
+def sliding_note(config, prefill: int) -> dict | None:
+    """Where the model has sliding-window layers and the prefill fills their window: how many of its
+    layers only ever see the last `window` positions (a press's choice among older entries there
+    changes nothing, and what it holds depends on how many kept entries fall inside the window)."""
+    kinds = getattr(config, "layer_types", None) or []
+    window = getattr(config, "sliding_window", None)
+    sliding = sum(k == "sliding_attention" for k in kinds)
+    if not sliding or window is None or prefill < window:
+        return None
+    return {"layers": sliding, "of": len(kinds), "window": window}

@@ -18,6 +18,7 @@ COLOURS = {"exact": "black", "cast": "#8c564b", "quantize_kivi": "#17becf", "hf_
            "expected_attention": "#d62728", "pyramidkv": "#9467bd", "adakv": "#e377c2", "h2o": "#1f77b4",
            "tova": "gold"}
 SPARE_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5")
+HELD_SPREAD = 1.1  # within a level, mean held bytes further apart than this factor are reported as unequal
 X_LABEL = "mean bytes held over the decode (% of the exact cache's)"
 
 
@@ -114,7 +115,8 @@ def frontier_points(frontier: dict) -> pd.DataFrame:
 def _title(frontier: dict) -> str:
     docs = sorted({len(r["documents"]) for r in frontier.values()})
     tokens = sorted({f"{r['prefill']}+{r['decode']}" for r in frontier.values()})
-    return f"Bytes vs fidelity: {', '.join(frontier)} ({'/'.join(map(str, docs))} docs, {'/'.join(tokens)} tokens)"
+    docs_text = "/".join(map(str, docs)) + (" doc" if docs == [1] else " docs")
+    return f"Bytes vs fidelity: {', '.join(frontier)} ({docs_text}, {'/'.join(tokens)} tokens)"
 
 
 def frontier_setup(frontier: dict) -> str:
@@ -213,10 +215,19 @@ def _vs(run: dict, level: str, spec: str, other_method: str) -> list[compare.Pai
 
 
 def _construction(run: dict, a: str, b: str) -> str | None:
-    for t in run.get("construction_ties", []):
-        if {t["a"], t["b"]} == {a, b}:
-            return t["why"]
-    return None
+    """Why a and b must score alike: a tie by construction between them, or a chain of such ties
+    (pyramidkv ≡ snapkv ≡ adakv), or None."""
+    ties = [t for t in run.get("construction_ties", []) if t["b"] is not None]
+    reached, todo = {a: []}, [a]
+    while todo:
+        here = todo.pop()
+        for t in ties:
+            if here in (t["a"], t["b"]):
+                there = t["b"] if t["a"] == here else t["a"]
+                if there not in reached:
+                    reached[there] = reached[here] + [t["why"]]
+                    todo.append(there)
+    return "; ".join(reached[b]) if reached.get(b) else None
 
 
 def _level_text(run: dict, level: str, info: dict) -> str:
@@ -225,8 +236,12 @@ def _level_text(run: dict, level: str, info: dict) -> str:
     if info["best"]:
         head = f"**{label(info['best'])}** has the lowest mean KL and the tests put it ahead of every other method"
     else:
-        head = f"no single best: no detectable difference at n = {n} among {_names(info['leaders'])} (lowest means)"
+        head = f"no single best: no detectable difference at n = {n} among {_names(info['leaders'])} (lowest mean first)"
     text = f"at compression {level} ({len(specs)} methods): {head}"
+    held = [_held_pct(run, run["ops"][s]) for s in specs]
+    if held and max(held) > HELD_SPREAD * min(held):
+        text += (f" (but the methods here hold {min(held):.0f}% to {max(held):.0f}% of the exact cache's bytes on "
+                 "average, not the same: a lower KL may come from holding more)")
     randoms = [s for s in specs if method(s) == "random"]
     if randoms:
         beat, same, worse = [], [], []
@@ -243,7 +258,7 @@ def _level_text(run: dict, level: str, info: dict) -> str:
     for v in identical:
         why = _construction(run, v["a"], v["b"])
         text += (f"; {label(v['a'])} and {label(v['b'])} are identical by construction ({why})" if why else
-                 f"; {label(v['a'])} and {label(v['b'])} scored identically on all {n} documents (not explained by construction)")
+                 f"; {label(v['a'])} and {label(v['b'])} scored identically on all {n} documents (no construction explains it)")
     text += (f"; {len(info['flipping'])} of {info['pairs']} pairwise orders flip in more than 5% of resamples"
              if info["pairs"] else "")
     return text
@@ -257,10 +272,17 @@ def frontier_glue(frontier: dict) -> str:
         return "not run"
     parts = []
     for model, run in frontier.items():
-        head = (f"{model} ({len(run['documents'])} documents, {run['prefill']}+{run['decode']} tokens, "
+        n = len(run["documents"])
+        head = (f"{model} ({n} document{'s' * (n != 1)}, {run['prefill']}+{run['decode']} tokens, "
                 f"{run['kv_heads']} KV head{'s' * (run['kv_heads'] != 1)} per layer)")
         bits = [_level_text(run, level, info) for level, info in run["levels"].items()]
         parts.append(f"{head}: " + "; ".join(bits) if bits else f"{head}: no eviction method in the run")
+        sliding = run.get("sliding")
+        if sliding:
+            parts.append(f"{model}: {sliding['layers']} of its {sliding['of']} layers attend only to the last "
+                         f"{sliding['window']} positions, which a {run['prefill']}-token prefill already exceeds, so on "
+                         "them a method's choice among older entries changes nothing and what it holds depends on how "
+                         "many of its kept entries are recent")
         unpaired = [t for t in run.get("construction_ties", []) if t["b"] is None]
         parts += [f"{model}: {label(t['a'])} — {t['why']}" for t in unpaired]
     return ". ".join(parts) + "."

@@ -132,8 +132,6 @@ def _numbers(speedups: dict, held: float = 50.0, sink_kl: float = 0.1, blend_kl:
 
 def test_chapter4_findings_follow_the_numbers():
     """Each measured sentence of chapter 4 is computed, and says the opposite when the numbers do."""
-    from kvutils import report_frontier
-
     f = report_costs.chapter4_findings(_numbers({"a": (2.0, 5.0), "b": (3.0, 4.0)}))
     assert f["speed_vs_analytical"].startswith("The measured speed-up is smaller than the analytical compute ratio everywhere")
     assert "2× to 2×" in f["speed_vs_analytical"]  # cached ÷ bandwidth bound
