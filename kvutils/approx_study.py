@@ -244,7 +244,9 @@ def deferred_timings(p: Plan) -> dict | None:
 
 def run(p: Plan) -> tuple[dict, list[dict]]:
     """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "decode_timing": {where, threads, cores},
-    "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}}, "frontier": ...}."""
+    "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}},
+    "frontier": {model: accept run at frontier_prefill + frontier_decode, analysed by `frontier.analyse`
+    (per op "per_doc_kl", "mean_held_bytes", "level"; "verdicts", "levels", "construction_ties")}}."""
     timings = deferred_timings(p) or decode_timings(p, "in this chapter's run")
     numbers = {"bandwidth_gb_s": timings["bandwidth_gb_s"], "decode": timings["decode"],
                "decode_timing": {k: timings[k] for k in ("where", "threads", "cores")}, "table2": {}, "frontier": {}}
