@@ -240,8 +240,8 @@ def _level_text(run: dict, level: str, info: dict) -> str:
     text = f"at compression {level} ({len(specs)} methods): {head}"
     held = [_held_pct(run, run["ops"][s]) for s in specs]
     if held and max(held) > HELD_SPREAD * min(held):
-        text += (f" (but the methods here hold {min(held):.0f}% to {max(held):.0f}% of the exact cache's bytes on "
-                 "average, not the same: a lower KL may come from holding more)")
+        text += (f"; but the methods here hold {min(held):.0f}% to {max(held):.0f}% of the exact cache's bytes on "
+                 "average, not the same: a lower KL may come from holding more")
     randoms = [s for s in specs if method(s) == "random"]
     if randoms:
         beat, same, worse = [], [], []
