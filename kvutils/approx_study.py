@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from . import costs, data, params
+from . import costs, data, frontier, params
 from .accept import accept_many, tokenize_documents
-from .cache import ARTICLE_OPS, EXTRA_OPS, FRONTIER_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
+from .cache import ARTICLE_OPS, EXTRA_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
 from .models import load, load_tokenizer
 from .report import article
 
@@ -56,7 +56,9 @@ class Plan:
     device: str
     frontier_models: list[str] = None  # the frontier (a subset of models)
     frontier_ops: list[CacheOp] = None
-    frontier_docs: int = 0  # the first documents of each model's Table 2 set (decode-time policies step)
+    frontier_docs: dict[str, list] = None  # per frontier model: [(Document, ids)] of frontier_prefill + frontier_decode + 1
+    frontier_prefill: int = 0
+    frontier_decode: int = 0
 
 
 def parse_op_list(value: str, parameter: str = "ops", default=ARTICLE_OPS + EXTRA_OPS) -> list[CacheOp]:
@@ -82,7 +84,8 @@ def _check_lengths(parameter: str, op: CacheOp, prefill: int, decode: int) -> No
 
 def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int, prefill: int, decode: int,
          chunk_decode: int, contexts: str, timing_repeats: int, device: str, skip_short: bool = True,
-         frontier_models: str = "", frontier_ops: str = DEFAULT_OPS, frontier_docs: int = 2, **_ignored) -> Plan:
+         frontier_models: str = "", frontier_ops: str = DEFAULT_OPS, frontier_docs: int = 8,
+         frontier_prefill: int = 1024, frontier_decode: int = 128, **_ignored) -> Plan:
     params.check_device(device)
     if not isinstance(skip_short, bool):
         raise ValueError(f"skip_short must be True or False, got {skip_short!r}")
@@ -90,13 +93,13 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
                         ("chunk_decode", chunk_decode), ("timing_repeats", timing_repeats)):
         params.check_int(name, value, 1)
     context_list = params.check_int_list("contexts", contexts, 1)
-    params.check_int("frontier_docs", frontier_docs, 1)
-    if frontier_docs > n_docs:
-        raise ValueError(f"frontier_docs: {frontier_docs} must be at most n_docs={n_docs} (the frontier uses the "
-                         "first documents of Table 2's set)")
+    for name, value in (("frontier_docs", frontier_docs), ("frontier_prefill", frontier_prefill),
+                        ("frontier_decode", frontier_decode)):
+        params.check_int(name, value, 1)
     operations = parse_op_list(ops)
-    frontier = parse_op_list(frontier_ops, "frontier_ops", FRONTIER_OPS)
-    for op in frontier:
+    frontier_specs = frontier.default_specs(frontier_prefill, frontier_decode)
+    front_ops = parse_op_list(frontier_ops, "frontier_ops", frontier_specs)
+    for op in front_ops:
         if isinstance(op, CHUNK_OPS):
             raise ValueError(f"frontier_ops: {op.spec} is a chunk operation; the frontier scores prefill + decode")
     plain = [op for op in operations if not isinstance(op, CHUNK_OPS)]
@@ -117,20 +120,25 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
     outside = [m for m in table2 if m not in names]
     if outside:
         raise ValueError(f"table2_models: {outside} not in models ({', '.join(names)}); Table 2 runs on a subset of them")
-    front = [r.name for r in params.check_models("frontier_models", frontier_models, family="causal")] \
-        if not isinstance(frontier_models, str) or frontier_models.strip() else []
+    front = [r.name for r in params.check_models("frontier_models", frontier_models, family="causal",
+                                                 min_context=frontier_prefill + frontier_decode + 1,
+                                                 context_from="frontier_prefill + frontier_decode + 1")] \
+        if not isinstance(frontier_models, str) or frontier_models.strip() else []  # "" or " ": no frontier
     outside = [m for m in front if m not in names]
     if outside:
         raise ValueError(f"frontier_models: {outside} not in models ({', '.join(names)}); the frontier runs on a subset of them")
-    for op in frontier if front else []:  # with no frontier model, frontier_ops are not run
-        _check_lengths("frontier_ops", op, prefill, decode)
+    for op in front_ops if front else []:  # with no frontier model, frontier_ops are not run
+        _check_lengths("frontier_ops", op, frontier_prefill, frontier_decode)
     corpus_docs = data.load_corpus(corpus)
-    docs, skipped, timing = {}, {}, {}
+    docs, skipped, timing, front_docs = {}, {}, {}, {}
     for name in names:
         tokenizer = load_tokenizer(name)
-        if name in table2 or name in front:
+        if name in table2:
             docs[name], skipped[name] = tokenize_documents(
                 tokenizer, corpus_docs, prefill + decode + 1, n_docs, skip_short=skip_short, parameter="corpus")
+        if name in front:  # always skips short ones: the frontier needs long documents, Table 2 says which are short
+            front_docs[name], _ = _frontier_documents(tokenizer, corpus_docs, frontier_prefill + frontier_decode + 1,
+                                                      frontier_docs, corpus)
         longest = max(corpus_docs, key=lambda d: len(d.text))
         ids = tokenizer(longest.text, add_special_tokens=True).input_ids
         if len(ids) < max(context_list):
@@ -138,7 +146,15 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
                              f"tokens for {name}, fewer than {max(context_list)}")
         timing[name] = torch.tensor([ids[:max(context_list)]])
     return Plan(names, table2, plain, chunked, docs, skipped, timing, context_list, prefill, decode,
-                chunk_decode, timing_repeats, device, front, frontier, frontier_docs)
+                chunk_decode, timing_repeats, device, front, front_ops, front_docs, frontier_prefill, frontier_decode)
+
+
+def _frontier_documents(tokenizer, corpus_docs, length: int, n: int, corpus: str):
+    try:
+        return tokenize_documents(tokenizer, corpus_docs, length, n, skip_short=True, parameter="corpus")
+    except ValueError as err:
+        raise ValueError(f"frontier_docs / frontier_prefill / frontier_decode: {err} (in {corpus!r}; lower "
+                         "frontier_docs or the frontier's lengths)") from None
 
 
 def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list[dict]:
@@ -228,7 +244,9 @@ def deferred_timings(p: Plan) -> dict | None:
 
 def run(p: Plan) -> tuple[dict, list[dict]]:
     """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "decode_timing": {where, threads, cores},
-    "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}}, "frontier": ...}."""
+    "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}},
+    "frontier": {model: accept run at frontier_prefill + frontier_decode, analysed by `frontier.analyse`
+    (per op "per_doc_kl", "mean_held_bytes", "level"; "verdicts", "levels", "construction_ties")}}."""
     timings = deferred_timings(p) or decode_timings(p, "in this chapter's run")
     numbers = {"bandwidth_gb_s": timings["bandwidth_gb_s"], "decode": timings["decode"],
                "decode_timing": {k: timings[k] for k in ("where", "threads", "cores")}, "table2": {}, "frontier": {}}
@@ -246,8 +264,9 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
                 if p.chunk_ops else None,
             }
         if name in (p.frontier_models or []):
-            texts = [doc for doc, _ in p.docs[name][:p.frontier_docs]]
-            numbers["frontier"][name] = accept_many(loaded, p.frontier_ops, texts, p.prefill, p.decode)
+            texts = [doc for doc, _ in p.frontier_docs[name]]
+            scored = accept_many(loaded, p.frontier_ops, texts, p.frontier_prefill, p.frontier_decode)
+            numbers["frontier"][name] = frontier.analyse(scored, loaded.config, p.frontier_ops)
         del loaded
     numbers["bytes"] = _bytes_rows(configs, max(p.contexts), timings["cache_bytes"])
     return numbers, described

@@ -35,11 +35,13 @@ QUICK = {
              "window:size=16,sinks=4; window:size=16,sinks=0; window:size=16,sinks=4,reindex=true; "
              "chunk_reuse:positions=reindexed,chunk=32; chunk_reuse:positions=original,chunk=32; "
              "chunk_blend:recompute_fraction=0.15,chunk=32; chunk_blend:recompute_fraction=1.0,chunk=32"),
-        frontier_models="tiny-llama,tiny-gemma3", frontier_docs=1,
-        frontier_ops=("exact; quantize_kivi:bits=2,group=16,residual=16; window:size=16,sinks=4; "
+        frontier_models="tiny-llama,tiny-gemma3", frontier_docs=2, frontier_prefill=64, frontier_decode=32,
+        # h2o / tova / the window at 48 entries: the mean a press at 0.5 holds over 64 + 32 tokens (32 + 15.5)
+        frontier_ops=("exact; quantize_kivi:bits=2,group=16,residual=16; window:size=48,sinks=4; "
                       "random:compression_ratio=0.5; snapkv:compression_ratio=0.25,window=8; "
-                      "snapkv:compression_ratio=0.5,window=8; expected_attention:compression_ratio=0.5,future=64; "
-                      "h2o:compression_ratio=0.5; tova:compression_ratio=0.5; hf_quantized:backend=fp8")),
+                      "snapkv:compression_ratio=0.5,window=8; adakv:compression_ratio=0.5,window=8; "
+                      "pyramidkv:compression_ratio=0.5,window=8; expected_attention:compression_ratio=0.5,future=64; "
+                      "h2o:compression_ratio=0.25; tova:compression_ratio=0.25; hf_quantized:backend=fp8")),
     "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", patch_k=2, rank=4, alpha=8, steps=3,
                             batch_size=8, n_train=16, n_heldout=8, passage_tokens=16, candidate_tokens=8,
                             patch_pairs=2, exact_examples=4, patch_layer_groups=2, bench_tokens=32,

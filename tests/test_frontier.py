@@ -1,0 +1,190 @@
+"""Chapter 4's frontier: methods compared at equal mean held bytes over the decode, verdicts only
+where the paired tests give them, ties by construction named from the config, a chart that tells
+every method apart, and no frontier ("" frontier_models) drawn as "not run" instead of crashing."""
+import matplotlib.text
+import numpy as np
+import pytest
+from transformers import LlamaConfig
+
+from kvutils import approx_study, chapters, frontier, report, report_frontier
+from kvutils.cache import parse_op, parse_ops
+
+QUICK = dict(chapters.QUICK["04_cache_approximations"], corpus="pydoc", device="cpu")
+
+
+def _config(kv_heads: int = 2) -> LlamaConfig:
+    return LlamaConfig(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=kv_heads, hidden_size=64,
+                       head_dim=16, vocab_size=100)
+
+
+def test_no_frontier_model_runs_end_to_end(no_model_loads):
+    """`-p frontier_models ""` (documented as none): planned without a frontier, and every frontier
+    output says "not run" (before: matplotlib's "number sections must be larger than 0")."""
+    p = approx_study.plan(**{**QUICK, "frontier_models": ""})
+    assert p.frontier_models == [] and p.frontier_docs == {}
+    fig = report_frontier.plot_frontier({})
+    assert "not run" in " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+    assert report.illegible_text(fig) == []
+    assert report_frontier.frontier_glue({}) == "not run"
+    assert "not run" in report_frontier.frontier_setup({}) and "not run" in report_frontier.kvpress_glue({})
+    assert report_frontier.frontier_table({}).empty and report_frontier.keeps_table({}).empty
+
+
+def test_frontier_parameters_are_checked_before_any_model_loads(no_model_loads):
+    with pytest.raises(ValueError, match="frontier_prefill must be >= 1"):
+        approx_study.plan(**{**QUICK, "frontier_prefill": 0})
+    with pytest.raises(ValueError, match=r"frontier_docs / frontier_prefill / frontier_decode: .*only \d+ of"):
+        approx_study.plan(**{**QUICK, "frontier_docs": 40})
+    with pytest.raises(ValueError, match="frontier_ops: snapkv: window=8 is not allowed"):
+        approx_study.plan(**{**QUICK, "frontier_prefill": 8})
+    p = approx_study.plan(**QUICK)
+    assert all(len(ids) == 64 + 32 + 1 for docs in p.frontier_docs.values() for _, ids in docs)
+
+
+def test_default_frontier_matches_fixed_budgets_to_press_levels():
+    """h2o, tova and the 4-sink window hold what a press holds on average over the decode: at
+    1,024 + 128, 512 + 128/2 = 576 entries per KV head at the 0.5 level."""
+    specs = frontier.default_specs(1024, 128)
+    assert "h2o:compression_ratio=0.4375" in specs and "tova:compression_ratio=0.4375" in specs
+    assert {"window:size=832,sinks=4", "window:size=576,sinks=4", "window:size=320,sinks=4"} <= set(specs)
+    levels = frontier.by_level(parse_ops(specs), 1024, 128)
+    assert sorted(levels) == [0.25, 0.5, 0.75]
+    assert {parse_op(s).name for s in levels[0.5]} == {"random", "knorm", "snapkv", "expected_attention", "pyramidkv",
+                                                      "adakv", "h2o", "tova", "window"}
+    assert not any("window:size=128,sinks=4,reindex=false" in specs for specs in levels.values())  # matches no level
+    unmatched = frontier.by_level(parse_ops(["random:compression_ratio=0.5", "tova:compression_ratio=0.5"]), 1024, 128)
+    assert unmatched == {0.5: ["random:compression_ratio=0.5,seed=0"]}  # 512 held vs 575.5 on average: not equal
+
+
+def test_mean_held_bytes_over_the_decode():
+    """A press grows by every decoded token, a decode-time policy holds its budget, the exact cache
+    holds prefill + t: so a policy at the matched budget holds what the press holds on average."""
+    import torch
+
+    config, P, D = _config(), 1024, 128
+    entry = 2 * 2 * 16 * 4 * config.num_hidden_layers  # keys + values, 2 KV heads, head_dim 16, fp32, all layers
+    exact = frontier.mean_held_bytes(config, parse_op("exact"), P * entry, P, D, torch.float32)
+    assert exact == pytest.approx(entry * (P + (D - 1) / 2))
+    press = frontier.mean_held_bytes(config, parse_op("snapkv:compression_ratio=0.5"), 512 * entry, P, D, torch.float32)
+    assert press == pytest.approx(entry * (512 + (D - 1) / 2))
+    policy = frontier.mean_held_bytes(config, parse_op("h2o:compression_ratio=0.4375"), 576 * entry, P, D, torch.float32)
+    assert policy == 576 * entry and abs(policy - press) <= entry
+    window = frontier.mean_held_bytes(config, parse_op("window:size=576,sinks=4"), 0.0, P, D, torch.float32)
+    assert window == pytest.approx(576 * entry)
+
+
+def test_ties_by_construction_are_read_off_the_config_and_the_ops():
+    ops = parse_ops(["snapkv:compression_ratio=0.5", "adakv:compression_ratio=0.5", "pyramidkv:compression_ratio=0.75",
+                     "snapkv:compression_ratio=0.75", "pyramidkv:compression_ratio=0.25", "snapkv:compression_ratio=0.25"])
+    one_head = frontier.construction_ties(_config(kv_heads=1), ops, 1024)
+    pairs = {(parse_op(t["a"]).name, t["b"] and parse_op(t["b"]).compression_ratio): t["why"] for t in one_head}
+    assert "one KV head" in pairs[("adakv", 0.5)]
+    assert "falls back to SnapKV's budget" in pairs[("pyramidkv", 0.75)]  # the pyramid does not fit at 0.75
+    assert ("pyramidkv", 0.25) not in pairs  # it fits at 0.25: a real PyramidKV
+    assert not any(parse_op(t["a"]).name == "adakv" for t in frontier.construction_ties(_config(kv_heads=2), ops, 1024))
+    short = frontier.construction_ties(_config(), parse_ops(["snapkv:compression_ratio=0.75"]), 128)
+    assert short and short[0]["b"] is None and "no larger than its observation window (64)" in short[0]["why"]
+
+
+def _run(per_doc: dict[str, list[float]], config=None, prefill: int = 1024, decode: int = 128) -> dict:
+    """A frontier run as accept_many returns it (per-document KL only), analysed."""
+    per_doc = {parse_op(spec).spec: kl for spec, kl in per_doc.items()}
+    n = len(next(iter(per_doc.values())))
+    ops = {spec: {"name": parse_op(spec).name, "family": parse_op(spec).family, "mean_kl": float(np.mean(kl)),
+                  "top1_agreement_pct": 90.0, "perplexity": 2.0, "cache_bytes": 1000.0,
+                  "per_document": [{"id": f"d{i}", "mean_kl": k} for i, k in enumerate(kl)]}
+           for spec, kl in per_doc.items()}
+    run = {"prefill": prefill, "decode": decode, "dtype": "float32", "documents": [f"d{i}" for i in range(n)],
+           "exact_cache_bytes": 4000.0, "ops": ops, "refused": {}}
+    return frontier.analyse(run, config or _config(), parse_ops(list(per_doc)))
+
+
+def test_verdicts_and_headline_follow_the_tests():
+    """'best' only when compare.best finds one leader; otherwise 'no detectable difference at n = 8';
+    a method worse than random is named; the results carry the documented keys."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.2, 0.4, 8)
+    clear = _run({"random:compression_ratio=0.5,seed=0": list(base), "snapkv:compression_ratio=0.5": list(base * 0.3),
+                  "knorm:compression_ratio=0.5": list(base * 1.5)})
+    assert len(clear["ops"]["snapkv:compression_ratio=0.5,window=64,kernel=5"]["per_doc_kl"]) == 8
+    assert all({"a", "b", "n", "effect", "ci95", "verdict"} <= set(v) for v in clear["verdicts"])
+    assert len(clear["verdicts"]) == 3 and clear["levels"]["0.5"]["best"].startswith("snapkv")
+    text = report_frontier.frontier_glue({"m": clear})
+    assert "**snapkv 0.5** has the lowest mean KL" in text and "beat random: snapkv 0.5" in text
+    assert "worse than random: knorm 0.5" in text
+    assert "below random on m" in report_frontier.kvpress_glue({"m": clear})
+    noise = _run({"random:compression_ratio=0.5,seed=0": list(base),
+                  "snapkv:compression_ratio=0.5": list(base + rng.normal(0, 0.05, 8))})
+    text = report_frontier.frontier_glue({"m": noise})
+    assert "no single best: no detectable difference at n = 8" in text and "**" not in text
+    assert "hold" not in text.split("documents")[1]  # equal held bytes within the level: no caveat
+    assert "no detectable difference from random: snapkv 0.5" in text
+
+
+def test_identical_scores_are_named_by_construction_or_flagged():
+    same = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    specs = {"snapkv:compression_ratio=0.5": same, "adakv:compression_ratio=0.5": same,
+             "random:compression_ratio=0.5,seed=0": [x + 0.1 for x in same]}
+    one = report_frontier.frontier_glue({"m": _run(specs, _config(kv_heads=1))})
+    assert "identical by construction (the model has one KV head" in one
+    two = report_frontier.frontier_glue({"m": _run(specs, _config(kv_heads=2))})
+    assert "scored identically on all 8 documents (no construction explains it)" in two
+
+
+def test_expected_attention_clause_is_computed():
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.2, 0.4, 8)
+    ea_best = _run({"random:compression_ratio=0.5,seed=0": list(base), "expected_attention:compression_ratio=0.5":
+                    list(base * 0.2), "snapkv:compression_ratio=0.5": list(base * 0.6)})
+    assert "it is the single best on m at 0.5" in report_frontier.kvpress_glue({"m": ea_best})
+    ea_behind = _run({"random:compression_ratio=0.5,seed=0": list(base), "expected_attention:compression_ratio=0.5":
+                      list(base * 0.9), "snapkv:compression_ratio=0.5": list(base * 0.2)})
+    assert "behind snapkv 0.5 on m at 0.5" in report_frontier.kvpress_glue({"m": ea_behind})
+
+
+def test_chart_tells_every_method_and_model_apart():
+    """One colour per method, one marker per model, title inside the figure, text legible at the column."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rng = np.random.default_rng(2)
+    specs = frontier.default_specs(1024, 128)
+    specs = [s for s in specs if not s.startswith("hf_quantized")]
+    runs = {m: _run({s: list(rng.uniform(0.01, 0.5, 8)) for s in specs}) for m in ("model-a", "model-b")}
+    for run in runs.values():
+        run["ops"]["exact"]["mean_kl"] = 0.0
+    fig = report_frontier.plot_frontier(runs)
+    lines = fig.axes[0].get_lines()
+    colour_of = {}
+    for line in lines:
+        colour_of.setdefault(str(line.get_color()), set()).add(line.get_marker())
+    methods = {report_frontier.method(s) for s in specs}
+    assert len(colour_of) == len(methods)  # a colour per method, shared by both models' lines
+    assert all(markers == {"o", "s"} for markers in colour_of.values())  # a marker per model
+    assert report.illegible_text(fig) == []
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.width  # the title is whole
+    chart = report_frontier.frontier_chart(runs)
+    traces = chart.figure.to_plotly_json()["data"]
+    assert {t["legendgroup"].split(",")[0].strip() for t in traces} == methods
+
+
+def test_chained_ties_sliding_windows_and_unequal_bytes_are_said():
+    """pyramidkv ≡ snapkv (fallback) and adakv ≡ snapkv (one KV head) make pyramidkv ≡ adakv by
+    construction too; a level whose methods hold different bytes says so; Gemma-like sliding
+    layers that the prefill overfills are named."""
+    from transformers import Gemma3TextConfig
+
+    same = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    run = _run({"snapkv:compression_ratio=0.75": same, "adakv:compression_ratio=0.75": same,
+                "pyramidkv:compression_ratio=0.75": same, "random:compression_ratio=0.75": [x + 0.2 for x in same]},
+               _config(kv_heads=1))
+    text = report_frontier.frontier_glue({"m": run})
+    assert "no construction explains it" not in text and text.count("identical by construction") == 3
+    assert "hold" not in text.split("documents")[1]
+    run["ops"]["random:compression_ratio=0.75,seed=0"]["mean_held_bytes"] *= 2
+    assert "not the same: a lower KL may come from holding more" in report_frontier.frontier_glue({"m": run})
+    gemma = Gemma3TextConfig(num_hidden_layers=6, sliding_window=512, num_key_value_heads=1)
+    assert frontier.sliding_note(gemma, 1024) == {"layers": 5, "of": 6, "window": 512}
+    assert frontier.sliding_note(gemma, 256) is None and frontier.sliding_note(_config(), 1024) is None
