@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .chapters import NOTEBOOKS
+from .compare import IDENTICAL, Paired, against_chance
 from .params import check_number
 from .report import article, fmt, fraction, recompute_label, recompute_mode, rows_table, styled, weights_note
 from .report_costs import against_published, article_rows_by_spec, speedup_grew, speedup_text
@@ -280,6 +281,30 @@ def breaks_exactness(table2: dict) -> str:
             + (f"; no valid score (NaN): {', '.join(broken)}" if broken else ""))
 
 
+def rq2_verdict(causal: dict) -> str:
+    """RQ2's finding: the old position at exactly 50 % (a tie by construction: its states are the same
+    under both senses), and at a later copy of the word each depth tested against chance (exact
+    binomial over the probe's items), the peak with its interval."""
+    if not causal:
+        return "No causal model was run in chapter 3"
+    parts = []
+    for m, r in causal.items():
+        n, new = r["probe"]["n_items"], r["probe"]["new_position_pct"]
+        rates = [against_chance(round(pct * n / 100), n, 0.5) for pct in new]
+        peak = max(range(len(new)), key=lambda d: new[d])
+        parts.append(f"{m}: above chance at {sum(x.above for x in rates)} of {len(new)} depths (exact binomial test "
+                     f"per depth, p < 0.05, not corrected for testing {len(new)} depths); at its best depth, {peak}, "
+                     + rates[peak].sentence())
+    chance = all(set(r["probe"]["old_position_pct"]) == {50.0} for r in causal.values())
+    head = ("At the old position, a probe on the cached state of the word scores exactly 50% at every depth of "
+            f"{', '.join(causal)}: a tie by construction, since that state is the same under both senses (chapter 2), "
+            "so no probe can tell them apart, not a measured one. The same probe on a later copy of the word — "
+            if chance else
+            "This run does not show the old position at exactly 50% at every depth of every model (see chapter 3). "
+            "The probe on a later copy of the word — ")
+    return head + "; ".join(parts)
+
+
 def speed_reason(ch4: dict, machine: dict, article_speedup: float) -> str:
     """RQ3's speed sentence: each model's speed-up at its longest context with its spread over repeat
     pairs and the conditions it was timed under, the article's figure placed against that spread."""
@@ -333,14 +358,7 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
         "would go stale" if len(moved) == len(enc) else
         f"In this run the encoder's state did not move with later text on every model ({numbers_enc})")
     ch3 = _numbers(runs, "03")
-    chance = all(set(r["probe"]["old_position_pct"]) == {50.0} for r in _causal(ch3).values())
-    above = all(max(r["probe"]["new_position_pct"]) > 50.0 for r in _causal(ch3).values())
-    out["rq2_verdict"] = (
-        "At new positions: a probe on the old cached state of the word stays at chance (50%) at every depth "
-        f"of {', '.join(_causal(ch3))}, while the same probe on a later copy of the word reaches "
-        + ", ".join(f"{fmt(max(r['probe']['new_position_pct']))}% ({m})" for m, r in _causal(ch3).items())
-        if chance and above else
-        "This run does not show the old position at chance and a later copy above it on every model; see chapter 3")
+    out["rq2_verdict"] = rq2_verdict(_causal(ch3))
     out["rq2_attention_reason"] = attention_reason(_causal(ch3), a["e3_attention"])
     ch4 = _numbers(runs, "04")
     table2 = ch4["table2"]
@@ -463,6 +481,25 @@ def guide_coverage(runs: dict, rows: list[dict], model: str) -> str:
     if others:
         text += f". Chapter 4's rows for {', '.join(others)} are in chapter 4, not in the guide"
     return text
+
+
+def frontier_verdicts(ch4: dict) -> str:
+    """How many of the frontier's pairwise comparisons (kvutils.compare, paired over its documents)
+    separated two methods, per model; the guide's verdict colours are thresholds, not these tests."""
+    parts = []
+    for m, run in ch4.get("frontier", {}).items():
+        tests = [Paired.from_dict({"p": math.nan, **v}) for v in run.get("verdicts") or []]
+        if not tests:
+            continue
+        sizes = sorted({t.n for t in tests})
+        parts.append(f"{m}: {sum(t.separated for t in tests)} of {len(tests)} pairs of methods separated in mean KL at "
+                     f"n = {'/'.join(str(n) for n in sizes)} documents, {sum(t.verdict == IDENTICAL for t in tests)} "
+                     "identical (ties by construction, named in chapter 4), the rest no detectable difference")
+    if not parts:
+        return ("Chapter 4's frontier recorded no paired comparisons in this run, so the guide ranks none of its methods "
+                "against another")
+    return ("Which of chapter 4's methods beats which is decided there, by paired tests over documents ("
+            + "; ".join(parts) + "); the guide's colours are fixed thresholds on one model, not those tests")
 
 
 def decision_table(rows: list[dict]) -> pd.DataFrame:

@@ -459,3 +459,23 @@ def test_figures_read_at_the_page_width(runs):
     small.gca().set_xlabel("layer", fontsize=8)
     assert report.illegible_text(small), "an 11-inch figure with 8-pt labels must be caught"
     plt.close(small)
+
+
+def test_rq2_verdict_tests_each_depth_against_chance_and_names_the_tie():
+    """'reaches 90.6%' was printed from the peak alone (chapter 3's 19/32 is p = 0.19 against chance);
+    now every depth is tested, and the old position's exact 50% is named a tie by construction."""
+    probe = {"n_items": 32, "old_position_pct": [50.0] * 3, "new_position_pct": [50.0, 59.375, 90.625]}
+    text = rc.rq2_verdict({"g": {"probe": probe}})
+    assert "a tie by construction" in text and "above chance at 1 of 3 depths" in text  # 19/32 is not
+    assert "at its best depth, 2, right on 29 of 32" in text and "above chance" in text
+    off = rc.rq2_verdict({"g": {"probe": {**probe, "old_position_pct": [50.0, 53.125, 50.0]}}})
+    assert off.startswith("This run does not show the old position at exactly 50%")
+
+
+def test_frontier_comparisons_are_counted_from_the_paired_verdicts():
+    verdicts = [{"a": "snapkv", "b": "random", "n": 8, "effect": -0.1, "ci95": [-0.2, -0.05], "verdict": "a<b"},
+                {"a": "adakv", "b": "snapkv", "n": 8, "effect": 0.0, "ci95": [0.0, 0.0], "verdict": "identical"},
+                {"a": "h2o", "b": "tova", "n": 8, "effect": 0.01, "ci95": [-0.01, 0.03], "verdict": "no detectable difference"}]
+    text = rc.frontier_verdicts({"frontier": {"m": {"ops": {}, "verdicts": verdicts}}})
+    assert "m: 1 of 3 pairs of methods separated in mean KL at n = 8 documents, 1 identical" in text
+    assert rc.frontier_verdicts({"frontier": {"m": {"ops": {}}}}).startswith("Chapter 4's frontier recorded no paired")
