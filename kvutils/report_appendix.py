@@ -11,7 +11,7 @@ import pandas as pd
 
 from .chapters import NOTEBOOKS
 from .report import article, fmt, styled
-from .report_costs import against_published, speedup_text, spread_text
+from .report_costs import ARTICLE_CONTEXT, against_published, speedup_text, spread_text
 from .results import check_fields, load_results, results_path
 
 # The models the article used (and chapter 5's intended one), per chapter and parameter: hub ids
@@ -201,7 +201,7 @@ def step_agreement(bench: dict, runs: dict) -> str:
     art = article()["e4_decode_time"]["ctx_2000"]["speedup"]
     ours = (f"The benchmark timed the decode step at {s['context']} tokens on {bench['model']} after the chapters, alone "
             f"on {bench['machine']['cores']} cores and {threads} torch thread(s): speed-up {speedup_text(s)}; "
-            + against_published(s.get("speedups"), art, "the article") + ".")
+            + against_published(s, art, ARTICLE_CONTEXT, "the article") + ".")
     ch4 = runs.get(NOTEBOOKS["04"], {}).get("numbers", {})
     step = next((x for x in ch4.get("decode", {}).get(bench["model"], {}).get("steps", []) if x["context"] == s["context"]),
                 None)

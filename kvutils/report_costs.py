@@ -248,6 +248,9 @@ def plot_blend_sweep(table2: dict):
     return fig
 
 
+ARTICLE_CONTEXT = 2000  # the context of the article's decode-step speed-up (e4_decode_time.ctx_2000)
+
+
 def spread_text(values: list[float] | None, unit: str = "ms", digits: int = 3) -> str:
     """Repeated timings as a page prints them: 'median 12.3 ms, min–max 11.9–13 ms over 5 repeats';
     a result without its repeats (written before they were kept) says so."""
@@ -271,16 +274,24 @@ def speedup_text(step: dict) -> str:
     return head + f"; per repeat pair {fmt(min(pairs), 3)}–{fmt(max(pairs), 3)}×, n = {len(pairs)})"
 
 
-def against_published(pairs: list[float] | None, published: float, who: str) -> str:
-    """Where one published figure lies against the range of our repeat pairs. A single number with
-    no spread of its own admits no test, so the sentence places it and draws no verdict."""
+def against_published(step: dict, published: float, published_context: int, who: str) -> str:
+    """Where one published speed-up lies against the range of our repeat pairs at the same context.
+    A single number with no spread of its own admits no test, so the sentence places it and draws
+    no verdict; at another context the two are not set against each other."""
+    if step["context"] != published_context:
+        return (f"{who}'s {fmt(published, 4)}× is at {published_context} tokens and ours at {step['context']}, so the "
+                "two are not set against each other")
+    pairs = step.get("speedups")
     if not pairs:
         return f"{who}'s {fmt(published, 4)}× cannot be placed against a spread: this run kept no repeats"
     lo, hi = min(pairs), max(pairs)
-    where = ("below every one" if published < lo else "above every one" if published > hi else "within the range")
-    return (f"{who}'s {fmt(published, 4)}× (one published figure, no spread given) lies {where} of our "
-            f"{len(pairs)} repeat pairs' speed-ups ({fmt(lo, 3)}–{fmt(hi, 3)}×); a single published number admits "
-            "no paired test, and the two machines differ")
+    if len(pairs) == 1:
+        where = f"{'below' if published < lo else 'above' if published > lo else 'level with'} our one repeat's {fmt(lo, 3)}×"
+    else:
+        where = ("below every one" if published < lo else "above every one" if published > hi else "within the range"
+                 ) + f" of our {len(pairs)} repeat pairs' speed-ups ({fmt(lo, 3)}–{fmt(hi, 3)}×)"
+    return (f"{who}'s {fmt(published, 4)}× (one published figure, no spread given) lies {where}; a single published "
+            "number admits no paired test, and the two machines differ")
 
 
 def step_line(model: str, step: dict) -> str:

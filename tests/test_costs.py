@@ -80,8 +80,13 @@ def test_times_are_printed_with_their_spread():
     assert report_costs.speedup_text(step) == "44.7× (ratio of the medians; per repeat pair 40–49.6×, n = 3)"
     assert report_costs.step_line("m", step).startswith(
         "m at 2000 tokens: with the cache median 10 ms, min–max 9–11 ms over 3 repeats, without median 447 ms")
-    assert "lies above every one" in report_costs.against_published([10.0, 20.0], 29.49, "the article")
-    assert "lies below every one" in report_costs.against_published([30.0, 40.0], 29.49, "the article")
+    def placed(pairs, context=2000):
+        return report_costs.against_published({"context": context, "speedups": pairs}, 29.49, 2000, "the article")
+
+    assert "lies above every one of our 2 repeat pairs' speed-ups (10–20×)" in placed([10.0, 20.0])
+    assert "lies below every one" in placed([30.0, 40.0]) and "within the range" in placed([20.0, 40.0])
+    assert "lies above our one repeat's 10×" in placed([10.0])
+    assert "not set against each other" in placed([30.0, 40.0], context=128)  # another context: not placed
 
 
 def test_chapter4_speed_trend_needs_the_repeat_ranges_apart():

@@ -260,6 +260,8 @@ def test_fp32_residue_sentence_labels_procedures_and_does_not_explain_by_scale()
     assert "6.7e-05 (one pass, 24 prompts), 5e-05 (per step (article's procedure), 1 prompt)" in text
     assert "0.0119629 (per step (article's procedure), 24 prompts)" in text
     assert "pythia-410m, at a median logit std of 3.25" in text and f"{rc.fmt(0.00633657 / 6.7e-5, 2)}× our largest" in text
+    far = rc.fp32_reason({"m": _fp32(3e-7, 0.16)}, article_fp32)  # a tiny model's logits: no article model near
+    assert "none of the article's models has a logit scale near ours" in far and "× our largest" not in far
     assert "lies below it on every model" in text and "not a test" in text
     big = rc.fp32_reason({"m": _fp32(0.1, 70.0)}, article_fp32)
     assert "above it on every model" in big and "pythia-70m" in big  # nearest std 64.3
@@ -317,6 +319,9 @@ def test_speed_sentence_shows_the_spread_and_places_the_article():
     overlap = {"decode_timing": timing, "decode": {"m": {"steps": [_step(128, [2.0, 30.0, 3.0]), _step(2000, [25.0, 30.0, 31.0])]}}}
     text = rc.speed_reason(overlap, machine, 29.49)  # the medians grew (3 → 30); the ranges do not part
     assert "did not grow clearly" in text and "lies within the range" in text
+    short = {"decode_timing": timing, "decode": {"m": {"steps": [_step(128, [2.0, 2.1, 2.2])]}}}
+    assert "at 2000 tokens and ours at 128, so the two are not set against each other" in rc.speed_reason(
+        short, machine, 29.49)
     old = {"decode": {"m": {"steps": [_step(128, None, 5.0), _step(2000, None, 10.0)]}}}
     text = rc.speed_reason(old, machine, 29.49)  # results written before repeats were kept
     assert "repeats not recorded" in text and "cannot be placed against a spread" in text
