@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     started = time.perf_counter()
     prompt, new, prefill, decode, context, switch_tokens = SIZES["quick" if args.quick else "full"]
-    report = {"model": args.model, "profile": "quick" if args.quick else "full", "load": bench_load(args.model)}
+    report = {"model": args.model, "profile": "quick" if args.quick else "full", "repeats": args.repeats,
+              "load": bench_load(args.model)}
     loaded = models.load(args.model)
     report["decode"] = bench_decode(loaded, prompt, new, args.repeats)
     report["recompute"] = bench_recompute(loaded, prompt, new, args.repeats)

@@ -337,7 +337,8 @@ def _per_step_cost(numbers: dict) -> str:
     if not ratios:
         return "this run did not time the two procedures side by side"
     span = fmt(min(ratios), 2) if len(ratios) == 1 else f"{fmt(min(ratios), 2)}–{fmt(max(ratios), 2)}"
-    return f"in this run it took {span} times as long per prompt as the one-pass comparison"
+    return (f"in this run it took {span} times as long per prompt as the one-pass comparison (one timing of each "
+            f"procedure per model and precision, {len(ratios)} in all; the range is over them, not over repeats)")
 
 
 def _fp64_shrink(numbers: dict) -> str:
