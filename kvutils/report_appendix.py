@@ -11,7 +11,7 @@ import pandas as pd
 
 from .chapters import NOTEBOOKS
 from .report import article, fmt, styled
-from .report_costs import ARTICLE_CONTEXT, against_published, speedup_text, spread_text
+from .report_timing import ARTICLE_CONTEXT, against_published, speedup_text, spread_text
 from .results import check_fields, load_results, results_path
 
 # The models the article used (and chapter 5's intended one), per chapter and parameter: hub ids

@@ -12,7 +12,8 @@ from .chapters import NOTEBOOKS
 from .compare import IDENTICAL, Paired, against_chance
 from .params import check_number
 from .report import article, fmt, fraction, recompute_label, recompute_mode, rows_table, styled, weights_note
-from .report_costs import ARTICLE_CONTEXT, against_published, article_rows_by_spec, speedup_grew, speedup_text
+from .report_costs import article_rows_by_spec
+from .report_timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
 from .results import check_fields, load_results, results_path
 
 ARTICLE_MODEL = "Pythia-160M"

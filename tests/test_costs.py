@@ -70,18 +70,18 @@ def test_decode_step_times_and_the_bandwidth_bound_are_measured():
 
 
 def test_times_are_printed_with_their_spread():
-    from kvutils import report_costs
+    from kvutils import report_timing
 
-    assert report_costs.spread_text([3.0, 1.0, 2.0]) == "median 2 ms, min–max 1–3 ms over 3 repeats"
-    assert report_costs.spread_text([2.5], "s") == "2.5 s, one run (no spread)"
-    assert report_costs.spread_text(None) == "repeats not recorded"
+    assert report_timing.spread_text([3.0, 1.0, 2.0]) == "median 2 ms, min–max 1–3 ms over 3 repeats"
+    assert report_timing.spread_text([2.5], "s") == "2.5 s, one run (no spread)"
+    assert report_timing.spread_text(None) == "repeats not recorded"
     step = {"context": 2000, "cached_ms": 10.0, "uncached_ms": 447.0, "speedup": 44.7, "speedups": [40.0, 44.7, 49.6],
             "cached_repeats_ms": [9.0, 10.0, 11.0], "uncached_repeats_ms": [440.0, 447.0, 450.0]}
-    assert report_costs.speedup_text(step) == "44.7× (ratio of the medians; per repeat pair 40–49.6×, n = 3)"
-    assert report_costs.step_line("m", step).startswith(
+    assert report_timing.speedup_text(step) == "44.7× (ratio of the medians; per repeat pair 40–49.6×, n = 3)"
+    assert report_timing.step_line("m", step).startswith(
         "m at 2000 tokens: with the cache median 10 ms, min–max 9–11 ms over 3 repeats, without median 447 ms")
     def placed(pairs, context=2000):
-        return report_costs.against_published({"context": context, "speedups": pairs}, 29.49, 2000, "the article")
+        return report_timing.against_published({"context": context, "speedups": pairs}, 29.49, 2000, "the article")
 
     assert "lies above every one of our 2 repeat pairs' speed-ups (10–20×)" in placed([10.0, 20.0])
     assert "lies below every one" in placed([30.0, 40.0]) and "within the range" in placed([20.0, 40.0])
