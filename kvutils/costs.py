@@ -171,7 +171,7 @@ def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> St
     uncached_step()
     cached, uncached = [], []
     for cache in caches:
-        cached.append(1e3 * _time_once(lambda: cached_step(cache)))
+        cached.append(1e3 * _time_once(lambda cache=cache: cached_step(cache)))
         uncached.append(1e3 * _time_once(uncached_step))
     return StepTimes(context, statistics.median(cached), statistics.median(uncached), held_bytes(prefilled),
                      cached, uncached)
