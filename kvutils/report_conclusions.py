@@ -1,24 +1,24 @@
 """The conclusions page: the article's research questions answered from our five results files,
 the article's figure beside ours, the reason where they differ, and the practitioner's decision
-guide (a table and a figure). Every number and every verdict is computed here from results."""
+guide (a table and a figure, built in kvutils.report_guide). Every number and every verdict is
+computed here from results."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pandas as pd
 
 from .chapters import NOTEBOOKS
-from .compare import IDENTICAL, Paired, against_chance
-from .params import check_number
-from .report import article, fmt, fraction, recompute_label, recompute_mode, rows_table, styled, weights_note
+from .compare import against_chance
+from .report import article, fmt, fraction, recompute_label, recompute_mode, rows_table, weights_note
 from .report_costs import article_rows_by_spec
+# the decision guide is its own module; the page (notebook 06) reads it through this one
+from .report_guide import (  # noqa: F401
+    ARTICLE_MODEL, COSTLY, EXACT, FP64_TOLERANCE, NEAR, Verdict, chapter4_ops, chapter_numbers, decision_rows,
+    decision_table, frontier_verdicts, guide_coverage, plot_decision_guide)
 from .report_timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
 from .results import check_fields, load_results, results_path
 
-ARTICLE_MODEL = "Pythia-160M"
-# |logit difference| below which fp64 decoding counts as equal up to rounding (the theorem's test)
-FP64_TOLERANCE = 1e-9
 # our logit scale and the article model's are "near" within this factor: only then can its residue check ours
 NEAR_SCALE = 2.0
 
@@ -37,21 +37,12 @@ def load_chapters(results_dir) -> dict[str, dict]:
     return runs
 
 
-def _numbers(runs: dict, n: str) -> dict:
-    return runs[NOTEBOOKS[n]]["numbers"]
-
-
 def _causal(numbers: dict) -> dict:
     return {m: r for m, r in numbers.items() if r.get("family", "causal") == "causal"}
 
 
 def _encoders(numbers: dict) -> dict:
     return {m: r for m, r in numbers.items() if r.get("family") == "encoder"}
-
-
-def _ops_of(run: dict) -> dict:
-    """One Table-2 model's operations, the plain and the chunk rows together."""
-    return {**(run["plain"] or {}).get("ops", {}), **(run["chunks"] or {}).get("ops", {})}
 
 
 def rq1_table(runs: dict) -> pd.DataFrame:
@@ -76,7 +67,7 @@ def rq1_table(runs: dict) -> pd.DataFrame:
         "same word, two contexts: cosine distance of the state, last layer": {
             f"article ({ARTICLE_MODEL})": f"{fmt(bert['cosine_distance']['layer_12'])} (BERT-base, encoder)"},
     }
-    for model, by_dtype in _numbers(runs, "01").items():
+    for model, by_dtype in chapter_numbers(runs, "01").items():
         col = f"ours: {model}"
         for dtype, tag in (("float64", "fp64"), ("float32", "fp32")):
             if dtype in by_dtype:
@@ -94,7 +85,7 @@ def rq1_table(runs: dict) -> pd.DataFrame:
                     x = by_dtype[dtype]["prefixes"]
                     rows["prefixes whose K/V are bit-identical under both continuations (fp32)"][col] = (
                         fraction(x["bit_identical"], x["n_prefixes"]))
-    for model, r in _numbers(runs, "02").items():
+    for model, r in chapter_numbers(runs, "02").items():
         kind = "encoder" if r["family"] == "encoder" else "causal"
         rows["same word, two contexts: cosine distance of the state, last layer"][f"ours: {model}"] = (
             f"{fmt(r['cosine_distance_mean'][-1])} ({kind})")
@@ -117,7 +108,7 @@ def rq2_table(runs: dict) -> pd.DataFrame:
         "encoder: sense probe at the original position": {
             f"article ({ARTICLE_MODEL})": f"{fmt(a['e3_probe']['bert']['old_position_acc_pct_from_layer_1'])}% from layer 1 (BERT-base)"},
     }
-    numbers = _numbers(runs, "03")
+    numbers = chapter_numbers(runs, "03")
     for model, r in _causal(numbers).items():
         col = f"ours: {model}"
         old, new = r["probe"]["old_position_pct"], r["probe"]["new_position_pct"]
@@ -152,13 +143,13 @@ def rq3_table(runs: dict) -> pd.DataFrame:
     """RQ3: which cache operations break exactness, by how much, against what the exact cache buys."""
     art = article_rows_by_spec()
     e4 = article()["e4_decode_time"]
-    numbers = _numbers(runs, "04")
+    numbers = chapter_numbers(runs, "04")
     rows = {f"top-1 agreement (%): {label}": {f"article ({ARTICLE_MODEL})": fmt(art[spec]["top1_pct"])}
             for spec, label in RQ3_OPS}
     speed = "exact cache: decode-step speed-up at the longest context"
     rows[speed] = {f"article ({ARTICLE_MODEL})": f"{fmt(e4['ctx_2000']['speedup'])}× at 2000 tokens"}
     for model, run in numbers["table2"].items():
-        ops = _ops_of(run)
+        ops = chapter4_ops(run)
         for spec, label in RQ3_OPS:
             if spec in ops:
                 rows[f"top-1 agreement (%): {label}"][f"ours: {model}"] = fmt(ops[spec]["top1_agreement_pct"], 4)
@@ -172,7 +163,7 @@ def rq4_table(runs: dict) -> pd.DataFrame:
     rows: dict[str, dict[str, str]] = {"tail patch vs full recompute: largest |logit difference|": {},
                                        "stale cache: top-1 agreement (%), largest k": {},
                                        "tail patch time ÷ full recompute time, per k": {}}
-    for model, r in _numbers(runs, "05").items():
+    for model, r in chapter_numbers(runs, "05").items():
         col = f"ours: {model}"
         scores, per_k = r["switch"]["scores"], r["cost"]["per_k"]
         rows["tail patch vs full recompute: largest |logit difference|"][col] = fmt(
@@ -277,7 +268,7 @@ def precision_reason(bf16: dict, art_top1: float, weights: str) -> str:
 
 def breaks_exactness(table2: dict) -> str:
     """Which of chapter 4's operations changed the model's output distribution (mean KL > 0)."""
-    kl = {spec: o["mean_kl"] for r in table2.values() for spec, o in _ops_of(r).items() if o["name"] != "exact"}
+    kl = {spec: o["mean_kl"] for r in table2.values() for spec, o in chapter4_ops(r).items() if o["name"] != "exact"}
     if not kl:
         return "Chapter 4 scored no cache operation in this run"
     kept = sorted(spec for spec, v in kl.items() if v == 0)
@@ -342,7 +333,7 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     """The verdicts and the reasons for every difference from the article, as sentences."""
     a = article()
     out: dict[str, str] = {}
-    ch1 = _numbers(runs, "01")
+    ch1 = chapter_numbers(runs, "01")
     fp64 = {m: r["float64"]["decode"] for m, r in ch1.items() if "float64" in r}
     exact = all(d["max_logit_diff"] <= FP64_TOLERANCE and d["identical"] == d["n_prompts"] for d in fp64.values())
     out["rq1_verdict"] = (
@@ -354,7 +345,7 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     fp32_runs = {m: r["float32"] for m, r in ch1.items() if "float32" in r}
     out["rq1_fp32_reason"] = fp32_reason(fp32_runs, a["e1_decode"]["fp32"]) if fp32_runs else "fp32 was not run"
     out["rq1_weights"] = weights_note(ch1)
-    enc = _encoders(_numbers(runs, "02"))
+    enc = _encoders(chapter_numbers(runs, "02"))
     bert = a["e2_bert"]["cosine_distance"]["layer_12"]
     moved = {m: r for m, r in enc.items() if r["cosine_distance_mean"][-1] > 0}
     numbers_enc = "; ".join(
@@ -365,23 +356,23 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
         f"The same word's state moves when later text arrives — {numbers_enc} — so a cache of its keys and values "
         "would go stale" if len(moved) == len(enc) else
         f"In this run the encoder's state did not move with later text on every model ({numbers_enc})")
-    ch3 = _numbers(runs, "03")
+    ch3 = chapter_numbers(runs, "03")
     out["rq2_verdict"] = rq2_verdict(_causal(ch3))
     out["rq2_attention_reason"] = attention_reason(_causal(ch3), a["e3_attention"])
-    ch4 = _numbers(runs, "04")
+    ch4 = chapter_numbers(runs, "04")
     table2 = ch4["table2"]
-    bf16 = {m: _ops_of(r)["cast:dtype=bfloat16"] for m, r in table2.items() if "cast:dtype=bfloat16" in _ops_of(r)}
+    bf16 = {m: chapter4_ops(r)["cast:dtype=bfloat16"] for m, r in table2.items() if "cast:dtype=bfloat16" in chapter4_ops(r)}
     out["rq3_precision_reason"] = precision_reason(bf16, article_rows_by_spec()["cast:dtype=bfloat16"]["top1_pct"],
                                                    weights_note(bf16))
     out["rq3_breaks"] = breaks_exactness(table2)
     pairs = []
     for spec, label in RQ3_OPS[2:]:
-        ours = [f"{fmt(_ops_of(r)[spec]['top1_agreement_pct'], 4)}% ({m})" for m, r in table2.items() if spec in _ops_of(r)]
+        ours = [f"{fmt(chapter4_ops(r)[spec]['top1_agreement_pct'], 4)}% ({m})" for m, r in table2.items() if spec in chapter4_ops(r)]
         if ours:
             pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's {fmt(article_rows_by_spec()[spec]['top1_pct'])}%")
     out["rq3_eviction"] = "; ".join(pairs) or "not run (no window or chunk operation in chapter 4's ops)"
     out["rq3_speed_reason"] = speed_reason(ch4, runs[NOTEBOOKS["04"]]["machine"], a["e4_decode_time"]["ctx_2000"]["speedup"])
-    ch5 = _numbers(runs, "05")
+    ch5 = chapter_numbers(runs, "05")
     worst = max(r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]
                 for r in ch5.values() for k in r["k_values"])
     out["rq4_verdict"] = (
@@ -389,164 +380,3 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
         f"difference|) on {', '.join(ch5)}, at every k" if worst <= FP64_TOLERANCE else
         f"The tail patch differed from recompute by {fmt(worst, 3)}; see chapter 5")
     return out
-
-
-@dataclass(frozen=True)
-class Verdict:
-    name: str
-    label: str
-    colour: str
-
-
-EXACT = Verdict("exact", "exact (to rounding): adopt as a pure saving", "#2a9d8f")
-NEAR = Verdict("near-exact", "near-exact here: confirm on your model", "#e9c46a")
-COSTLY = Verdict("costly", "costs quality: measure before buying", "#e76f51")
-
-
-def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
-    """One row per cache operation, for the first Table-2 model: verdict, our top-1 agreement and KL,
-    the article's top-1, cache bytes relative to the exact cache, and how it is checked."""
-    check_number("near_exact_pct", near_exact_pct, 0, 100, low_inclusive=False)
-    ch1, ch4, ch5 = _numbers(runs, "01"), _numbers(runs, "04"), _numbers(runs, "05")
-    model, run = next(iter(ch4["table2"].items()))
-    art = article_rows_by_spec()
-    rows = []
-    decode = [r[d]["decode"] for r in ch1.values() for d in r]
-    top1 = min(d["argmax_agreement_pct"] for d in decode)
-    # the theorem is judged in fp64, where rounding is far below the tolerance; fp32 alone cannot separate the two
-    fp64_decode = [r["float64"]["decode"] for r in ch1.values() if "float64" in r]
-    exact_decode = bool(fp64_decode) and all(
-        d["max_logit_diff"] <= FP64_TOLERANCE and d["identical"] == d["n_prompts"] for d in fp64_decode)
-    rows.append(dict(operation="exact cache vs recomputation (ch. 1)",
-                     verdict=EXACT if exact_decode else NEAR if top1 >= near_exact_pct else COSTLY,
-                     top1=top1, kl=None, article_top1=100.0, bytes_pct=100.0,
-                     check="theorem; tested on every architecture"))
-    fp64 = [r["float64"]["prefixes"] for r in ch1.values() if "float64" in r]
-    exact_prefix = (all(p["max_diff_across_continuations"] <= FP64_TOLERANCE for p in fp64) if fp64 else
-                    all(r[d]["prefixes"]["bit_identical"] == r[d]["prefixes"]["n_prefixes"] for r in ch1.values() for d in r))
-    rows.append(dict(operation="prefix reuse across continuations (ch. 1)", verdict=EXACT if exact_prefix else NEAR,
-                     top1=100.0, kl=None, article_top1=None, bytes_pct=100.0,
-                     check="theorem; tested on every architecture"))
-    for m, r in ch5.items():
-        k = max(r["k_values"])
-        for policy, name in (("tail_patch", "LoRA switch, tail patch"), ("stale", "LoRA switch, stale cache")):
-            s = r["switch"]["scores"][f"tail{k}"][policy]
-            verdict = EXACT if s["max_abs_logit_diff"] <= FP64_TOLERANCE else (
-                NEAR if s["top1_agree_pct"] >= near_exact_pct else COSTLY)
-            rows.append(dict(operation=f"{name} (ch. 5, {m}, k = {k})", verdict=verdict, top1=s["top1_agree_pct"],
-                             kl=s["kl_mean"], article_top1=None, bytes_pct=100.0,
-                             check="theorem (tail patch); chapter 5" if policy == "tail_patch" else "chapter 5"))
-    exact_bytes = run["plain"]["exact_cache_bytes"] if run["plain"] else None
-    for spec, o in _ops_of(run).items():
-        if o["name"] == "exact":
-            continue
-        bytes_pct = 100.0 * o["cache_bytes"] / exact_bytes if exact_bytes and o["name"] not in (
-            "chunk_reuse", "chunk_blend") else 100.0
-        rows.append(_op_row(spec, o, near_exact_pct, art, bytes_pct, "acceptance test (kvutils.accept), Table 2"))
-    front = ch4.get("frontier", {}).get(model)
-    for spec, o in _frontier_only(run, front).items():
-        rows.append(_op_row(spec, o, near_exact_pct, art, 100.0 * o["cache_bytes"] / front["exact_cache_bytes"],
-                            f"acceptance test, the frontier's {_count(len(front['documents']), 'document')}"))
-    return rows
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' * (n != 1)}"
-
-
-def _op_row(spec: str, o: dict, near_exact_pct: float, art: dict, bytes_pct: float, check: str) -> dict:
-    verdict = EXACT if o["mean_kl"] == 0 else (NEAR if o["top1_agreement_pct"] >= near_exact_pct else COSTLY)
-    return dict(operation=spec, verdict=verdict, top1=o["top1_agreement_pct"], kl=o["mean_kl"],
-                article_top1=art[spec]["top1_pct"] if spec in art else None, bytes_pct=bytes_pct, check=check)
-
-
-def _frontier_only(table2_run: dict, frontier_run: dict | None) -> dict:
-    """The frontier's operations that Table 2 did not score (an operation both ran keeps Table 2's
-    numbers, scored on more documents), the exact reference left out."""
-    if not frontier_run:
-        return {}
-    table2 = _ops_of(table2_run)
-    return {spec: o for spec, o in frontier_run["ops"].items() if spec not in table2 and o["name"] != "exact"}
-
-
-def guide_coverage(runs: dict, rows: list[dict], model: str) -> str:
-    """What the decision guide covers and what it leaves out, counted from the results."""
-    ch4, ch5 = _numbers(runs, "04"), _numbers(runs, "05")
-    run, front = ch4["table2"][model], ch4.get("frontier", {}).get(model)
-    table2 = [s for s, o in _ops_of(run).items() if o["name"] != "exact"]
-    extra = _frontier_only(run, front)
-    switch = sum(1 for r in rows if r["operation"].startswith("LoRA switch"))
-    ch1_rows = sum(1 for r in rows if r["operation"].endswith("(ch. 1)"))
-    text = (f"The guide sorts {len(rows)} operations: chapter 1's {ch1_rows} properties of the exact cache (over every "
-            f"chapter-1 model), chapter 5's LoRA switch ({switch} rows, {', '.join(ch5) or 'none'}), and on {model} "
-            f"chapter 4's {len(table2)} Table-2 operations")
-    if front:
-        text += (f" and the {len(extra)} methods of chapter 4's frontier that Table 2 does not score (presses, "
-                 f"decode-time policies, quantised caches; on the frontier's {_count(len(front['documents']), 'document')})")
-        refused = sorted(front.get("refused", {}))
-        if refused:
-            text += f". Left out: {', '.join(refused)}, which {model} refused"
-    else:
-        text += (f". The frontier's methods are not in it: the frontier was not run on {model}"
-                 + (f" (it ran on {', '.join(ch4.get('frontier', {}))})" if ch4.get("frontier") else ""))
-    others = [m for m in ch4["table2"] if m != model]
-    if others:
-        text += f". Chapter 4's rows for {', '.join(others)} are in chapter 4, not in the guide"
-    return text
-
-
-def frontier_verdicts(ch4: dict) -> str:
-    """How many of the frontier's pairwise comparisons (kvutils.compare, paired over its documents)
-    separated two methods, per model; the guide's verdict colours are thresholds, not these tests."""
-    parts = []
-    for m, run in ch4.get("frontier", {}).items():
-        tests = [Paired.from_dict({"p": math.nan, **v}) for v in run.get("verdicts") or []]
-        if not tests:
-            continue
-        sizes = sorted({t.n for t in tests})
-        parts.append(f"{m}: {sum(t.separated for t in tests)} of {len(tests)} pairs of methods separated in mean KL at "
-                     f"n = {'/'.join(str(n) for n in sizes)} documents, {sum(t.verdict == IDENTICAL for t in tests)} "
-                     "identical (ties by construction, named in chapter 4), the rest no detectable difference")
-    if not parts:
-        return ("Chapter 4's frontier recorded no paired comparisons in this run, so the guide ranks none of its methods "
-                "against another")
-    return ("Which of chapter 4's methods beats which is decided there, by paired tests over documents ("
-            + "; ".join(parts) + "); the guide's colours are fixed thresholds on one model, not those tests")
-
-
-def decision_table(rows: list[dict]) -> pd.DataFrame:
-    table = pd.DataFrame([{
-        "operation": r["operation"], "verdict": r["verdict"].name, "top-1 agreement (%)": fmt(r["top1"], 4),
-        f"article (%), {ARTICLE_MODEL}": fmt(r["article_top1"]) if r["article_top1"] is not None else "—",
-        "mean KL (nats)": fmt(r["kl"], 3) if r["kl"] is not None else "—",
-        "cache size vs exact (%)": fmt(r["bytes_pct"], 3), "checked by": r["check"]} for r in rows])
-    return table.set_index("operation")
-
-
-@styled
-def plot_decision_guide(rows: list[dict], model: str):
-    """The decision guide: every operation's top-1 agreement with exact decoding, coloured by
-    verdict, the article's value marked, the cache size it leaves written at the bar's end."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 2.8))
-    y = range(len(rows))
-    ax.barh(list(y), [r["top1"] for r in rows], color=[r["verdict"].colour for r in rows])
-    for i, r in enumerate(rows):  # a column right of the 100% line, clear of the bars and marks
-        ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=8)
-    marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
-    ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=3)
-    ax.set_yticks(list(y), [r["operation"] for r in rows])
-    ax.invert_yaxis()
-    ax.set_xlim(0, 130)
-    ax.set_xticks(range(0, 101, 20))  # the space right of 100% holds the size labels, not a scale
-    ax.axvline(100, color="grey", linewidth=0.6)
-    ax.set_xlabel("top-1 agreement with exact decoding (%)\nlabel: cache size as % of the exact cache")
-    ax.set_ylabel("cache operation")
-    ax.set_title(f"Decision guide: which cache operations are free\nmodel: {model} (chapters 1, 4, 5)")
-    handles = [Patch(color=v.colour, label=v.label) for v in (EXACT, NEAR, COSTLY)]
-    handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.3, -0.12), ncol=1)
-    fig.tight_layout()
-    return fig
