@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -35,7 +36,7 @@ import torch
 
 from . import models, params, results
 from .chapters import NOTEBOOKS
-from .costs import memory_bandwidth, median_seconds
+from .costs import memory_bandwidth, repeat_seconds
 from .engines import greedy, recompute_logits
 
 
@@ -70,13 +71,16 @@ def bench_load(name: str) -> dict:
 def bench_decode(loaded: models.Loaded, prompt_tokens: int, new_tokens: int, repeats: int) -> dict:
     """Per-token time of kvutils.greedy(use_cache=True) vs transformers' generate on one prompt."""
     ids = torch.arange(1000, 1000 + prompt_tokens)[None]
-    ours = median_seconds(lambda: greedy(loaded, ids, new_tokens, use_cache=True), repeats)
-    theirs = median_seconds(lambda: loaded.model.generate(
+    ours = repeat_seconds(lambda: greedy(loaded, ids, new_tokens, use_cache=True), repeats)
+    theirs = repeat_seconds(lambda: loaded.model.generate(
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
         do_sample=False, use_cache=True, pad_token_id=0), repeats)
-    return {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
-            "kvutils_ms_per_token": 1e3 * ours / new_tokens, "generate_ms_per_token": 1e3 * theirs / new_tokens,
-            "ratio_kvutils_over_generate": ours / theirs}
+    per_token = [[1e3 * t / new_tokens for t in times] for times in (ours, theirs)]
+    return {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "repeats": repeats,
+            "kvutils_ms_per_token": statistics.median(per_token[0]),
+            "generate_ms_per_token": statistics.median(per_token[1]),
+            "kvutils_ms_per_token_repeats": per_token[0], "generate_ms_per_token_repeats": per_token[1],
+            "ratio_kvutils_over_generate": statistics.median(ours) / statistics.median(theirs)}
 
 
 @torch.inference_mode()
@@ -85,9 +89,11 @@ def bench_recompute(loaded: models.Loaded, prompt_tokens: int, new_tokens: int, 
     ids = torch.arange(1000, 1000 + prompt_tokens)[None]
     tokens, _ = greedy(loaded, ids, new_tokens, use_cache=True)
     sequence = torch.cat([ids, tokens], -1)
-    one_pass = median_seconds(lambda: recompute_logits(loaded, sequence, prompt_tokens), repeats)
-    per_step = median_seconds(lambda: greedy(loaded, ids, new_tokens, use_cache=False), max(1, repeats // 2))
-    return {"one_pass_s": one_pass, "per_step_s": per_step, "speedup": per_step / one_pass}
+    one_pass = repeat_seconds(lambda: recompute_logits(loaded, sequence, prompt_tokens), repeats)
+    per_step = repeat_seconds(lambda: greedy(loaded, ids, new_tokens, use_cache=False), max(1, repeats // 2))
+    return {"one_pass_s": statistics.median(one_pass), "per_step_s": statistics.median(per_step),
+            "one_pass_repeats_s": one_pass, "per_step_repeats_s": per_step,
+            "speedup": statistics.median(per_step) / statistics.median(one_pass)}
 
 
 TEACHER_OPS = {"teacher": ("window:size=128,sinks=4", "float32"), "teacher_fp64": ("quantize_naive:bits=4", "float64"),
@@ -157,6 +163,8 @@ def bench_step_at(loaded: models.Loaded, context: int, repeats: int, bandwidth: 
     ids = loaded.tokenizer(longest.text, return_tensors="pt").input_ids[:, :context]
     t = decode_step_times(loaded, ids, repeats)
     return {"context": ids.shape[-1], "cached_ms": t.cached_ms, "uncached_ms": t.uncached_ms, "speedup": t.speedup,
+            "repeats": repeats, "cached_repeats_ms": t.cached_repeats_ms, "uncached_repeats_ms": t.uncached_repeats_ms,
+            "speedups": t.speedups, "threads": torch.get_num_threads(),
             "bound_ms": bandwidth_bound_ms(loaded, ids.shape[-1], bandwidth)}
 
 
@@ -211,7 +219,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     started = time.perf_counter()
     prompt, new, prefill, decode, context, switch_tokens = SIZES["quick" if args.quick else "full"]
-    report = {"model": args.model, "profile": "quick" if args.quick else "full", "load": bench_load(args.model)}
+    report = {"model": args.model, "profile": "quick" if args.quick else "full", "repeats": args.repeats,
+              "load": bench_load(args.model)}
     loaded = models.load(args.model)
     report["decode"] = bench_decode(loaded, prompt, new, args.repeats)
     report["recompute"] = bench_recompute(loaded, prompt, new, args.repeats)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
@@ -112,51 +112,69 @@ def step_flops(loaded: Loaded, context: int, cached: bool) -> float:
 # --------------------------------------------------------------------------- time
 
 
-def median_seconds(fn, repeats: int) -> float:
+def repeat_seconds(fn, repeats: int) -> list[float]:
+    """Seconds of each of `repeats` calls of `fn`, in the order they ran."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def median_seconds(fn, repeats: int) -> float:
+    return statistics.median(repeat_seconds(fn, repeats))
 
 
 @dataclass
 class StepTimes:
     context: int
-    cached_ms: float
-    uncached_ms: float
+    cached_ms: float  # median of the repeats
+    uncached_ms: float  # median of the repeats
     cache_bytes: int  # what the prefilled cache of the context really held
+    cached_repeats_ms: list[float] = field(default_factory=list)  # every repeat, in the order timed
+    uncached_repeats_ms: list[float] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
+        """Ratio of the medians."""
         return self.uncached_ms / self.cached_ms
+
+    @property
+    def speedups(self) -> list[float]:
+        """Speed-up of each repeat pair (the i-th uncached step over the i-th cached step)."""
+        return [u / c for u, c in zip(self.uncached_repeats_ms, self.cached_repeats_ms)]
 
 
 @torch.inference_mode()
 def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> StepTimes:
-    """Median time of one decode step after the context `ids` (1, context): with the cache (one
-    token against a prefilled cache, fresh copy each repeat so the context stays fixed) and without
-    it (the whole context plus the new token, from scratch)."""
+    """Time of one decode step after the context `ids` (1, context), every repeat kept and the
+    median of each side: with the cache (one token against a prefilled cache, fresh copy each
+    repeat so the context stays fixed) and without it (the whole context plus the new token, from
+    scratch). After one warm-up of each, the two are timed alternately (cached, uncached, cached,
+    …), so a repeat pair shares the machine's state of the moment."""
     model, ids = loaded.model, ids.to(loaded.device)
     context = ids.shape[-1]
     prefilled = DynamicCache(config=model.config)
     out = model(input_ids=ids, cache=prefilled, use_cache=True, logits_to_keep=1)
     new = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-    full = torch.cat([ids, new], dim=-1)
+    full = torch.cat([ids, new], dim=-1)  # (1, context + 1)
 
     def cached_step(cache):
         model(input_ids=new, cache=cache, use_cache=True, logits_to_keep=1)
 
+    def uncached_step():
+        model(input_ids=full, use_cache=False, logits_to_keep=1)
+
     caches = [copy.deepcopy(prefilled) for _ in range(repeats + 1)]
     cached_step(caches.pop())  # warm-up
-    times = []
+    uncached_step()
+    cached, uncached = [], []
     for cache in caches:
-        start = time.perf_counter()
-        cached_step(cache)
-        times.append(time.perf_counter() - start)
-    uncached = median_seconds(lambda: model(input_ids=full, use_cache=False, logits_to_keep=1), repeats)
-    return StepTimes(context, 1e3 * statistics.median(times), 1e3 * uncached, held_bytes(prefilled))
+        cached.append(1e3 * _time_once(lambda cache=cache: cached_step(cache)))
+        uncached.append(1e3 * _time_once(uncached_step))
+    return StepTimes(context, statistics.median(cached), statistics.median(uncached), held_bytes(prefilled),
+                     cached, uncached)
 
 
 def memory_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:

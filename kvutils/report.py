@@ -9,6 +9,7 @@ from functools import lru_cache
 
 import pandas as pd
 
+from .models import EMBEDDED, TINY
 from .paths import REPO_ROOT
 
 ARTICLE_FIGURES = REPO_ROOT / "data" / "article_figures.json"
@@ -119,6 +120,31 @@ def fraction(count: int, total: int) -> str:
     return f"{count}/{total}"
 
 
+_GGUF_ORIGIN = re.compile(r"\(([^()]*GGUF[^()]*)\)")
+
+
+def weights_origin(name: str) -> str:
+    """Where a model's weights come from, read from the registry (kvutils.models): for an embedded
+    GGUF model the quantisation its file was published in ("Q4_K_M GGUF, dequantised to fp32")."""
+    if name in EMBEDDED:
+        found = _GGUF_ORIGIN.search(EMBEDDED[name].description)
+        return (f"{name}: {found.group(1)}" if found else
+                f"{name}: weights as its package ships them ({EMBEDDED[name].install})")
+    if name in TINY:
+        return f"{name}: random weights (seeded), not quantised"
+    return f"{name}: weights as stored in its files"
+
+
+def weights_note(names) -> str:
+    """One sentence for a page that compares precisions: the weights every run computes with."""
+    origins = [weights_origin(n) for n in dict.fromkeys(names)]
+    quantised = any("GGUF" in o for o in origins)
+    return ("Weights: " + "; ".join(origins)
+            + (". Every precision compared here (fp64, fp32, the cache's own casts) is applied to these "
+               "dequantised weights: the GGUF quantisation of the weights is part of the model, not of the cache"
+               if quantised else ""))
+
+
 def recompute_mode(decode: dict) -> str:
     """Which no-cache procedure a decode result comes from."""
     return "per step (article's procedure)" if decode["recompute"] == "per_step" else "one pass"
@@ -126,7 +152,8 @@ def recompute_mode(decode: dict) -> str:
 
 def recompute_label(decode: dict) -> str:
     """The procedure and the number of prompts it decoded."""
-    return f"{recompute_mode(decode)}, {decode['n_prompts']} prompts"
+    n = decode["n_prompts"]
+    return f"{recompute_mode(decode)}, {n} prompt{'s' * (n != 1)}"
 
 
 def _decode_runs(by_dtype_result: dict) -> list[dict]:
@@ -250,7 +277,7 @@ def chapter1_glue(numbers: dict) -> dict[str, str]:
                 continue
             d, x = by_dtype[dtype]["decode"], by_dtype[dtype]["prefixes"]
             decode.append(f"{fraction(d['identical'], d['n_prompts'])} identical sequences on {model} "
-                          f"(max logit difference {fmt(d['max_logit_diff'])})")
+                          f"(max logit difference {fmt(d['max_logit_diff'])}; no-cache side: {recompute_label(d)})")
             prefixes.append(f"{fraction(x['bit_identical'], x['n_prefixes'])} bit-identical on {model} "
                             f"(largest difference {fmt(x['max_diff_across_continuations'])}; "
                             f"alone vs inside: {fmt(x['max_key_diff_alone_vs_inside'])})")
@@ -262,6 +289,7 @@ def chapter1_glue(numbers: dict) -> dict[str, str]:
                     f"{any_decode['new_tokens']} greedy tokens each")
     out["mode"] = recompute_label(any_decode)
     out["models"] = ", ".join(numbers)
+    out["weights"] = weights_note(numbers)
     decodes = [d for r in runs for d in _decode_runs(r)]
     ours = min(d["argmax_agreement_pct"] for d in decodes)
     every = min(d["argmax_agreement_all_steps_pct"] for d in decodes)
@@ -309,7 +337,8 @@ def _per_step_cost(numbers: dict) -> str:
     if not ratios:
         return "this run did not time the two procedures side by side"
     span = fmt(min(ratios), 2) if len(ratios) == 1 else f"{fmt(min(ratios), 2)}–{fmt(max(ratios), 2)}"
-    return f"in this run it took {span} times as long per prompt as the one-pass comparison"
+    return (f"in this run it took {span} times as long per prompt as the one-pass comparison (one timing of each "
+            f"procedure per model and precision, {len(ratios)} in all; the range is over them, not over repeats)")
 
 
 def _fp64_shrink(numbers: dict) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .report import article, bold_numbers, fmt, rows_table, styled
+from .report import article, bold_numbers, fmt, rows_table, styled, weights_note
+from .report_timing import speedup_grew, step_line
 
 
 # --------------------------------------------------------------------------- E4: decode cost
@@ -249,10 +250,8 @@ def plot_blend_sweep(table2: dict):
 def chapter4_glue(numbers: dict) -> dict[str, str]:
     out = {"bandwidth": fmt(numbers["bandwidth_gb_s"], 3)}
     out["decode"] = "; ".join(
-        f"{m}: " + ", ".join(f"{fmt(s['cached_ms'], 3)} ms with and {fmt(s['uncached_ms'], 4)} ms without the cache at "
-                             f"{s['context']} tokens ({fmt(s['speedup'], 3)}×; analytical {fmt(s['analytical_ratio'], 4)}×; "
-                             f"bandwidth bound {fmt(s['bound_ms'], 3)} ms)" for s in r["steps"])
-        for m, r in numbers["decode"].items())
+        step_line(m, s) + f" (analytical {fmt(s['analytical_ratio'], 4)}×; bandwidth bound {fmt(s['bound_ms'], 3)} ms)"
+        for m, r in numbers["decode"].items() for s in r["steps"])
     ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
     out["bytes"] = "; ".join(
         f"{r['model']}: {fmt(r['kib_per_token'], 4)} KiB per token at 16 bits, {fmt(r['gib_per_128k'], 3)} GiB per 128K tokens"
@@ -278,7 +277,8 @@ def chapter4_glue(numbers: dict) -> dict[str, str]:
     if first and first["plain"]:
         out["setup"] = (f"{len(first['plain']['documents'])} documents, {first['plain']['prefill']}-token prefill and "
                         f"{first['plain']['decode']} teacher-forced tokens"
-                        + (f" ({first['chunks']['decode']} for the chunk rows)" if first["chunks"] else ""))
+                        + (f" ({first['chunks']['decode']} for the chunk rows)" if first["chunks"] else "")
+                        + ". " + weights_note(numbers["table2"]))
     else:
         out["setup"] = "not run"
     return out
@@ -293,8 +293,14 @@ def chapter4_findings(numbers: dict) -> dict[str, str]:
     in bold); each says the opposite when the numbers do."""
     out = {}
     timing = numbers.get("decode_timing")
-    out["timing"] = (f"Timed {timing['where']}, on {timing['threads']} torch thread(s) of {timing['cores']} cores."
-                     if timing else "Timed in this chapter's run (thread count not recorded).")
+    repeats = sorted({len(s.get("speedups") or []) for r in numbers["decode"].values() for s in r["steps"]})
+    out["timing"] = ((f"Timed {timing['where']}, on {timing['threads']} torch thread(s) of {timing['cores']} cores."
+                      if timing else "Timed in this chapter's run (thread count not recorded).")
+                     + (f" Each time is the median of {'/'.join(str(n) for n in repeats)} repeats, the cached and the "
+                        "uncached step timed alternately after one warm-up of each, with the min–max of the repeats "
+                        "beside it; each speed-up is the ratio of the medians, with the range of the repeat pairs' "
+                        "own speed-ups." if repeats and repeats[0] else
+                        " The repeats of each time were not recorded in this run, so no spread is shown."))
     steps = [(m, s) for m, r in numbers["decode"].items() for s in r["steps"]]
     below = [f"{m} at {s['context']} tokens ({fmt(s['speedup'], 3)}× vs {fmt(s['analytical_ratio'], 3)}×)"
              for m, s in steps if s["speedup"] < s["analytical_ratio"]]
@@ -311,8 +317,9 @@ def chapter4_findings(numbers: dict) -> dict[str, str]:
         ordered = sorted(r["steps"], key=lambda s: s["context"])
         if len(ordered) < 2:
             continue
-        speeds = " → ".join(f"{fmt(s['speedup'], 3)}×" for s in ordered)
-        (grew if all(a["speedup"] < b["speedup"] for a, b in zip(ordered, ordered[1:])) else not_grew).append(
+        speeds = " → ".join(f"{fmt(s['speedup'], 3)}×" + (
+            f" [{fmt(min(s['speedups']), 3)}–{fmt(max(s['speedups']), 3)}]" if s.get("speedups") else "") for s in ordered)
+        (grew if speedup_grew(ordered) else not_grew).append(
             f"{m} ({speeds} from {ordered[0]['context']} to {ordered[-1]['context']} tokens)")
     if not grew and not not_grew:
         out["speed_grows"] = "Only one context was timed, so no trend is measured."
@@ -321,6 +328,11 @@ def chapter4_findings(numbers: dict) -> dict[str, str]:
     else:
         out["speed_grows"] = ("In this run the speed-up grew with context on " + ("every model: " if not not_grew else "")
                               + _list(grew) + (f"; it did not on {_list(not_grew)}" if not_grew else "") + ".")
+    if grew or not_grew:
+        with_spread = any(s.get("speedups") for r in numbers["decode"].values() for s in r["steps"])
+        out["speed_grows"] += (" Grew means every repeat pair's speed-up at the longer context lies above every one "
+                               "at the shorter (in brackets: the range over repeat pairs)." if with_spread else
+                               " Grew compares the medians only: this run kept no repeats.")
     ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
     less = [f"{r['model']} holds {fmt(100 * r['held_kib_per_token_fp32'] / r['formula_kib_per_token_fp32'], 3)}% of "
             f"the formula's bytes at {r['check_tokens']} tokens" for r in ours

@@ -82,7 +82,7 @@ def plot_chapter2(numbers: dict):
     return fig
 
 
-def chapter2_glue(numbers: dict) -> dict[str, str]:
+def chapter2_glue(numbers: dict, batch_size: int | None = None) -> dict[str, str]:
     causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
     encoders = {m: r for m, r in numbers.items() if r["family"] == "encoder"}
     out = {
@@ -99,8 +99,37 @@ def chapter2_glue(numbers: dict) -> dict[str, str]:
         "models": ", ".join(numbers),
         "n_words": str(next(iter(numbers.values()))["n_words"]),
         "encoder_reading": "; ".join(_encoder_reading(m, r) for m, r in encoders.items()) or "No encoder was run",
+        "causal_zero": _causal_zero(causal, batch_size),
     }
     return out
+
+
+def _causal_zero(causal: dict, batch_size: int | None) -> str:
+    """What an exact 0 between a causal model's two contexts shows. Each word's two contexts are
+    consecutive sentences; with an even batch size they share a right-padded batch, so the prefix is
+    computed on tensors of the same shape, and the zero is bit equality at equal shapes."""
+    if not causal:
+        return "No causal model was run"
+    same = [m for m, r in causal.items() if r["states_bit_identical_words"] == r["n_words"]]
+    paired = batch_size is not None and batch_size % 2 == 0
+    how = ("each word's two contexts went through the model side by side in one right-padded batch, so the word's "
+           "state was computed by the same kernels on tensors of the same shape: the causal mask kept the "
+           "continuation and the padding out of it, and with equal shapes nothing could even change its rounding"
+           if paired else
+           "the two contexts of a word did not always share a batch (odd batch_size), so the zero also held across "
+           "batches of different widths" if batch_size is not None else
+           "how the contexts were batched is not known here")
+    shapes = (". So the zero shows bit equality at equal shapes; it does not contradict chapter 1's non-zero fp32 "
+              "differences between a prefix computed alone and inside a longer sequence, which are tensors of different "
+              "shapes and so can be summed in a different order" if paired else "")
+    text = (f"On {', '.join(same)} the word's state was bit-identical in both contexts for every word: {how}{shapes}"
+            if same else "")
+    rest = [f"{m}: {r['states_bit_identical_words']} of {r['n_words']} words bit-identical, largest cosine distance "
+            f"{fmt(max(r['cosine_distance_max']))}" for m, r in causal.items() if m not in same]
+    if rest:
+        text += ("; not" if same else "Not") + " on every causal model (" + "; ".join(rest) + \
+            "): a non-zero distance here is not explained by this chapter"
+    return text
 
 
 def _encoder_reading(model: str, r: dict) -> str:

@@ -102,6 +102,9 @@ def test_chapter1_sentences_follow_the_numbers(ch1_numbers):
 
     glue = report.chapter1_glue(ch1_numbers)
     assert glue["divergence"] == "No sequence diverged in this run"
+    n = ch1_numbers["tiny-llama"]["float32"]["decode"]["n_prompts"]
+    assert f"no-cache side: one pass, {n} prompts" in glue["fp32_decode"]  # the procedure beside each residue
+    assert glue["weights"].startswith("Weights: tiny-llama: random weights (seeded)")
     assert glue["argmax_article"].startswith("the same count holds")
     assert "the same sequences as one pass" in glue["per_step"] and "times as long per prompt" in glue["per_step_cost"]
     assert "orders of magnitude" in glue["fp64_shrink"]
@@ -121,3 +124,25 @@ def test_chapter1_sentences_follow_the_numbers(ch1_numbers):
         for x in r.values():
             x.pop("decode_per_step")
     assert "did not repeat any prompt" in report.chapter1_glue(changed)["per_step"]
+
+
+def _ch2_causal(identical: int, largest: float) -> dict:
+    return {"family": "causal", "states_bit_identical_words": identical, "n_words": 16,
+            "cosine_distance_max": [0.0, largest]}
+
+
+def test_chapter2_zero_says_what_equal_padding_shows():
+    """Chapter 2 said an exact 0 comes 'because nothing to the right of "bank" enters their
+    computation', beside chapter 1's non-zero fp32 residues (alone vs inside, 15 of 18 prefixes). The
+    zero comes from both contexts sharing one padded batch (equal shapes); the sentence now says so."""
+    from kvutils import report_senses
+
+    text = report_senses.chapter2_glue({"g": {**_ch2_causal(16, 0.0), "layers": 1, "key_relative_diff_max": [0.0],
+                                              "cosine_distance_mean": [0.0, 0.0]}}, batch_size=32)["causal_zero"]
+    assert "nothing to the right" not in text and "one right-padded batch" in text
+    assert "bit equality at equal shapes" in text and "does not contradict chapter 1" in text
+    odd = report_senses._causal_zero({"g": _ch2_causal(16, 0.0)}, 31)
+    assert "did not always share a batch" in odd and "equal shapes" not in odd
+    part = report_senses._causal_zero({"g": _ch2_causal(16, 0.0), "s": _ch2_causal(15, 1e-7)}, 32)
+    assert part.startswith("On g the word's state") and "not on every causal model (s: 15 of 16 words" in part
+    assert report_senses._causal_zero({"s": _ch2_causal(15, 1e-7)}, 32).startswith("Not on every causal model")

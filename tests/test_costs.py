@@ -1,5 +1,7 @@
 """Chapter 4's cost model: bytes per token (published configurations and a real filled cache) and
 the analytical compute of a decode step."""
+import statistics
+
 import pytest
 import torch
 from conftest import CAUSAL_TINY, load_cached
@@ -54,9 +56,62 @@ def test_decode_step_times_and_the_bandwidth_bound_are_measured():
     ids = torch.arange(1000, 1064)[None]
     times = costs.decode_step_times(loaded, ids, repeats=3)
     assert times.context == 64 and times.cached_ms > 0 and times.uncached_ms > 0
+    # every repeat is kept (a page shows the spread), the medians are theirs, a speed-up per repeat pair
+    assert len(times.cached_repeats_ms) == len(times.uncached_repeats_ms) == 3
+    assert times.cached_ms == statistics.median(times.cached_repeats_ms)
+    assert times.uncached_ms == statistics.median(times.uncached_repeats_ms)
+    assert times.speedups == [u / c for u, c in zip(times.uncached_repeats_ms, times.cached_repeats_ms)]
     assert times.cache_bytes == costs.cache_bytes(loaded.config, 64)["held"]
     bandwidth = costs.memory_bandwidth(megabytes=64, repeats=2)
     assert 1e8 < bandwidth < 1e13  # bytes per second, anything from a slow VM to HBM
     bound = costs.bandwidth_bound_ms(loaded, 64, bandwidth)
     weights = sum(costs._matmul_weights(loaded)) * 4
     assert bound == pytest.approx(1e3 * (weights + costs.cache_bytes(loaded.config, 64)["held"]) / bandwidth)
+
+
+def test_times_are_printed_with_their_spread():
+    from kvutils import report_timing
+
+    assert report_timing.spread_text([3.0, 1.0, 2.0]) == "median 2 ms, min–max 1–3 ms over 3 repeats"
+    assert report_timing.spread_text([2.5], "s") == "2.5 s, one run (no spread)"
+    assert report_timing.spread_text(None) == "repeats not recorded"
+    step = {"context": 2000, "cached_ms": 10.0, "uncached_ms": 447.0, "speedup": 44.7, "speedups": [40.0, 44.7, 49.6],
+            "cached_repeats_ms": [9.0, 10.0, 11.0], "uncached_repeats_ms": [440.0, 447.0, 450.0]}
+    assert report_timing.speedup_text(step) == "44.7× (ratio of the medians; per repeat pair 40–49.6×, n = 3)"
+    assert report_timing.step_line("m", step).startswith(
+        "m at 2000 tokens: with the cache median 10 ms, min–max 9–11 ms over 3 repeats, without median 447 ms")
+    def placed(pairs, context=2000):
+        return report_timing.against_published({"context": context, "speedups": pairs}, 29.49, 2000, "the article")
+
+    assert "lies above every one of our 2 repeat pairs' speed-ups (10–20×)" in placed([10.0, 20.0])
+    assert "lies below every one" in placed([30.0, 40.0]) and "within the range" in placed([20.0, 40.0])
+    assert "lies above our one repeat's 10×" in placed([10.0])
+    assert "not set against each other" in placed([30.0, 40.0], context=128)  # another context: not placed
+
+
+def test_chapter4_speed_trend_needs_the_repeat_ranges_apart():
+    """'The speed-up grew with context' was read from two medians; with repeats it needs every
+    repeat pair at the longer context above every one at the shorter."""
+    from kvutils import report_costs
+
+    def numbers(short: list[float], long: list[float]) -> dict:
+        steps = [{"context": c, "cached_ms": 1.0, "uncached_ms": statistics.median(v), "speedup": statistics.median(v),
+                  "speedups": v, "cached_repeats_ms": [1.0] * len(v), "uncached_repeats_ms": v,
+                  "analytical_ratio": 100.0, "bound_ms": 0.5} for c, v in ((128, short), (2000, long))]
+        return {"decode": {"m": {"steps": steps}}, "decode_timing": {"where": "alone", "threads": 2, "cores": 2},
+                "bytes": [], "table2": {}}
+
+    apart = report_costs.chapter4_findings(numbers([2.0, 2.5, 3.0], [40.0, 44.0, 48.0]))
+    assert apart["speed_grows"].startswith("In this run the speed-up grew with context on every model: m (2.5× [2–3]")
+    assert "median of 3 repeats" in apart["timing"]
+    overlap = report_costs.chapter4_findings(numbers([2.0, 2.5, 50.0], [40.0, 44.0, 48.0]))  # medians 2.5 → 44
+    assert overlap["speed_grows"].startswith("In this run the speed-up did not grow with context on any model")
+
+
+def test_chapter4_setup_names_the_weights():
+    from kvutils import report_costs
+
+    run = {"documents": ["a"], "prefill": 8, "decode": 4, "exact_perplexity": 2.0, "ops": {}}
+    glue = report_costs.chapter4_glue({"bandwidth_gb_s": 1.0, "decode": {}, "bytes": [],
+                                       "table2": {"gemma3-270m": {"plain": run, "chunks": None}}})
+    assert "gemma3-270m: Q4_K_M GGUF, dequantised to fp32" in glue["setup"]

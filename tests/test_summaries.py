@@ -204,42 +204,77 @@ def test_exact_cache_verdict_is_computed_from_chapter_1(runs):
     assert verdict(_with(runs, "01", lambda m, r: r.pop("float64"))) is not rc.EXACT
 
 
-def test_rq2_attention_sentence_follows_the_shares(runs):
-    """'less attention to the disambiguating text ... park more of it on the first token' is printed only
-    when the shares say so; otherwise the sentence says what they do show."""
-    def shares(continuation, first):
-        def change(model, r):
-            if r["family"] == "causal":
-                n = len(r["attention"]["continuation"])
-                r["attention"]["continuation"], r["attention"]["first_token"] = [continuation] * n, [first] * n
-        return change
-
-    def reason(r):
-        return rc.conclusions_glue(r)["rq2_attention_reason"]
-
-    assert "park more of it on the first token" in reason(_with(runs, "03", shares(0.2, 0.6)))
-    assert reason(_with(runs, "03", shares(0.2, 0.1))).startswith("Our models send less attention") and (
-        "does not take the larger share" in reason(_with(runs, "03", shares(0.2, 0.1))))
-    assert reason(_with(runs, "03", shares(0.9, 0.05))).startswith("Our models do not send less attention")
+ARTICLE = {"to_continuation_min": 0.506078, "to_continuation_max": 0.677254, "to_first_token_max": 0.247605}
 
 
-def test_bf16_explanation_only_where_the_numbers_support_it():
-    art_top1, art_std = 86.3, 80.5
+def _causal(continuation: list[float], first: list[float]) -> dict:
+    return {"gemma3-270m": {"attention": {"continuation": continuation, "first_token": first}, "first_token": "<bos>"}}
+
+
+def test_rq2_attention_places_every_layer_against_the_article_range():
+    """Gemma's shares (0.136–0.479, all 18 layers below Pythia's lowest 0.506) once printed 'Our models
+    do not send less attention … than Pythia' through a fallback branch. Now each layer is placed
+    against the article's range, with the counts, and the sentence says it is not a paired test."""
+    gemma = [0.136 + i * (0.479 - 0.136) / 17 for i in range(18)]
+    text = rc.attention_reason(_causal(gemma, [0.5] * 18), ARTICLE)
+    assert "do not send less" not in text and "every one of its 18 layers lies below the article's range" in text
+    assert "0.136–0.479" in text and "not a paired test" in text
+    assert "above the article's largest first-token share in 18 of 18 layers" in text
+    assert "exceeds its mean share on the text in 18 of 18 layers" in text  # 0.5 above every share up to 0.479
+    mixed = rc.attention_reason(_causal([0.4, 0.6, 0.7], [0.1, 0.1, 0.1]), ARTICLE)
+    assert "the ranges overlap: 1 of its 3 layers lie below the article's lowest value, 1 above its highest, 1 within" in mixed
+    assert "in 0 of 3 layers" in mixed
+    assert "every one of its 2 layers lies above" in rc.attention_reason(_causal([0.8, 0.9], [0.0, 0.0]), ARTICLE)
+    assert rc.attention_reason({}, ARTICLE) == "No causal model was run in chapter 3"
+
+
+def test_bf16_sentence_places_ours_and_labels_the_scale_story_untested():
+    """'the same relative rounding of the cache moves large logits further' was printed as an
+    explanation; the results do not test it, so it is now named an untested hypothesis, with the
+    weights the models compute with."""
+    art_top1 = 86.3
     ours = {"m": {"top1_agreement_pct": 99.0, "mean_kl": 0.001}}
-    assert "moves large logits further" in rc.precision_reason(ours, art_top1, art_std, [3.0])
-    assert "does not explain why ours keeps more" in rc.precision_reason(ours, art_top1, art_std, [120.0])
-    worse = {"m": {"top1_agreement_pct": 50.0, "mean_kl": 1.0}}
-    assert "does not explain the difference" in rc.precision_reason(worse, art_top1, art_std, [3.0])
-    assert "not among" in rc.precision_reason({}, art_top1, art_std, [3.0])
+    text = rc.precision_reason(ours, art_top1, "Weights: m: Q4_K_M GGUF, dequantised to fp32")
+    assert "moves large logits further" not in text and "untested hypothesis" in text
+    assert "lies above it on every model" in text and "Q4_K_M GGUF, dequantised to fp32" in text
+    worse = {"m": {"top1_agreement_pct": 50.0, "mean_kl": 1.0}, "n": {"top1_agreement_pct": 90.0, "mean_kl": 0.1}}
+    assert "on both sides of it" in rc.precision_reason(worse, art_top1, "Weights: …")
+    assert "not among" in rc.precision_reason({}, art_top1, "Weights: …")
 
 
-def test_fp32_explanation_only_where_the_numbers_support_it():
-    small = {"m": {"max_logit_diff": 1e-5, "median_logit_std": 2.0}}
-    assert "and so are our logits" in rc.fp32_reason(small, 0.0119629, 80.5287)
-    big_logits = {"m": {"max_logit_diff": 1e-5, "median_logit_std": 200.0}}
-    assert "although our logits are not" in rc.fp32_reason(big_logits, 0.0119629, 80.5287)
-    larger = {"m": {"max_logit_diff": 0.1, "median_logit_std": 2.0}}
-    assert "is not smaller" in rc.fp32_reason(larger, 0.0119629, 80.5287)
+def _fp32(residue: float, std: float, per_step: float | None = None) -> dict:
+    out = {"decode": {"max_logit_diff": residue, "median_logit_std": std, "recompute": "one_pass", "n_prompts": 24}}
+    if per_step is not None:
+        out["decode_per_step"] = {"max_logit_diff": per_step, "recompute": "per_step", "n_prompts": 1}
+    return out
+
+
+def test_fp32_residue_sentence_labels_procedures_and_does_not_explain_by_scale():
+    """'rounding error scales with the size of the numbers rounded' was printed as the reason ours is
+    smaller; the article's own Pythia-410M (logit std 3.25, residue 0.0063, ~95× ours) speaks against it.
+    Now the procedures are named, the placement is not a test, and the scale story is an untested
+    hypothesis set beside the article's model nearest our logit scale."""
+    article_fp32 = rc.article()["e1_decode"]["fp32"]
+    text = rc.fp32_reason({"m": _fp32(6.7e-5, 3.1, per_step=5e-5)}, article_fp32)
+    assert "scales with the size" not in text and "untested hypothesis" in text
+    assert "6.7e-05 (one pass, 24 prompts), 5e-05 (per step (article's procedure), 1 prompt)" in text
+    assert "0.0119629 (per step (article's procedure), 24 prompts)" in text
+    assert "pythia-410m, at a median logit std of 3.25" in text and f"{rc.fmt(0.00633657 / 6.7e-5, 2)}× our largest" in text
+    far = rc.fp32_reason({"m": _fp32(3e-7, 0.16)}, article_fp32)  # a tiny model's logits: no article model near
+    assert "none of the article's models has a logit scale near ours" in far and "× our largest" not in far
+    assert "lies below it on every model" in text and "not a test" in text
+    big = rc.fp32_reason({"m": _fp32(0.1, 70.0)}, article_fp32)
+    assert "above it on every model" in big and "pythia-70m" in big  # nearest std 64.3
+
+
+def test_weights_are_named_from_the_registry():
+    from kvutils.report import weights_note, weights_origin
+
+    assert weights_origin("gemma3-270m") == "gemma3-270m: Q4_K_M GGUF, dequantised to fp32"
+    assert weights_origin("smollm2-135m") == "smollm2-135m: Q4_1 GGUF, dequantised to fp32"
+    assert "random weights" in weights_origin("tiny-llama")
+    assert "GGUF quantisation of the weights is part of the model" in weights_note(["gemma3-270m", "tiny-llama"])
+    assert "GGUF" not in weights_note(["tiny-llama"])
 
 
 def test_breaking_exactness_is_read_from_the_kl():
@@ -253,23 +288,89 @@ def test_breaking_exactness_is_read_from_the_kl():
     assert "1 of the 3" in kept and "exact on this run: b" in kept and "no valid score (NaN): c" in kept
 
 
-def test_encoder_and_speed_sentences_follow_the_numbers(runs):
+def test_encoder_sentence_follows_the_numbers(runs):
     glue = rc.conclusions_glue(runs)
     assert glue["rq1_encoder"].startswith("The same word's state moves")
     frozen = _with(runs, "02", lambda m, r: r["cosine_distance_mean"].__setitem__(-1, 0.0))
     assert "did not move" in rc.conclusions_glue(frozen)["rq1_encoder"]
 
-    def shrinking(model, r):
-        steps = sorted(r["steps"], key=lambda s: s["context"])
-        for i, s in enumerate(steps):
-            s["speedup"] = 10.0 - i
-    ch4 = copy.deepcopy(runs)
-    for model, d in ch4["04_cache_approximations"]["numbers"]["decode"].items():
-        shrinking(model, d)
-    assert "did not grow with context" in rc.conclusions_glue(ch4)["rq3_speed_reason"]
-    # the thread count is the one the steps were timed on (alone, before the lanes), not the lane's one
-    ch4["04_cache_approximations"]["numbers"]["decode_timing"] = {"where": "alone", "threads": 7, "cores": 9}
-    assert "on 9 cores and 7 torch thread(s)" in rc.conclusions_glue(ch4)["rq3_speed_reason"]
+
+def _step(context: int, speedups: list[float] | None, speedup: float | None = None) -> dict:
+    step = {"context": context, "cached_ms": 10.0, "uncached_ms": 10.0 * (speedup or sorted(speedups)[len(speedups) // 2]),
+            "speedup": speedup or sorted(speedups)[len(speedups) // 2]}
+    if speedups:
+        step.update(speedups=speedups, cached_repeats_ms=[10.0] * len(speedups),
+                    uncached_repeats_ms=[10.0 * x for x in speedups])
+    return step
+
+
+def test_speed_sentence_shows_the_spread_and_places_the_article():
+    """The speed-up vs the article's 29.49× is stated with its spread over repeat pairs and the
+    conditions; 'grew with context' needs the repeat pairs' ranges apart, not just the medians
+    (the old sentence compared medians only, and printed no spread)."""
+    machine = {"cores": 2, "torch_threads": 2}
+    timing = {"where": "alone, before the chapters ran in lanes", "threads": 7, "cores": 9}
+    apart = {"decode_timing": timing, "decode": {"m": {"steps": [_step(128, [2.0, 2.1, 2.2]), _step(2000, [40.0, 44.7, 49.0])]}}}
+    text = rc.speed_reason(apart, machine, 29.49)
+    assert "44.7× (ratio of the medians; per repeat pair 40–49×, n = 3)" in text
+    assert "the article's 29.49× (one published figure, no spread given) lies below every one of our 3" in text
+    assert "timed alone, before the chapters ran in lanes, on 9 cores and 7 torch thread(s)" in text
+    assert "grew with context on every model" in text
+    overlap = {"decode_timing": timing, "decode": {"m": {"steps": [_step(128, [2.0, 30.0, 3.0]), _step(2000, [25.0, 30.0, 31.0])]}}}
+    text = rc.speed_reason(overlap, machine, 29.49)  # the medians grew (3 → 30); the ranges do not part
+    assert "did not grow clearly" in text and "lies within the range" in text
+    short = {"decode_timing": timing, "decode": {"m": {"steps": [_step(128, [2.0, 2.1, 2.2])]}}}
+    assert "at 2000 tokens and ours at 128, so the two are not set against each other" in rc.speed_reason(
+        short, machine, 29.49)
+    old = {"decode": {"m": {"steps": [_step(128, None, 5.0), _step(2000, None, 10.0)]}}}
+    text = rc.speed_reason(old, machine, 29.49)  # results written before repeats were kept
+    assert "repeats not recorded" in text and "cannot be placed against a spread" in text
+    assert "on 2 cores and 2 torch thread(s)" in text  # no decode_timing: the run's own machine
+
+
+def test_appendix_b_sets_the_benchmark_step_beside_chapter_4():
+    """smollm2 at 2,000 tokens: chapter 4 44.7× vs appendix B 49.6× were shown without spread or
+    conditions. The appendix now shows both spreads, says under which conditions each was timed and
+    whether the ranges overlap."""
+    bench = _bench(step_2000__speedups=[48.0, 49.6, 51.0], step_2000__threads=2)
+    bench["model"] = "smollm2-135m"
+    ch4 = {"decode_timing": {"where": "alone, before the chapters ran in lanes", "threads": 2, "cores": 2},
+           "decode": {"smollm2-135m": {"steps": [_step(2000, [42.0, 44.7, 46.0])]}}}
+    runs = {"04_cache_approximations": {"numbers": ch4}}
+    text = ra.step_agreement(bench, runs)
+    assert "per repeat pair 48–51×, n = 3" in text and "per repeat pair 42–46×, n = 3" in text
+    assert "The two ranges of repeat-pair speed-ups do not overlap" in text
+    assert "after the chapters, alone on 2 cores and 2 torch thread(s)" in text
+    assert "alone, before the chapters ran in lanes, on 2 torch thread(s) of 2 cores" in text
+    ch4["decode"]["smollm2-135m"]["steps"][0]["speedups"] = [45.0, 49.0, 50.0]
+    assert "ranges of repeat-pair speed-ups overlap" in ra.step_agreement(bench, runs)
+    assert "did not time smollm2-135m at 2000 tokens" in ra.step_agreement(bench, {})
+    measured = {r["measure"]: r["measured"] for r in ra.performance_rows(bench)}
+    assert "(one run each)" in measured["teacher forcing (window:size=128,sinks=4,reindex=false, float32): "
+                                       "step-by-step ÷ fast path"]
+
+
+def test_decision_guide_takes_in_the_frontier_methods(runs):
+    """The guide said it sorts 'every operation we measured' but left out every press, h2o, tova
+    and fp8 (the frontier's methods). They now join it, and a computed sentence says what it covers."""
+    model = next(iter(runs["04_cache_approximations"]["numbers"]["table2"]))
+    changed = copy.deepcopy(runs)
+    ch4 = changed["04_cache_approximations"]["numbers"]
+    ch4["frontier"] = {model: {"documents": ["a", "b"], "exact_cache_bytes": 1000.0, "refused": {"kvzip:x=1": "why"},
+                               "ops": {"tova:compression_ratio=0.5": {"name": "tova", "mean_kl": 0.2,
+                                                                     "top1_agreement_pct": 90.0, "cache_bytes": 500.0},
+                                       "exact": {"name": "exact", "mean_kl": 0.0, "top1_agreement_pct": 100.0,
+                                                 "cache_bytes": 1000.0}}}}
+    rows = {r["operation"]: r for r in rc.decision_rows(changed)}
+    assert rows["tova:compression_ratio=0.5"]["bytes_pct"] == 50.0
+    assert rows["tova:compression_ratio=0.5"]["verdict"] is rc.COSTLY and "exact" not in rows
+    assert "frontier's 2 documents" in rows["tova:compression_ratio=0.5"]["check"]
+    text = rc.guide_coverage(changed, list(rows.values()), model)
+    assert f"The guide sorts {len(rows)} operations" in text and "the 1 methods of chapter 4's frontier" in text
+    assert "Left out: kvzip:x=1" in text
+    ch4["frontier"] = {}
+    text = rc.guide_coverage(changed, rc.decision_rows(changed), model)
+    assert "The frontier's methods are not in it" in text
 
 
 NOTEBOOK_FILES = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
@@ -363,3 +464,23 @@ def test_figures_read_at_the_page_width(runs):
     small.gca().set_xlabel("layer", fontsize=8)
     assert report.illegible_text(small), "an 11-inch figure with 8-pt labels must be caught"
     plt.close(small)
+
+
+def test_rq2_verdict_tests_each_depth_against_chance_and_names_the_tie():
+    """'reaches 90.6%' was printed from the peak alone (chapter 3's 19/32 is p = 0.19 against chance);
+    now every depth is tested, and the old position's exact 50% is named a tie by construction."""
+    probe = {"n_items": 32, "old_position_pct": [50.0] * 3, "new_position_pct": [50.0, 59.375, 90.625]}
+    text = rc.rq2_verdict({"g": {"probe": probe}})
+    assert "a tie by construction" in text and "above chance at 1 of 3 depths" in text  # 19/32 is not
+    assert "at its best depth, 2, right on 29 of 32" in text and "above chance" in text
+    off = rc.rq2_verdict({"g": {"probe": {**probe, "old_position_pct": [50.0, 53.125, 50.0]}}})
+    assert off.startswith("This run does not show the old position at exactly 50%")
+
+
+def test_frontier_comparisons_are_counted_from_the_paired_verdicts():
+    verdicts = [{"a": "snapkv", "b": "random", "n": 8, "effect": -0.1, "ci95": [-0.2, -0.05], "verdict": "a<b"},
+                {"a": "adakv", "b": "snapkv", "n": 8, "effect": 0.0, "ci95": [0.0, 0.0], "verdict": "identical"},
+                {"a": "h2o", "b": "tova", "n": 8, "effect": 0.01, "ci95": [-0.01, 0.03], "verdict": "no detectable difference"}]
+    text = rc.frontier_verdicts({"frontier": {"m": {"ops": {}, "verdicts": verdicts}}})
+    assert "m: 1 of 3 pairs of methods separated in mean KL at n = 8 documents, 1 identical" in text
+    assert rc.frontier_verdicts({"frontier": {"m": {"ops": {}}}}).startswith("Chapter 4's frontier recorded no paired")
