@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from . import data, models, params, results
 from .cache import OPS, CacheOp, Exact, cache_bytes, held_bytes, parse_op, parse_ops
 from .hf_caches import refusal
+from .interrupt import OUT_OF_MEMORY
 from .teacher import PATHS, exact_prefill
 
 
@@ -199,7 +200,6 @@ def accept(model, op, docs, prefill: int = 256, decode: int = 256, dtype: str = 
 # --------------------------------------------------------------------------- command line
 
 NOT_ALL_SCORED = 3  # the exit status when a requested operation was refused (its reason is in the JSON)
-OUT_OF_MEMORY = 1
 
 
 def _op_arg(spec: str) -> CacheOp:

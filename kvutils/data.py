@@ -102,28 +102,28 @@ def _decode(raw: bytes, parameter: str, shown, first_line: int = 1, offset: int 
 
 
 def _too_big(parameter: str, shown, what: str, limit: int) -> ValueError:
-    return ValueError(f"{parameter}: {shown} {what} is over the limit of {limit:,} bytes "
+    return ValueError(f"{parameter}: {shown}{what} is over the limit of {limit:,} bytes "
                       f"(kvutils.data.MAX_FILE_BYTES); give a smaller file")
 
 
 def read_text(path: str | Path, parameter: str, shown: str | Path | None = None,
-              limit: int = MAX_FILE_BYTES) -> str:
+              limit: int | None = None) -> str:
     """A whole file's text, decoded strictly as UTF-8: bytes that are not (binary, Latin-1) are an
     error naming the file, the line and the byte, never replacement characters. A file over
-    `limit` bytes is an error naming the file and the limit."""
-    shown = shown or path
+    `limit` bytes (default MAX_FILE_BYTES) is an error naming the file and the limit."""
+    shown, limit = shown or path, limit or MAX_FILE_BYTES
     with open_input(path, parameter, shown) as fh:
         raw = fh.read(limit + 1)
     if len(raw) > limit:
-        raise _too_big(parameter, shown, "is", limit)
+        raise _too_big(parameter, shown, "", limit)
     return _decode(raw, parameter, shown)
 
 
 def read_prefix(path: str | Path, parameter: str, shown: str | Path | None = None,
-                limit: int = DOC_PREFIX_BYTES) -> tuple[str, bool]:
-    """The text of a file's first `limit` bytes (a character cut at the end left out), and whether
-    the file went on beyond them."""
-    shown = shown or path
+                limit: int | None = None) -> tuple[str, bool]:
+    """The text of a file's first `limit` bytes (default DOC_PREFIX_BYTES; a character cut at the
+    end left out), and whether the file went on beyond them."""
+    shown, limit = shown or path, limit or DOC_PREFIX_BYTES
     with open_input(path, parameter, shown) as fh:
         raw = fh.read(limit + 1)
     cut = len(raw) > limit
@@ -131,10 +131,10 @@ def read_prefix(path: str | Path, parameter: str, shown: str | Path | None = Non
 
 
 def read_lines(path: str | Path, parameter: str, shown: str | Path | None = None,
-               limit: int = MAX_FILE_BYTES) -> Iterator[tuple[int, str]]:
+               limit: int | None = None) -> Iterator[tuple[int, str]]:
     """(number, text) of each line of a UTF-8 file, read one at a time; a line over `limit` bytes
-    is an error naming the file, the line and the limit."""
-    shown = shown or path
+    (default MAX_FILE_BYTES) is an error naming the file, the line and the limit."""
+    shown, limit = shown or path, limit or MAX_FILE_BYTES
     with open_input(path, parameter, shown) as fh:
         offset = 0
         for number in itertools.count(1):
@@ -142,7 +142,7 @@ def read_lines(path: str | Path, parameter: str, shown: str | Path | None = None
             if not raw:
                 return
             if len(raw) > limit:
-                raise _too_big(parameter, shown, f"line {number}", limit)
+                raise _too_big(parameter, shown, f" line {number}", limit)
             yield number, _decode(raw, parameter, shown, number, offset)
             offset += len(raw)
 
@@ -316,8 +316,9 @@ def _clean(text: str) -> str:
     return " ".join(_RULE_LINE.sub("", text).split())
 
 
-def _prefix_of(text: str, limit: int = DOC_PREFIX_BYTES) -> tuple[str, bool]:
-    """A .jsonl document's text cut as a .txt file's is (at about `limit` bytes of UTF-8)."""
+def _prefix_of(text: str) -> tuple[str, bool]:
+    """A .jsonl document's text cut as a .txt file's is (at DOC_PREFIX_BYTES bytes of UTF-8)."""
+    limit = DOC_PREFIX_BYTES
     if len(text) <= limit // 4:  # at most 4 bytes a character: certainly within the limit
         return text, False
     raw = text.encode("utf-8")
