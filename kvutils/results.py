@@ -197,7 +197,7 @@ def check_output_file(path: str | Path, parameter: str) -> Path:
 # not exist yet and gets no extra file): it goes when its process ends, however it ends, so a
 # killed run leaves nothing stuck.
 
-_CLAIMS: dict[tuple[str, str], int] = {}  # (results folder, chapter) -> the locked file's descriptor
+_CLAIMS: dict[tuple[str, str], tuple[int, int]] = {}  # (results folder, chapter) -> (pid, locked descriptor)
 
 
 def lock_dir() -> Path:
@@ -214,7 +214,7 @@ def claim(results_dir: str | Path, chapter: str, parameter: str = "results_dir")
     above); another live run holding it is an error naming its pid. Claiming again is a no-op."""
     folder = expand(results_dir, parameter)
     key = (str(folder.resolve()), chapter)
-    if key in _CLAIMS:
+    if _CLAIMS.get(key, (None,))[0] == os.getpid():  # a forked child holds nothing of its parent's
         return
     path = _lock_file(folder, chapter)
     path.parent.mkdir(mode=0o700, exist_ok=True)
@@ -231,13 +231,13 @@ def claim(results_dir: str | Path, chapter: str, parameter: str = "results_dir")
         raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    _CLAIMS[key] = fd
+    _CLAIMS[key] = (os.getpid(), fd)
 
 
 def release(results_dir: str | Path, chapter: str) -> None:
     """Give up this process's claim (see `claim`), if it holds one."""
-    fd = _CLAIMS.pop((str(Path(results_dir).expanduser().resolve()), chapter), None)
-    if fd is not None:
+    pid, fd = _CLAIMS.pop((str(Path(results_dir).expanduser().resolve()), chapter), (None, None))
+    if pid == os.getpid():
         os.close(fd)  # closing the only descriptor releases the flock
 
 
