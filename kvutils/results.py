@@ -218,6 +218,21 @@ def claim(results_dir: str | Path, chapter: str, parameter: str = "results_dir")
         return
     path = _lock_file(folder, chapter)
     path.parent.mkdir(mode=0o700, exist_ok=True)
+    while True:
+        fd = _locked(path, chapter, results_dir, parameter)
+        try:  # the holder deletes the file as it lets go: a lock on a deleted file holds nothing
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _CLAIMS[key] = (os.getpid(), fd)
+
+
+def _locked(path: Path, chapter: str, results_dir, parameter: str) -> int:
+    """A descriptor of `path` holding its flock; another holder is an error naming its pid."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -229,15 +244,15 @@ def claim(results_dir: str | Path, chapter: str, parameter: str = "results_dir")
     except BaseException:
         os.close(fd)
         raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    _CLAIMS[key] = (os.getpid(), fd)
+    return fd
 
 
 def release(results_dir: str | Path, chapter: str) -> None:
     """Give up this process's claim (see `claim`), if it holds one."""
-    pid, fd = _CLAIMS.pop((str(Path(results_dir).expanduser().resolve()), chapter), (None, None))
+    folder = Path(results_dir).expanduser()
+    pid, fd = _CLAIMS.pop((str(folder.resolve()), chapter), (None, None))
     if pid == os.getpid():
+        _lock_file(folder, chapter).unlink(missing_ok=True)  # while still held: see `claim`
         os.close(fd)  # closing the only descriptor releases the flock
 
 
