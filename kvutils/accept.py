@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; nothing written" + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)
         return 130
     except MemoryError:  # not an interruption: say what ran out
-        print(f"out of memory: the run needs more than this machine allows; nothing written"
+        print("out of memory: the run needs more than this machine allows; nothing written"
               + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)
         return OUT_OF_MEMORY
     print(table(run))
