@@ -6,7 +6,8 @@ so notebooks can validate their parameters before any model loads. `load(name, d
 
 Weights are only ever read from safetensors or GGUF (never pickle), and never with
 `trust_remote_code`. GGUF files are dequantised once and cached as safetensors under
-`KVUTILS_CACHE` (default `~/.cache/kvutils`), keyed by the GGUF file's published sha256.
+`KVUTILS_CACHE` (default `~/.cache/kvutils`), keyed by the GGUF file's published sha256; a cached
+copy is checked before use and converted again if damaged (kvutils.converted).
 """
 from __future__ import annotations
 

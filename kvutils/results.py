@@ -4,7 +4,8 @@
 git commit, machine, wall time, every number the chapter reports and its figures' hashes. A run's
 JSON and figures are written as one unit (`save_run`): an interrupted run leaves the previous
 results and figures intact, and a reader never sees the new JSON with the old figures or the
-reverse. `check_output` checks the output folder before any work starts.
+reverse. `check_output` checks the output folder before any work starts; `claim` keeps a second
+run of the same chapter out of the same folder while the first is running.
 """
 from __future__ import annotations
 
