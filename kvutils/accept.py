@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from tqdm.auto import tqdm
 from . import data, models, params, results
 from .cache import OPS, CacheOp, Exact, cache_bytes, held_bytes, parse_op, parse_ops
 from .hf_caches import refusal
+from .interrupt import OUT_OF_MEMORY
 from .teacher import PATHS, exact_prefill
 
 
@@ -50,13 +52,14 @@ def tokenize_documents(tokenizer, docs: list[data.Document], length: int, n_docs
     for doc in docs if skip_short else docs[:n_docs]:
         if n_docs is not None and len(used) == n_docs:
             break
-        ids = tokenizer(doc.text, add_special_tokens=True).input_ids
+        ids = data.first_tokens(tokenizer, doc.text, length)  # a prefix of a long document, not all of it
         if len(ids) < length:
             short.append((doc.id, len(ids)))
         else:
-            used.append((doc, torch.tensor(ids[:length])))
+            used.append((doc, torch.tensor(ids)))
     if short and not skip_short:
-        named = ", ".join(f"{i} ({n} tokens)" for i, n in short)
+        cut = {d.id: data.cut_note(d) for d in docs}
+        named = ", ".join(f"{i} ({n} tokens{cut.get(i, '')})" for i, n in short)
         raise ValueError(f"{parameter}: documents shorter than prefill + decode + 1 = {length} tokens: {named} "
                          "(skip_short / --skip-short leaves them out)")
     if not used or (n_docs is not None and len(used) < n_docs):
@@ -196,6 +199,8 @@ def accept(model, op, docs, prefill: int = 256, decode: int = 256, dtype: str = 
 
 # --------------------------------------------------------------------------- command line
 
+NOT_ALL_SCORED = 3  # the exit status when a requested operation was refused (its reason is in the JSON)
+
 
 def _op_arg(spec: str) -> CacheOp:
     try:
@@ -204,12 +209,21 @@ def _op_arg(spec: str) -> CacheOp:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+# a sentence ends at a period, then a capital; not the period of "et al." or "e.g."
+_SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bcf)(?<!\bvs)\.\s+(?=[A-Z0-9`(\"])")
+
+
+def summary(cls) -> str:
+    """An operation's one-line summary: the first sentence of its docstring, whole."""
+    text = " ".join((cls.__doc__ or cls.name).split())
+    return _SENTENCE_END.split(text, maxsplit=1)[0].rstrip(".") + "."
+
+
 def _registry_text() -> str:
     lines = []
     for name, cls in OPS.items():
         fields = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls))
-        summary = " ".join(cls.__doc__.split()).split(". ")[0].rstrip(".")
-        lines.append(f"  {name}{f' ({fields})' if fields else ''}: {summary}")
+        lines.append(f"  {name}{f' ({fields})' if fields else ''}: {summary(cls)}")
     return "\n".join(lines)
 
 
@@ -232,19 +246,28 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m kvutils.accept", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Measure KV-cache operations against the exact cache: mean KL, top-1 agreement, perplexity.",
         epilog="operations (--op name or name:key=value,...):\n" + _registry_text())
-    parser.add_argument("--model", required=True, help="registry name, Hugging Face id or local model directory")
+    parser.add_argument("--model", required=True, type=str.strip,  # " tiny-llama " as the notebooks take it
+                        help="registry name, Hugging Face id or local model directory (required)")
     parser.add_argument("--op", dest="ops", action="append", type=_op_arg, required=True,
-                        help="a cache operation; repeat to score several on one model load")
-    parser.add_argument("--docs", required=True, help='"pydoc", a folder of .txt files or a .jsonl with a "text" field')
-    parser.add_argument("--prefill", type=int, default=256)
-    parser.add_argument("--decode", type=int, default=256)
+                        help="a cache operation; repeat to score several on one model load (required; "
+                        "an operation this machine cannot run is refused here, before the model loads)")
+    parser.add_argument("--docs", required=True, help='"pydoc", a folder of .txt files or a .jsonl with a "text" '
+                        "field (required; each document is read only to its first "
+                        f"{data.DOC_PREFIX_BYTES:,} bytes)")
+    parser.add_argument("--prefill", type=int, default=256,
+                        help="tokens that fill the cache before the operation (default: %(default)s)")
+    parser.add_argument("--decode", type=int, default=256,
+                        help="teacher-forced tokens scored after it (default: %(default)s)")
     parser.add_argument("--n-docs", type=int, default=None, help="use the first N documents (default: all)")
-    parser.add_argument("--skip-short", action="store_true", help="leave out documents that are too short")
-    parser.add_argument("--dtype", default="float32", choices=list(models.DTYPES))
+    parser.add_argument("--skip-short", action="store_true",
+                        help="leave out documents that are too short (default: off, they are an error)")
+    parser.add_argument("--dtype", default="float32", choices=list(models.DTYPES), help="(default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, or auto: accelerate's device_map=\"auto\" "
-                        "spreads the model over every accelerator, then the CPU")
-    parser.add_argument("--path", default="fast", choices=list(PATHS), help="fast (one forward) or step (reference)")
-    parser.add_argument("--out", type=Path, default=None, help="write the numbers here as JSON")
+                        "spreads the model over every accelerator, then the CPU (default: %(default)s)")
+    parser.add_argument("--path", default="fast", choices=list(PATHS),
+                        help="fast (one forward) or step (reference) (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=None, help="write the numbers here as JSON (default: none, "
+                        "printed only)")
     params.check_flags(parser, argv)
     args = parser.parse_args(argv)
     try:
@@ -257,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; nothing written" + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)
         return 130
+    except MemoryError:  # not an interruption: say what ran out
+        print("out of memory: the run needs more than this machine allows; nothing written"
+              + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)
+        return OUT_OF_MEMORY
     print(table(run))
     if args.out is not None:
         run.update(packages=results.package_versions(), git_commit=results.git_commit(), machine=results.machine())
@@ -269,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"interrupted; {args.out} is as it was", file=sys.stderr)
             return 130
         print(f"wrote {args.out}")
+    if run["refused"]:  # a script must not believe it measured every operation it asked for
+        print(f"{len(run['refused'])} of {len(args.ops)} operations not scored (refused: "
+              f"{', '.join(run['refused'])}); exit status {NOT_ALL_SCORED}", file=sys.stderr)
+        return NOT_ALL_SCORED
     return 0
 
 

@@ -5,11 +5,18 @@ every loader validates its file and names the offending entries instead of skipp
 """
 from __future__ import annotations
 
+import codecs
+import contextlib
+import itertools
 import json
+import os
 import re
+import stat
 import string
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -19,6 +26,125 @@ DEFAULT_SENSES = "data/senses.json"
 DEFAULT_GARDEN_PATHS = "data/garden_paths.json"
 DEFAULT_CORPUS = "pydoc"  # CPython's language reference, installed with Python itself
 PYDOC_MIN_CHARS = 2000  # the default corpus keeps the reference sections at least this long
+
+
+# --------------------------------------------------------------------------- reading an input file
+#
+# Every input text file (a corpus's .txt and .jsonl, senses_file, garden_paths_file, accept's
+# --docs) is opened here: regular files only, checked with stat before any open, so a named pipe,
+# socket, device or folder named *.txt is refused by name instead of blocking a read forever (or,
+# for /dev/zero, filling memory); opened non-blocking besides, in case the path is swapped between
+# the check and the open. A file read whole has a size limit; a document is read to a prefix.
+
+MAX_FILE_BYTES = 64 * 2**20  # a file read whole (senses_file, garden_paths_file) or one .jsonl line
+DOC_PREFIX_BYTES = 2**20  # a corpus document is read only to here: ~200k tokens, far more than any run uses
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode: int) -> str:
+    return next((word for test, word in _KINDS if test(mode)), "not a regular file")
+
+
+def _not_regular(parameter: str, shown, mode: int) -> ValueError:
+    return ValueError(f"{parameter}: {shown} is {_kind(mode)}, not a regular file; give a text file")
+
+
+def check_regular(path: str | Path, parameter: str, shown: str | Path | None = None) -> os.stat_result:
+    """`path`'s stat (links followed) if it is a regular file; otherwise an error naming it and what it is."""
+    shown = shown or path
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        kind = "a dangling symbolic link" if os.path.islink(path) else None
+        raise ValueError(f"{parameter}: {shown} is {kind}" if kind else f"{parameter}: file not found: {shown}") from None
+    except OSError as err:
+        raise ValueError(f"{parameter}: cannot read {shown} ({err.strerror or err})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_regular(parameter, shown, info.st_mode)
+    return info
+
+
+@contextlib.contextmanager
+def open_input(path: str | Path, parameter: str, shown: str | Path | None = None) -> Iterator[BinaryIO]:
+    """A regular file opened for reading (binary), never blocking: see above."""
+    shown = shown or path
+    check_regular(path, parameter, shown)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise ValueError(f"{parameter}: cannot read {shown} ({err.strerror or err})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # replaced by something else after the check
+            raise _not_regular(parameter, shown, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        yield fh
+
+
+def _decode(raw: bytes, parameter: str, shown, first_line: int = 1, offset: int = 0, final: bool = True) -> str:
+    """UTF-8 text (a BOM dropped); bytes that are not UTF-8, or a NUL, are an error naming the line
+    and the byte. With `final=False` a character cut at the end of `raw` is left out."""
+    try:
+        text = codecs.getincrementaldecoder("utf-8-sig")().decode(raw, final=final)
+    except UnicodeDecodeError as err:
+        line = first_line + raw.count(b"\n", 0, err.start)
+        raise ValueError(f"{parameter}: {shown} is not UTF-8 text (line {line}, byte {offset + err.start}: "
+                         f"{raw[err.start:err.start + 1]!r}); save it as UTF-8") from None
+    if "\x00" in text:  # valid UTF-8, but a binary file, not text
+        line = first_line + text.count("\n", 0, text.index("\x00"))
+        raise ValueError(f"{parameter}: {shown} is binary, not text (a NUL byte on line {line})")
+    return text
+
+
+def _too_big(parameter: str, shown, what: str, limit: int) -> ValueError:
+    return ValueError(f"{parameter}: {shown}{what} is over the limit of {limit:,} bytes "
+                      f"(kvutils.data.MAX_FILE_BYTES); give a smaller file")
+
+
+def read_text(path: str | Path, parameter: str, shown: str | Path | None = None,
+              limit: int | None = None) -> str:
+    """A whole file's text, decoded strictly as UTF-8: bytes that are not (binary, Latin-1) are an
+    error naming the file, the line and the byte, never replacement characters. A file over
+    `limit` bytes (default MAX_FILE_BYTES) is an error naming the file and the limit."""
+    shown, limit = shown or path, limit or MAX_FILE_BYTES
+    with open_input(path, parameter, shown) as fh:
+        raw = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise _too_big(parameter, shown, "", limit)
+    return _decode(raw, parameter, shown)
+
+
+def read_prefix(path: str | Path, parameter: str, shown: str | Path | None = None,
+                limit: int | None = None) -> tuple[str, bool]:
+    """The text of a file's first `limit` bytes (default DOC_PREFIX_BYTES; a character cut at the
+    end left out), and whether the file went on beyond them."""
+    shown, limit = shown or path, limit or DOC_PREFIX_BYTES
+    with open_input(path, parameter, shown) as fh:
+        raw = fh.read(limit + 1)
+    cut = len(raw) > limit
+    return _decode(raw[:limit], parameter, shown, final=not cut), cut
+
+
+def read_lines(path: str | Path, parameter: str, shown: str | Path | None = None,
+               limit: int | None = None) -> Iterator[tuple[int, str]]:
+    """(number, text) of each line of a UTF-8 file, read one at a time; a line over `limit` bytes
+    (default MAX_FILE_BYTES) is an error naming the file, the line and the limit."""
+    shown, limit = shown or path, limit or MAX_FILE_BYTES
+    with open_input(path, parameter, shown) as fh:
+        offset = 0
+        for number in itertools.count(1):
+            raw = fh.readline(limit + 1)
+            if not raw:
+                return
+            if len(raw) > limit:
+                raise _too_big(parameter, shown, f" line {number}", limit)
+            yield number, _decode(raw, parameter, shown, number, offset)
+            offset += len(raw)
 
 
 # --------------------------------------------------------------------------- senses and garden paths
@@ -38,26 +164,6 @@ class Word:
     senses: tuple[Sense, ...]
 
 
-def read_text(path: str | Path, parameter: str, shown: str | Path | None = None) -> str:
-    """A file's text, decoded strictly as UTF-8: bytes that are not (binary, Latin-1) are an error
-    naming the file, the line and the byte, never replacement characters."""
-    shown = shown or path
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise ValueError(f"{parameter}: cannot read {shown} ({err.strerror or err})") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise ValueError(f"{parameter}: {shown} is not UTF-8 text (line {line}, byte {err.start}: "
-                         f"{raw[err.start:err.start + 1]!r}); save it as UTF-8") from None
-    if "\x00" in text:  # valid UTF-8, but a binary file, not text
-        line = text.count("\n", 0, text.index("\x00")) + 1
-        raise ValueError(f"{parameter}: {shown} is binary, not text (a NUL byte on line {line})")
-    return text
-
-
 def _read_json(path: str | Path, parameter: str, top: str) -> dict:
     """A JSON file whose top level is an object with the key `top`."""
     if not isinstance(path, (str, Path)) or not str(path).strip():
@@ -65,8 +171,6 @@ def _read_json(path: str | Path, parameter: str, top: str) -> dict:
     file = resolve_path(path)
     if file.is_dir():
         raise ValueError(f"{parameter}: {path} is a folder; give the JSON file itself")
-    if not file.is_file():
-        raise ValueError(f"{parameter}: file not found: {path}")
     try:
         raw = json.loads(read_text(file, parameter, path))
     except json.JSONDecodeError as err:
@@ -202,6 +306,7 @@ def prefix_pairs(words: list[Word], garden_paths: list[GardenPath]) -> list[Pref
 class Document:
     id: str
     text: str
+    cut: bool = False  # the file went on beyond DOC_PREFIX_BYTES: `text` is its beginning
 
 
 _RULE_LINE = re.compile(r"^\s*([*=~^-])\1{2,}\s*$", re.MULTILINE)
@@ -211,10 +316,61 @@ def _clean(text: str) -> str:
     return " ".join(_RULE_LINE.sub("", text).split())
 
 
+def _prefix_of(text: str) -> tuple[str, bool]:
+    """A .jsonl document's text cut as a .txt file's is (at DOC_PREFIX_BYTES bytes of UTF-8)."""
+    limit = DOC_PREFIX_BYTES
+    if len(text) <= limit // 4:  # at most 4 bytes a character: certainly within the limit
+        return text, False
+    raw = text.encode("utf-8")
+    if len(raw) <= limit:
+        return text, False
+    return raw[:limit].decode("utf-8", errors="ignore"), True
+
+
+def _txt_folder(path: Path, corpus, parameter: str) -> list[Document]:
+    files = sorted(path.glob("*.txt"))
+    if not files:
+        raise ValueError(f"{parameter}: folder {corpus} holds no .txt files")
+    for f in files:  # every file checked before any is read: a pipe named b.txt fails at once
+        check_regular(f, parameter)
+    docs = []
+    for f in files:
+        text, cut = read_prefix(f, parameter)
+        docs.append(Document(f.name, _clean(text), cut))
+    return docs
+
+
+def _jsonl(path: Path, corpus, parameter: str) -> list[Document]:
+    docs = []
+    for n, line in read_lines(path, parameter, corpus):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError(f"{parameter}: {corpus} line {n} is not JSON") from None
+        if not isinstance(record, dict) or "text" not in record:
+            raise ValueError(f'{parameter}: {corpus} line {n} has no "text" field')
+        if not isinstance(record["text"], str):
+            raise ValueError(f'{parameter}: {corpus} line {n}: its "text" field is not a string '
+                             f"(a JSON {_json_type(record['text'])}); give each document's text as one string")
+        text, cut = _prefix_of(record["text"])
+        docs.append(Document(f"{path.name}:{n}", _clean(text), cut))
+    if not docs:
+        raise ValueError(f'{parameter}: {corpus} holds no documents (no line with a "text" field)')
+    return docs
+
+
+def _json_type(value) -> str:
+    return {bool: "boolean", int: "number", float: "number", list: "list", dict: "object",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
 def load_corpus(corpus: str = DEFAULT_CORPUS, parameter: str = "corpus") -> list[Document]:
     """Documents in a fixed order. `corpus` is "pydoc" (CPython's language reference sections of
     at least PYDOC_MIN_CHARS characters, sorted by name), a folder of .txt files, or a .jsonl file
-    with a "text" field per line (e.g. the Pile's test split)."""
+    with a "text" field per line (e.g. the Pile's test split). Each document is read only to its
+    first DOC_PREFIX_BYTES (`Document.cut` says where one went on)."""
     if not isinstance(corpus, (str, Path)) or not str(corpus).strip():
         raise ValueError(f'{parameter} must be "pydoc", a folder of .txt files or a .jsonl file, got {corpus!r}')
     if corpus == "pydoc":
@@ -224,30 +380,35 @@ def load_corpus(corpus: str = DEFAULT_CORPUS, parameter: str = "corpus") -> list
         return [d for d in docs if len(d.text) >= PYDOC_MIN_CHARS]
     path = resolve_path(corpus)
     if path.is_dir():
-        files = sorted(path.glob("*.txt"))
-        if not files:
-            raise ValueError(f"{parameter}: folder {corpus} holds no .txt files")
-        return [Document(f.name, _clean(read_text(f, parameter))) for f in files]
-    if path.is_file() and path.suffix == ".jsonl":
-        docs = []
-        for n, line in enumerate(read_text(path, parameter, corpus).splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise ValueError(f"{parameter}: {corpus} line {n} is not JSON") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise ValueError(f'{parameter}: {corpus} line {n} has no "text" field')
-            docs.append(Document(f"{path.name}:{n}", _clean(record["text"])))
-        if not docs:
-            raise ValueError(f'{parameter}: {corpus} holds no documents (no line with a "text" field)')
-        return docs
+        return _txt_folder(path, corpus, parameter)
+    if path.suffix == ".jsonl" and (path.exists() or path.is_symlink()):
+        return _jsonl(path, corpus, parameter)
     if not path.exists():
         raise ValueError(f'{parameter}: {corpus!r} does not exist; give "pydoc", a folder of .txt files '
                          "or a .jsonl file")
     raise ValueError(f'{parameter}: {corpus!r} is neither "pydoc", a folder of .txt files, '
                      "nor a .jsonl file")
+
+
+FIRST_CHARS_PER_TOKEN = 16  # characters tokenised first per token needed; doubled until enough
+TOKEN_MARGIN = 32  # tokens beyond those needed, so that the cut cannot change the ones kept
+
+
+def first_tokens(tokenizer, text: str, length: int) -> list[int]:
+    """The token ids of `text` (with the tokenizer's special tokens) up to `length` of them, or all
+    if fewer: only a prefix of the text is tokenised, long enough that `length + TOKEN_MARGIN`
+    tokens come out (a 200 MB document costs what a short one does)."""
+    chars = max(FIRST_CHARS_PER_TOKEN * (length + TOKEN_MARGIN), 4096)
+    while True:
+        ids = tokenizer(text[:chars], add_special_tokens=True).input_ids
+        if chars >= len(text) or len(ids) >= length + TOKEN_MARGIN:
+            return ids[:length]
+        chars *= 2
+
+
+def cut_note(doc: Document) -> str:
+    """Said after a document's token count where it may be short only because it was cut."""
+    return f", read only to its first {DOC_PREFIX_BYTES:,} bytes" if doc.cut else ""
 
 
 def check_corpus_size(docs: list[Document], n_docs: int, parameter: str = "n_prompts") -> None:
@@ -264,9 +425,9 @@ def prompts_from_corpus(tokenizer, docs: list[Document], n: int, length: int,
     check_corpus_size(docs, n)
     rows, short = [], []
     for doc in docs[:n]:
-        ids = tokenizer(doc.text, add_special_tokens=True).input_ids
+        ids = first_tokens(tokenizer, doc.text, length)
         if len(ids) < length:
-            short.append(f"{doc.id} ({len(ids)} tokens)")
+            short.append(f"{doc.id} ({len(ids)} tokens{cut_note(doc)})")
         rows.append(ids[:length])
     if short:
         raise ValueError(f"{parameter}={length}: documents too short: {', '.join(short)}")

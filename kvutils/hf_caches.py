@@ -62,6 +62,9 @@ class HFQuantized(CacheOp):
         _check_int(self.name, "nbits", self.nbits, 1)
         _check_int(self.name, "group", self.group, 1)
         _check_int(self.name, "residual", self.residual, 1)
+        missing = backend_missing(self.backend)  # when the op is parsed, not after a model loaded
+        if missing:
+            raise ValueError(missing)
 
     @property
     def spec(self) -> str:

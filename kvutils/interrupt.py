@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 INTERRUPTED = 130  # the shell's status for a run ended by SIGINT
+OUT_OF_MEMORY = 1  # a MemoryError: said as such, never reported as an interruption
 CHILDREN_GRACE_S = 10.0  # time for interrupted children to end by themselves before this process stops
 
 
@@ -110,7 +111,8 @@ def signals_as_interrupt(children: bool = False) -> Iterator[None]:
 
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None, kept: str,
             children: bool = False) -> int:
-    """`main(argv)`'s exit status; on Ctrl-C or SIGTERM, one line "interrupted; <kept>" and 130."""
+    """`main(argv)`'s exit status; on Ctrl-C or SIGTERM, one line "interrupted; <kept>" and 130;
+    on running out of memory, one line saying so and 1."""
     with signals_as_interrupt(children):
         try:
             return main(argv) or 0
@@ -118,3 +120,7 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
             _cancel_grace()
             print(f"interrupted; {kept}", file=sys.stderr)
             return INTERRUPTED
+        except MemoryError:
+            _cancel_grace()
+            print(f"out of memory: the run needs more than this machine allows; {kept}", file=sys.stderr)
+            return OUT_OF_MEMORY

@@ -6,14 +6,14 @@ so notebooks can validate their parameters before any model loads. `load(name, d
 
 Weights are only ever read from safetensors or GGUF (never pickle), and never with
 `trust_remote_code`. GGUF files are dequantised once and cached as safetensors under
-`KVUTILS_CACHE` (default `~/.cache/kvutils`), keyed by the GGUF file's published sha256.
+`KVUTILS_CACHE` (default `~/.cache/kvutils`), keyed by the GGUF file's published sha256; a cached
+copy is checked before use and converted again if damaged (kvutils.converted).
 """
 from __future__ import annotations
 
 import base64
 import contextlib
 import difflib
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+
+from . import converted
+from .converted import sha256_file
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 TINY_SEED = 0
@@ -340,14 +343,6 @@ def _record_sha256(f: importlib.metadata.PackagePath) -> str:
     return base64.urlsafe_b64decode(f.hash.value + "==").hex()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _gguf_source(entry: Embedded) -> tuple[Path, str]:
     """The GGUF file of an embedded causal model and its expected sha256."""
     path, sha = _embedded_file(entry)
@@ -359,8 +354,13 @@ def _gguf_source(entry: Embedded) -> tuple[Path, str]:
     return path, sha
 
 
-def converted_dir(key: str, progress: Callable[[str], None] = print) -> Path:
-    """Directory with the embedded model as safetensors + tokenizer, converting it on first use."""
+VERIFY_ENV = "KVUTILS_VERIFY_CACHE"  # "full": compare every converted file's sha256 on load, not only its size
+
+
+def converted_dir(key: str, progress: Callable[[str], None] = print, full_check: bool = False) -> Path:
+    """Directory with the embedded model as safetensors + tokenizer, converting it on first use.
+    A converted copy is checked first (kvutils.converted: sizes and headers; every sha256 with
+    `full_check` or KVUTILS_VERIFY_CACHE=full); a damaged one is converted again, with a notice."""
     entry = EMBEDDED[key]
     if entry.family == "encoder":  # already safetensors inside the package
         return _embedded_file(entry)[0].parent
@@ -370,8 +370,27 @@ def converted_dir(key: str, progress: Callable[[str], None] = print) -> Path:
 
         published_sha = gemma_pkg.EXPECTED_SHA256
     target = cache_dir() / f"{key}-{published_sha[:16]}"
-    if (target / "source.json").is_file():
-        return target
+    if (target / converted.SOURCE).is_file():
+        wrong = converted.problems(target, full=full_check or os.environ.get(VERIFY_ENV) == "full")
+        if not wrong:
+            return target
+        progress(f"kvutils: the converted copy of {key} in {target} is damaged ({'; '.join(wrong)}); "
+                 "converting it again")
+        _discard(target)
+    return _convert(key, entry, target, progress)
+
+
+def _discard(target: Path) -> None:
+    """Move a damaged entry out of the way (one rename, so no process sees it half-deleted), then delete it."""
+    aside = target.with_name(f".{target.name}.damaged-{os.getpid()}")
+    try:
+        target.rename(aside)
+    except OSError:  # another process moved it first
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _convert(key: str, entry: Embedded, target: Path, progress: Callable[[str], None]) -> Path:
     gguf_path, expected = _gguf_source(entry)
     actual = sha256_file(gguf_path)
     if expected and actual != expected:
@@ -395,12 +414,13 @@ def converted_dir(key: str, progress: Callable[[str], None] = print) -> Path:
         config.save_pretrained(staging)
         save_model(model, str(staging / "model.safetensors"))  # de-duplicates tied embeddings
         tokenizer.save_pretrained(staging)
-        (staging / "source.json").write_text(json.dumps({"gguf": gguf_path.name, "sha256": actual}))
+        source = {"gguf": gguf_path.name, "sha256": actual, **converted.record(staging)}
+        (staging / converted.SOURCE).write_text(json.dumps(source))  # written last: marks the copy complete
         try:
             staging.rename(target)  # atomic: a half-written conversion is never picked up
         except OSError:
             # another process converted the same file meanwhile: its complete copy is as good
-            if not (target / "source.json").is_file():
+            if not (target / converted.SOURCE).is_file():
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -265,10 +265,12 @@ def check_notebook(namespace: dict, notebook: str) -> str:
     reject_unknown(namespace, notebook)
     results_dir = namespace.get("results_dir")
     if notebook not in NOTEBOOKS.values():  # a summary page reads the chapters' results
-        if not isinstance(results_dir, (str, Path)) or not Path(results_dir).expanduser().is_dir():
+        if not isinstance(results_dir, (str, Path)) or not results.expand(results_dir, "results_dir").is_dir():
             raise ValueError(f"results_dir: {results_dir!r} is not a folder; give the folder that holds the "
                              "chapters' results files (make book writes them to results/)")
-        results.recover(Path(results_dir).expanduser())
-        return str(Path(results_dir).expanduser())
+        results.recover(results.expand(results_dir, "results_dir"))
+        return str(results.expand(results_dir, "results_dir"))
     results_dir = run_folder(namespace, notebook)
-    return str(results.check_output(results_dir, notebook))  # "~/runs" as the folder it names
+    folder = results.check_output(results_dir, notebook)  # "~/runs" as the folder it names
+    results.claim(folder, notebook)  # one run of this chapter at a time into this folder
+    return str(folder)

@@ -4,10 +4,12 @@
 git commit, machine, wall time, every number the chapter reports and its figures' hashes. A run's
 JSON and figures are written as one unit (`save_run`): an interrupted run leaves the previous
 results and figures intact, and a reader never sees the new JSON with the old figures or the
-reverse. `check_output` checks the output folder before any work starts.
+reverse. `check_output` checks the output folder before any work starts; `claim` keeps a second
+run of the same chapter out of the same folder while the first is running.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -113,10 +115,23 @@ def results_path(results_dir: str | Path, chapter: str) -> Path:
 # --------------------------------------------------------------------------- output paths, checked first
 
 
+def expand(folder: str | Path, parameter: str) -> Path:
+    """`folder` with a leading ~ or ~user expanded; an unknown user is an error naming `parameter`."""
+    try:
+        return Path(folder).expanduser()
+    except RuntimeError:  # pathlib's "Could not determine home directory."
+        user = str(folder).split("/", 1)[0]
+        raise ValueError(f"{parameter}: {folder} starts with {user}, but there is no user "
+                         f"{user[1:]!r} (or no home folder) on this machine; give the folder itself") from None
+
+
 def _writable_folder(folder: Path, parameter: str, shown: str) -> None:
     """`folder` is a folder this process can write in, or can be created; nothing is left behind."""
     existing = folder
     while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():  # mkdir there would fail with a bare "File exists"
+            raise ValueError(f"{parameter}: {existing} is a symbolic link to {os.readlink(existing)}, which does "
+                             "not exist (a dangling link); create its target or give another folder")
         existing = existing.parent
     if not existing.is_dir():
         raise ValueError(f"{parameter}: {shown} cannot be a folder: {existing} is a file")
@@ -142,7 +157,7 @@ def check_folder(folder: str | Path, parameter: str) -> Path:
     create). Leaves no new files."""
     if not isinstance(folder, (str, Path)) or not str(folder).strip():
         raise ValueError(f"{parameter} must be a folder path (a non-empty string), got {folder!r}")
-    path = Path(folder).expanduser()
+    path = expand(folder, parameter)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{parameter}: {folder} is a file, not a folder")
     _writable_folder(path, parameter, str(folder))
@@ -167,11 +182,79 @@ def check_output(results_dir: str | Path, chapter: str, parameter: str = "result
 
 def check_output_file(path: str | Path, parameter: str) -> Path:
     """Fail now, naming `parameter`, if a file could not be written at `path`. Leaves no new files."""
-    path = Path(path).expanduser()
+    path = expand(path, parameter)
     if path.is_dir():
         raise ValueError(f"{parameter}: {path} is a folder; give a file name, e.g. {path / 'accept.json'}")
     _writable_folder(path.parent, parameter, f"{path.parent} (the folder of {path})")
     return path
+
+
+# --------------------------------------------------------------------------- one writer per chapter results file
+#
+# A chapter's run holds a lock on its results file from its first cell (`claim`) until `save_run`
+# has written it: a second run of the same chapter into the same folder is refused at its start,
+# naming the first one's pid. Different chapters into one folder (the chapters runner's lanes, make
+# book) stay allowed. The lock is the kernel's flock on a file outside results_dir (the folder may
+# not exist yet and gets no extra file): it goes when its process ends, however it ends, so a
+# killed run leaves nothing stuck.
+
+_CLAIMS: dict[tuple[str, str], tuple[int, int]] = {}  # (results folder, chapter) -> (pid, locked descriptor)
+
+
+def lock_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"kvutils-locks-{os.getuid()}"
+
+
+def _lock_file(folder: Path, chapter: str) -> Path:
+    key = hashlib.sha256(f"{folder.resolve()}\0{chapter}".encode()).hexdigest()[:20]
+    return lock_dir() / f"{chapter}-{key}.lock"
+
+
+def claim(results_dir: str | Path, chapter: str, parameter: str = "results_dir") -> None:
+    """Hold `<results_dir>/<chapter>.json` for this process until `save_run` writes it (see
+    above); another live run holding it is an error naming its pid. Claiming again is a no-op."""
+    folder = expand(results_dir, parameter)
+    key = (str(folder.resolve()), chapter)
+    if _CLAIMS.get(key, (None,))[0] == os.getpid():  # a forked child holds nothing of its parent's
+        return
+    path = _lock_file(folder, chapter)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    while True:
+        fd = _locked(path, chapter, results_dir, parameter)
+        try:  # the holder deletes the file as it lets go: a lock on a deleted file holds nothing
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _CLAIMS[key] = (os.getpid(), fd)
+
+
+def _locked(path: Path, chapter: str, results_dir, parameter: str) -> int:
+    """A descriptor of `path` holding its flock; another holder is an error naming its pid."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise ValueError(f"{parameter}: another run (pid {holder}) is writing {chapter}'s results in {results_dir} "
+                         "now; wait for it to end, or give this run another results_dir") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def release(results_dir: str | Path, chapter: str) -> None:
+    """Give up this process's claim (see `claim`), if it holds one."""
+    folder = Path(results_dir).expanduser()
+    pid, fd = _CLAIMS.pop((str(folder.resolve()), chapter), (None, None))
+    if pid == os.getpid():
+        _lock_file(folder, chapter).unlink(missing_ok=True)  # while still held: see `claim`
+        os.close(fd)  # closing the only descriptor releases the flock
 
 
 # --------------------------------------------------------------------------- a run: results and figures as one unit
@@ -268,6 +351,7 @@ def save_run(results_dir: str | Path, chapter: str, parameters: dict, models: li
         raise OSError(err.errno, f"results_dir: cannot write {chapter}'s results in {folder} "
                       f"({err.strerror or err}); its previous results and figures are as they were") from err
     _finish(stage, folder, chapter)
+    release(folder, chapter)  # written: the next run of this chapter may start
     return results_path(folder, chapter)
 
 
