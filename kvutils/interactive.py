@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,8 +90,6 @@ def wrap(text: str | None, width: int) -> str | None:
     line), joined with Plotly's <br>; existing <br> breaks are kept."""
     if not text:
         return text
-    import textwrap
-
     return "<br>".join(line for part in text.split("<br>")
                        for line in textwrap.wrap(part, width, break_long_words=False, break_on_hyphens=False) or [""])
 

@@ -139,27 +139,28 @@ def illegible_text(fig) -> list[str]:
 
 TABLE_CLASS = "kvutils-table"  # book/_static/custom.css: the table fits the column, its labels wrap
 LABEL_CLASS = "kvutils-label"
-_BREAK_AFTER = re.compile(r"([:,/_])(?=\S)")  # where a long row label may wrap: after : , / _
+_BREAK_AFTER = re.compile(r"([:,/_])(?=[^\s\d])")  # where long text may wrap: after : , / _ (not 49,505)
 
 
 def label_html(label: str) -> str:
-    """A row label as HTML that may wrap after ':', ',', '/' and '_' (an op spec such as
-    'quantize_kivi:bits=4,group=32,residual=128' has no space to wrap at), its text unchanged."""
+    """Text for a table cell as HTML that may wrap after ':', ',', '/' and '_' where a word follows
+    (an op spec such as 'quantize_kivi:bits=4,group=32,residual=128' has no space to wrap at; a
+    number such as 49,505 stays whole), its text unchanged."""
     return _BREAK_AFTER.sub(r"\1<wbr>", html.escape(label))
 
 
 def table_html(table: pd.DataFrame, short: dict[str, str] | None = None) -> str:
-    """The table as the page shows it: each row label wrappable (`label_html`), or shortened to
-    `short[label]` where given, with the full label in a tooltip (the title attribute); headers
-    and cells as text that wraps at spaces. Every row and every cell is shown whole."""
+    """The table as the page shows it: each row label, header and cell wrappable (`label_html`),
+    a row label shortened to `short[label]` where given, the full label its tooltip (the title
+    attribute). Every row and every cell is shown whole."""
     short = short or {}
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+    head = "".join(f"<th>{label_html(str(c))}</th>" for c in table.columns)
     index_name = html.escape(str(table.index.name or ""))
     rows = []
     for label, values in zip(table.index, table.itertuples(index=False)):
         text = str(label)
         shown = html.escape(short[text]) if text in short else label_html(text)
-        cells = "".join(f"<td>{html.escape(_cell_text(v))}</td>" for v in values)
+        cells = "".join(f"<td>{label_html(_cell_text(v))}</td>" for v in values)
         rows.append(f'<tr><th class="{LABEL_CLASS}" title="{html.escape(text, quote=True)}">{shown}</th>{cells}</tr>')
     return (f'<table class="dataframe {TABLE_CLASS}">\n<thead><tr><th class="{LABEL_CLASS}">{index_name}</th>{head}'
             f'</tr></thead>\n<tbody>\n' + "\n".join(rows) + "\n</tbody>\n</table>")
