@@ -42,19 +42,23 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
 _CLAUSE_END = re.compile(r"[;:.](?:\s|$)")
 
 
+def clauses(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each clause of the text; a clause ends at ';', ':' or '.' before a space."""
+    ends = [m.end() for m in _CLAUSE_END.finditer(text) if m.end() < len(text)] + [len(text)]
+    return list(zip([0] + ends[:-1], ends))
+
+
 def key_numbers(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each clause's key number: its first number outside parentheses. Clauses end
-    at ';', ':' or '.' before a space; a clause whose numbers are all in parentheses (the details
-    of a measurement) has none."""
-    spans, start = [], 0
-    for end in [m.end() for m in _CLAUSE_END.finditer(text)] + [len(text)]:
+    """(start, end) of each clause's key number: its first number outside parentheses. A clause
+    whose numbers are all in parentheses (the details of a measurement) has none."""
+    spans = []
+    for start, end in clauses(text):
         clause = text[start:end]
         for m in _NUMBER.finditer(clause):
             before = clause[:m.start()]
             if before.count("(") == before.count(")"):
                 spans.append((start + m.start(), start + m.end()))
                 break
-        start = end
     return spans
 
 
