@@ -10,6 +10,12 @@ formula typeset by MathJax without error, at least one table on each chapter pag
 cut short, every interactive chart (kvutils.interactive) drawn by Plotly with its points, and every
 internal link pointing at a page (and anchor) that exists. Search is run once offline.
 
+Then it reads the page as laid out at each of LAYOUT_WIDTHS (a desktop and a phone-width window):
+no table or chart in the text column may be wider than the column or need a sideways scroll
+(scrollWidth > clientWidth of it or of a box around it), and every Plotly chart must be at least
+MIN_CHART_PX wide, give its plot at least MIN_PLOT_SHARE of that width (not a legend), and show its
+title, axis titles and legend whole (inside the chart, where Plotly does not cut them).
+
 `check_explorer` drives chapter 3's offline attention explorer like a reader: it changes each
 control in turn and records whether what Plotly draws changed, and what it drew.
 """
@@ -36,6 +42,67 @@ SKIPPED_DIRS = ("_static", "_sources", "_images", ".pytest_cache")
 SEARCH_TERM = "cache"
 EXPLORER_PAGE = "book/chapters/03_sense_probes.html"
 EXPLORER_CONTROLS = ("model", "word", "construction", "layer", "head", "query")
+LAYOUT_WIDTHS = (1280, 800)  # window widths in CSS px: a laptop, and a phone or a half screen
+WINDOW_HEIGHT = 900
+MIN_CHART_PX = 600
+MIN_PLOT_SHARE = 0.5  # of a chart's width, for the plot itself (the rest: legend, axis titles)
+
+
+# Runs in the page: how wide its tables and charts are laid out in the text column (after every
+# Plotly chart has been resized to the window, as Plotly's responsive mode does on a resize).
+_LAYOUT_STATE = """async () => {
+  const column = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const plots = [...column.querySelectorAll('.js-plotly-plot')];
+  if (window.Plotly) { await Promise.all(plots.map(p => Plotly.Plots.resize(p))); }
+  const style = getComputedStyle(column);
+  const box = column.getBoundingClientRect();
+  const left = box.left + parseFloat(style.paddingLeft), right = box.right - parseFloat(style.paddingRight);
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+    (el.classList.length ? '.' + [...el.classList].join('.') : '');
+  const overflow = el => {  // el or a box around it, up to the column, whose content is wider than it
+    const out = [];
+    for (let e = el; e; e = e.parentElement) {
+      if (e.scrollWidth > e.clientWidth + 1) out.push(`${name(e)}: ${e.scrollWidth} px of content in ${e.clientWidth} px`);
+      if (e === column) break;
+    }
+    const r = el.getBoundingClientRect();
+    if (r.left < left - 1 || r.right > right + 1) out.push(`${name(el)}: spans ${Math.round(r.left)}-${Math.round(r.right)} px, the column ${Math.round(left)}-${Math.round(right)} px`);
+    return out;
+  };
+  const outside = (inner, outer) => inner.width > 0 && (inner.left < outer.left - 1 || inner.right > outer.right + 1 ||
+                                                        inner.top < outer.top - 1 || inner.bottom > outer.bottom + 1);
+  return {
+    column: Math.round(right - left),
+    tables: [...column.querySelectorAll('table')].map(t => ({
+      label: [...t.querySelectorAll('th')].slice(0, 3).map(h => h.textContent.trim()).join(' | ').slice(0, 80),
+      overflow: overflow(t)})),
+    charts: plots.map(p => {
+      const svg = p.querySelector('.main-svg').getBoundingClientRect();
+      const texts = [...p.querySelectorAll('.infolayer text[class$="title"], .legend')];
+      return {
+        id: p.id || (p.closest('[id]') || {}).id || 'chart', width: Math.round(p.getBoundingClientRect().width),
+        plot: p._fullLayout ? Math.round(p._fullLayout._size.w) : 0, overflow: overflow(p),
+        cut: texts.filter(t => outside(t.getBoundingClientRect(), svg)).map(t =>
+          `${t.classList.contains('legend') ? 'legend' : t.getAttribute('class')} "${t.textContent.slice(0, 50)}"`)};
+    }),
+  };
+}"""
+
+
+def layout_problems(layout: dict, width: int) -> list[str]:
+    """What a reader at a window `width` px wide cannot read whole, from `_LAYOUT_STATE`'s report."""
+    at = f"at {width} px"
+    problems = [f"{at}: table [{t['label']}] is wider than the {layout['column']}-px column, its numbers need a "
+                f"sideways scroll ({'; '.join(t['overflow'])})" for t in layout["tables"] if t["overflow"]]
+    for c in layout["charts"]:
+        if c["overflow"]:
+            problems.append(f"{at}: chart {c['id']} is wider than the column ({'; '.join(c['overflow'])})")
+        if c["width"] < MIN_CHART_PX:
+            problems.append(f"{at}: chart {c['id']} is {c['width']} px wide, under {MIN_CHART_PX} px")
+        if c["plot"] < MIN_PLOT_SHARE * c["width"]:
+            problems.append(f"{at}: chart {c['id']}'s plot is squeezed to {c['plot']} of its {c['width']} px")
+        problems += [f"{at}: chart {c['id']}: {text} is cut at the chart's edge" for text in c["cut"]]
+    return problems
 
 
 @dataclass
@@ -145,7 +212,7 @@ def check_site(html_dir: str | Path, chapter_dir: str = "book/chapters/", scheme
             sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context()
+            context = browser.new_context(viewport={"width": LAYOUT_WIDTHS[0], "height": WINDOW_HEIGHT})
             context.route("**/*", functools.partial(_only_local, base))
             for page_path in _progress(pages):
                 check, shown, hrefs = _check_page(context, base, page_path, page_path.startswith(chapter_dir))
@@ -189,6 +256,10 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
         _wait_until_quiet(page, in_flight)
         state = page.evaluate(_PAGE_STATE)
         shown = page.url.removeprefix(base).split("#")[0].split("?")[0]
+        for width in LAYOUT_WIDTHS:
+            page.set_viewport_size({"width": width, "height": WINDOW_HEIGHT})
+            page.wait_for_timeout(200)  # the theme's layout settles (its sidebars fold away at narrow widths)
+            problems += layout_problems(page.evaluate(_LAYOUT_STATE), width)
     finally:
         page.close()
     problems += [f"image not loaded or zero-sized: {i['src']}" for i in state["images"] if not i["ok"]]

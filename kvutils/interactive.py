@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,12 +71,60 @@ class Chart:
         return self.html
 
 
+# Text sizes in characters that fit a chart of MIN_WIDTH_PX (the page column on a phone-width
+# window) at Plotly's default fonts: longer titles, axis titles and legend entries are wrapped
+# onto more lines (<br>) instead of running past the chart's edge, where Plotly cuts them.
+MIN_WIDTH_PX = 600
+TITLE_CHARS = 60
+X_TITLE_CHARS = 55
+Y_TITLE_CHARS = 42  # the y-axis title runs along the plot's height
+LEGEND_CHARS = 24  # a legend at the right takes what its longest entry needs from the plot's width
+TITLE_FONT_PX = 16
+TITLE_LINE_PX = 21  # Plotly's line spacing, 1.3 em
+TITLE_TOP_PX = 24  # Plotly draws a top-anchored title of several lines about 15 px above its anchor
+DEFAULT_HEIGHT_PX = 450  # Plotly's, where a figure sets none
+
+
+def wrap(text: str | None, width: int) -> str | None:
+    """`text` broken at spaces into lines of at most `width` characters (a longer word keeps its own
+    line), joined with Plotly's <br>; existing <br> breaks are kept."""
+    if not text:
+        return text
+    return "<br>".join(line for part in text.split("<br>")
+                       for line in textwrap.wrap(part, width, break_long_words=False, break_on_hyphens=False) or [""])
+
+
+def fit_to_column(figure) -> None:
+    """Lay the figure out for the page column (in place): as wide as the column (autosize, no fixed
+    width), its title, axis titles and legend entries wrapped to fit MIN_WIDTH_PX, the title at the
+    top left with room above the plot, and margins that grow to hold tick labels and axis titles."""
+    layout = figure.layout
+    height = layout.height or DEFAULT_HEIGHT_PX
+    title = wrap(layout.title.text, TITLE_CHARS)
+    lines = title.count("<br>") + 1 if title else 0
+    figure.update_layout(autosize=True, width=None,
+                         title={"text": title, "x": 0.01, "xanchor": "left", "yref": "container", "yanchor": "top",
+                                "y": 1 - TITLE_TOP_PX / height, "font": {"size": TITLE_FONT_PX}},
+                         margin={"t": TITLE_TOP_PX + TITLE_LINE_PX * lines + 12, "l": 10, "r": 10, "b": 10,
+                                 "autoexpand": True})
+    figure.for_each_xaxis(lambda axis: axis.update(automargin=True, title_text=wrap(axis.title.text, X_TITLE_CHARS)))
+    figure.for_each_yaxis(lambda axis: axis.update(automargin=True, title_text=wrap(axis.title.text, Y_TITLE_CHARS)))
+    figure.for_each_trace(lambda trace: trace.update(name=wrap(trace.name, LEGEND_CHARS)))
+    if layout.legend.title.text:
+        figure.update_layout(legend_title_text=wrap(layout.legend.title.text, LEGEND_CHARS))
+
+
 def chart(figure, config: dict | None = None) -> Chart:
-    """Any Plotly figure as an offline chart of the page."""
+    """Any Plotly figure as an offline chart of the page, laid out to fit the column (a copy of it,
+    through `fit_to_column`)."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure(figure)
+    fit_to_column(figure)
     spec = script_json({"data": figure.to_plotly_json()["data"], "layout": figure.to_plotly_json()["layout"],
                         "config": {"displaylogo": False, "responsive": True, **(config or {})}})
     div = element_id("kvutils-chart", spec)
-    html = (f'<div id="{div}" class="{MARKER_CLASS}" style="width:100%;min-height:{figure.layout.height or 450}px">'
+    html = (f'<div id="{div}" class="{MARKER_CLASS}" style="width:100%;max-width:100%;min-height:{figure.layout.height or 450}px">'
             f'</div>\n<script>(function () {{\n  const el = document.getElementById("{div}");\n'
             f'  if (!window.Plotly) {{ el.textContent = {json.dumps(NO_PLOTLY)}; return; }}\n'
             f'  const spec = {spec};\n  Plotly.newPlot(el, spec.data, spec.layout, spec.config);\n}})();</script>')

@@ -3,6 +3,7 @@ and the chapter-1 figure. Every number in the prose is formatted here from a res
 typed by hand."""
 from __future__ import annotations
 
+import html
 import json
 import re
 from functools import lru_cache
@@ -39,14 +40,44 @@ _NUMBER = re.compile(r"(?<![\w.\-−])[-−]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
 
 
+_CLAUSE_END = re.compile(r"[;:.](?:\s|$)")
+
+
+def clauses(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each clause of the text; a clause ends at ';', ':' or '.' before a space."""
+    ends = [m.end() for m in _CLAUSE_END.finditer(text) if m.end() < len(text)] + [len(text)]
+    return list(zip([0] + ends[:-1], ends))
+
+
+def key_numbers(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each clause's key number: its first number outside parentheses. A clause
+    whose numbers are all in parentheses (the details of a measurement) has none."""
+    spans = []
+    for start, end in clauses(text):
+        clause = text[start:end]
+        for m in _NUMBER.finditer(clause):
+            before = clause[:m.start()]
+            if before.count("(") == before.count(")"):
+                spans.append((start + m.start(), start + m.end()))
+                break
+    return spans
+
+
 def bold_numbers(text: str) -> str:
-    """A glued finding as inline Markdown (for `{glue:md}`): the text escaped, each number in bold,
-    so the page emphasises the measurements rather than whole sentences."""
-    return _NUMBER.sub(lambda m: f"**{m.group(0)}**", _MARKDOWN_SPECIAL.sub(r"\\\1", text))
+    """A glued finding as inline Markdown (for `{glue:md}`): the text escaped, and only each
+    clause's key number (`key_numbers`) in bold, so that the page marks the measurement a sentence
+    is about, not every number of a paragraph."""
+    escaped = _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    out, done = [], 0
+    for start, end in key_numbers(escaped):
+        out += [escaped[done:start], f"**{escaped[start:end]}**"]
+        done = end
+    return "".join(out) + escaped[done:]
 
 
 def glue_findings(prefix: str, texts: dict[str, str]) -> None:
-    """Glue each text as Markdown with its numbers in bold (the notebook's prose uses `{glue:md}`)."""
+    """Glue each text as Markdown with its key numbers in bold (`bold_numbers`; the notebook's
+    prose uses `{glue:md}`)."""
     from IPython.display import Markdown
     from myst_nb import glue
 
@@ -109,11 +140,89 @@ def illegible_text(fig) -> list[str]:
     return problems
 
 
-def rows_table(rows: dict[str, dict[str, str]], index: str = "metric") -> pd.DataFrame:
-    """{row: {column: text}} as a table, "—" where a column has no value for a row."""
+# --------------------------------------------------------------------------- tables for the page
+
+TABLE_CLASS = "kvutils-table"  # book/_static/custom.css: the table fits the column, its labels wrap
+LABEL_CLASS = "kvutils-label"
+_BREAK_AFTER = re.compile(r"([:,/_])(?=[^\s\d])")  # where long text may wrap: after : , / _ (not 49,505)
+
+
+def label_html(label: str) -> str:
+    """Text for a table cell as HTML that may wrap after ':', ',', '/' and '_' where a word follows
+    (an op spec such as 'quantize_kivi:bits=4,group=32,residual=128' has no space to wrap at; a
+    number such as 49,505 stays whole), its text unchanged."""
+    return _BREAK_AFTER.sub(r"\1<wbr>", html.escape(label))
+
+
+def table_html(table: pd.DataFrame, short: dict[str, str] | None = None) -> str:
+    """The table as the page shows it: each row label, header and cell wrappable (`label_html`),
+    a row label shortened to `short[label]` where given, the full label its tooltip (the title
+    attribute). Every row and every cell is shown whole."""
+    short = short or {}
+    head = "".join(f"<th>{label_html(str(c))}</th>" for c in table.columns)
+    index_name = html.escape(str(table.index.name or ""))
+    rows = []
+    for label, values in zip(table.index, table.itertuples(index=False)):
+        text = str(label)
+        shown = html.escape(short[text]) if text in short else label_html(text)
+        cells = "".join(f"<td>{label_html(_cell_text(v))}</td>" for v in values)
+        rows.append(f'<tr><th class="{LABEL_CLASS}" title="{html.escape(text, quote=True)}">{shown}</th>{cells}</tr>')
+    return (f'<table class="dataframe {TABLE_CLASS}">\n<thead><tr><th class="{LABEL_CLASS}">{index_name}</th>{head}'
+            f'</tr></thead>\n<tbody>\n' + "\n".join(rows) + "\n</tbody>\n</table>")
+
+
+def _cell_text(value) -> str:
+    return fmt(value) if isinstance(value, float) else str(value)
+
+
+class PageTable(pd.DataFrame):
+    """A DataFrame that a notebook shows as `table_html` renders it (labels that wrap, short labels
+    with the full one as a tooltip); as data it is the DataFrame it was made from."""
+
+    _metadata = ["short_labels"]
+
+    @property
+    def _constructor(self):
+        return PageTable
+
+    def _repr_html_(self) -> str:
+        return table_html(self, getattr(self, "short_labels", None))
+
+
+def page_table(table: pd.DataFrame, short: dict[str, str] | None = None) -> PageTable:
+    """`table` for the page (`PageTable`): its row labels wrap at the column's width, and where
+    `short` maps a full row label to a short one, the short one is shown with the full one as a
+    tooltip. The data, index and columns are those of `table`."""
+    out = PageTable(table)
+    out.short_labels = dict(short or {})
+    return out
+
+
+def overlapping_text(fig) -> list[str]:
+    """Every pair of labelled ticks on one axis of the figure whose labels overlap as drawn (e.g. the
+    minor-tick labels matplotlib adds to a log axis spanning less than two decades); empty when
+    none do."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            ticks = axis.get_major_ticks() + axis.get_minor_ticks()
+            labels = [t.label1 for t in ticks if low <= t.get_loc() <= high and t.label1.get_visible()
+                      and t.label1.get_text().strip()]
+            boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in labels]
+            problems += [f"{a!r} overlaps {b!r}" for i, (a, box_a) in enumerate(boxes)
+                         for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+    return problems
+
+
+def rows_table(rows: dict[str, dict[str, str]], index: str = "metric") -> PageTable:
+    """{row: {column: text}} as a table for the page (`page_table`), "—" where a column has no value
+    for a row."""
     table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
     table.index.name = index
-    return table
+    return page_table(table)
 
 
 def fraction(count: int, total: int) -> str:
@@ -161,7 +270,7 @@ def _decode_runs(by_dtype_result: dict) -> list[dict]:
     return [by_dtype_result[k] for k in ("decode", "decode_per_step") if k in by_dtype_result]
 
 
-def chapter1_table(numbers: dict) -> pd.DataFrame:
+def chapter1_table(numbers: dict) -> PageTable:
     """Metric | article (Pythia) | this run (one column per model). Rows follow the article's E1/E2;
     every decoding row names its no-cache procedure: the article's numbers are all per step, so they
     sit beside our per-step rows only."""
@@ -216,7 +325,7 @@ def chapter1_table(numbers: dict) -> pd.DataFrame:
     table["article (Pythia)"] = table["article (Pythia)"].fillna("—")  # the article ran per step only
     table = table[["article (Pythia)"] + [c for c in table.columns if c != "article (Pythia)"]].fillna("not run")
     table.index.name = "metric"
-    return table.sort_index(key=lambda idx: [_row_order(m) for m in idx])
+    return page_table(table.sort_index(key=lambda idx: [_row_order(m) for m in idx]))
 
 
 def _row_order(metric: str) -> tuple:

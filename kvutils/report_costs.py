@@ -2,9 +2,11 @@
 approximation table (Table 2, Chart 5), each beside the article's figures, built from results."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
-from .report import article, bold_numbers, fmt, rows_table, styled, weights_note
+from .report import article, bold_numbers, fmt, page_table, rows_table, styled, weights_note
 from .report_timing import speedup_grew, step_line
 
 
@@ -102,18 +104,28 @@ def bytes_table(bytes_rows: list[dict]) -> pd.DataFrame:
 
 @styled
 def plot_bytes(bytes_rows: list[dict]):
-    """Chart 4: KV-cache size of a 128K-token sequence per configuration."""
+    """Chart 4: KV-cache size of a 128K-token sequence per configuration, on a log axis whose tick
+    labels are plain numbers that do not overlap (`report.overlapping_text`)."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     names = [r["model"] for r in bytes_rows]
     values = [r["gib_per_128k"] for r in bytes_rows]
     colours = ["tab:blue" if r.get("source") == "published" else "tab:orange" for r in bytes_rows]
-    ax.barh(names, values, color=colours)
+    left = 10 ** math.floor(math.log10(min(values)))  # bars start at a power of ten below the smallest
+    ax.barh(names, [v - left for v in values], left=left, color=colours)
     for i, v in enumerate(values):
         ax.text(v, i, f" {v:.3g}", va="center")
     ax.invert_yaxis()
     ax.set_xscale("log")
+    ax.set_xlim(left, max(values) * 4)  # room for the value beside the longest bar
+    # labelled ticks at 1, 2, 5 × 10^k over a short range, at powers of ten over a long one; the
+    # minor ticks unlabelled (matplotlib labels them on a short range, and they overlap)
+    decades = math.log10(max(values) * 4 / left)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0,) if decades > 3 else (1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("KV cache of one 128K-token sequence (GiB, 16-bit values, log scale)")
     ax.set_ylabel("configuration")
     ax.set_title("The price of exactness: cache memory per sequence\n"
@@ -173,7 +185,7 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
             rows.setdefault(spec, {"scored on": "— (refused by every model)"})[f"{model}"] = f"refused: {why}"
     table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
     table.index.name = "operation (KL nats · top-1 % · perplexity)"
-    return table
+    return page_table(table)  # the op specs wrap in the column; the numbers keep their width
 
 
 @styled

@@ -94,6 +94,66 @@ def test_the_check_reports_what_a_reader_would_see_broken(tmp_path):
     assert "1 table cells cut short" in problems
 
 
+def _site_with_plotly(root: Path, body: str) -> Path:
+    """A one-page site whose text column (the theme's article.bd-article) is 700 px at most, with
+    plotly.js served beside it."""
+    import shutil
+
+    from kvutils import interactive
+
+    site = _tiny_site(root, f'<article class="bd-article" style="max-width:700px">{body}</article>')
+    shutil.copy(interactive.plotly_js_path(), site / interactive.PLOTLY_JS)
+    index = site / "index.html"
+    index.write_text(index.read_text().replace("<head>", f'<head><script src="{interactive.PLOTLY_JS}"></script>'))
+    return site
+
+
+LONG_TITLE = "Held-out accuracy against the cost of the switch — models: smollm2-135m, gemma3-270m"
+LONG_NAMES = ["tail with the tail patch (recompute from layer k), smollm2-135m",
+              "stale reuse of the cache under the adapter, smollm2-135m"]
+
+
+def test_the_check_reports_a_table_or_chart_a_reader_cannot_read_whole(tmp_path):
+    """Before issue 19: Table 2's numbers needed a sideways scroll, and a chart with long legend
+    entries at its right was squeezed, its title cut. Each is reported, at both window widths."""
+    _chromium_or_skip()
+    from kvutils.browser_check import LAYOUT_WIDTHS, check_site
+
+    traces = ", ".join(f'{{"x": [1, 2], "y": [{i}, 3], "name": "{n}"}}' for i, n in enumerate(LONG_NAMES))
+    site = _site_with_plotly(tmp_path / "site", (
+        '<table><tr><th>operation</th><td style="white-space:nowrap">quantize_kivi:bits=4,group=32,residual=128 '
+        + "0.0643 · 86.30 · 17.87 " * 8 + '</td></tr></table>'
+        f'<div id="squeezed" style="width:100%"></div><script>Plotly.newPlot("squeezed", [{traces}], '
+        f'{{"title": {{"text": "{LONG_TITLE} and more words to run past the edge"}}}}, {{"responsive": true}});</script>'))
+    problems = check_site(site)["index.html"].problems
+    for width in LAYOUT_WIDTHS:
+        assert any(p.startswith(f"at {width} px: table [operation") and "sideways scroll" in p for p in problems), problems
+        assert any(p.startswith(f"at {width} px: chart squeezed's plot is squeezed") for p in problems), problems
+        assert any(p.startswith(f"at {width} px: chart squeezed: gtitle") and "is cut" in p for p in problems), problems
+
+
+def test_a_chart_of_kvutils_interactive_fits_the_column(tmp_path):
+    """The same long title and legend through kvutils.interactive, beside a table whose long labels
+    and numbers wrap (kvutils.report.page_table): nothing for the check to report."""
+    _chromium_or_skip()
+    import pandas as pd
+
+    from kvutils import interactive, report
+    from kvutils.browser_check import check_site
+
+    frame = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0], "y": [1.0, 2.0, 3.0, 4.0], "policy": LONG_NAMES * 2})
+    chart = interactive.scatter(frame, "x", "y", color="policy", title=LONG_TITLE,
+                                x_label="time of the switch (% of a full recompute under the adapter)",
+                                y_label="mean KL from the exact cache (nats, log; 1e-07 = exact)")
+    table = report.page_table(pd.DataFrame({f"model {i}": ["0.0643 · 86.30 · 17.87"] for i in range(4)},
+                                           index=["quantize_kivi:bits=4,group=32,residual=128"]))
+    css = (Path(__file__).parents[1] / "book" / "_static" / "custom.css").read_text()
+    site = _site_with_plotly(tmp_path / "site", f'<style>{css}</style><div class="cell_output">'
+                             f'{table._repr_html_()}</div><div class="cell_output">{chart.html}</div>')
+    report_ = check_site(site)["index.html"]
+    assert report_.problems == [] and list(report_.charts.values()) == [4]
+
+
 def test_a_site_without_pages_is_an_error(tmp_path):
     from kvutils.browser_check import check_site
 

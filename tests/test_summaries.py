@@ -421,7 +421,7 @@ def test_findings_are_glued_with_their_numbers_in_bold(built_book):
     from kvutils.report import bold_numbers
 
     assert bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
-        "**24/24** identical on gemma3-270m (max **0.0470581**, **99.5%** top-1)")
+        "**24/24** identical on gemma3-270m (max 0.0470581, 99.5% top-1)")  # the key number only (issue 19)
     assert bold_numbers("token '<bos>' a_b") == "token '\\<bos\\>' a\\_b"  # Markdown-escaped
     _, html = built_book
     for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "06_conclusions"):
