@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import compare
 from .cache import parse_op
-from .report import fmt, styled
+from .report import fmt, page_table, styled
 
 EXACT_FLOOR = 1e-7  # where an exact row (KL 0) is drawn on the log axis
 MARKERS = ("o", "s", "^", "D", "v", "P")  # one per model
@@ -79,21 +79,19 @@ def _held_pct(run: dict, r: dict) -> float:
 
 def frontier_table(frontier: dict) -> pd.DataFrame:
     """Per method and model: mean KL · top-1 % · perplexity, and the mean bytes held over the
-    decode as % of the exact cache's; the full spec is the last column."""
+    decode as % of the exact cache's. Rows are keyed by the full spec; the page shows the short
+    label with the spec as its tooltip."""
     rows: dict[str, dict[str, str]] = {}
     for model, run in frontier.items():
         for spec, r in run["ops"].items():
-            row = rows.setdefault(label(spec), {})
+            row = rows.setdefault(spec, {})
             row[model] = _triple(r)
             row[f"{model}: held %"] = fmt(_held_pct(run, r), 3)
-            row["spec"] = spec
         for spec, why in run.get("refused", {}).items():
-            rows.setdefault(label(spec), {"spec": spec})[model] = f"refused: {why}"
+            rows.setdefault(spec, {})[model] = f"refused: {why}"
     table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
-    if "spec" in table:
-        table = table[[c for c in table.columns if c != "spec"] + ["spec"]]
     table.index.name = "method (KL nats · top-1 % · perplexity)"
-    return table
+    return page_table(table, short={spec: label(spec) for spec in rows})
 
 
 def frontier_points(frontier: dict) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from . import compare, switch_tasks
 from . import report_switch_verdicts as rsv
 from .lora import POLICY_TEXT, nan_max
 from .switch import TOLERANCE
-from .report import article, fmt, styled
+from .report import article, fmt, page_table, styled
 
 POLICY_STYLE = {"recompute": ("tab:blue", "o"), "stale": ("tab:red", "X"),
                 "tail_patch": ("tab:green", "s"), "activated": ("tab:purple", "D")}
@@ -304,7 +304,7 @@ def chapter5_table(numbers: dict) -> pd.DataFrame:
         rows["tail patch time / full recompute, smallest k"][col] = f"{fmt(frac, 3)} (k/L = {fmt(k_min / r['layers'], 3)})"
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.name = "metric"
-    return table
+    return page_table(table)
 
 
 def _stale_layers(n_layers: int, k: int, first: int) -> str:
