@@ -4,8 +4,9 @@ visibility, and a look at the queries and attention weights.
 transformers picks a layer's attention function by `config._attn_implementation` (its public
 `AttentionInterface` registry). `session(loaded, ...)` switches the model to "kvutils_sdpa" for the
 duration of a `with` block and back in `finally`. Inside, every attention call
-- ANDs the layer's extra visibility `masks[layer]` (bool, (kv_heads, keys) for all queries or
-  (kv_heads, queries, keys)) into the attention mask, each KV head's column shared by the query
+- ANDs the layer's extra visibility `masks[layer]` (bool, (kv_heads, keys) for all queries,
+  (kv_heads, queries, keys), or (batch, kv_heads, queries, keys) per batch row) into the attention
+  mask, each KV head's column shared by the query
   heads of its group (the order `repeat_kv` uses);
 - hands `record(layer, query, key, value, weights_fn, scale)` the post-rotary queries (batch, heads, q,
   head_dim), the keys and values the layer attends to, and a function computing the softmax
@@ -42,7 +43,9 @@ def _combined_mask(attention_mask, extra: torch.Tensor, groups: int, q: int, k: 
     """Additive (batch, heads, q, k) mask: the model's mask plus -inf where `extra` hides a key."""
     if extra.dim() == 2:  # (kv_heads, k): the same for every query
         extra = extra[:, None, :].expand(-1, q, -1)
-    extra = extra.to(device).repeat_interleave(groups, dim=0)[None]  # (1, heads, q, k)
+    if extra.dim() == 3:  # (kv_heads, q, k): the same for every batch row
+        extra = extra[None]
+    extra = extra.to(device).repeat_interleave(groups, dim=1)  # (batch or 1, heads, q, k)
     blocked = torch.zeros(extra.shape, dtype=dtype, device=device).masked_fill(~extra, torch.finfo(dtype).min)
     if attention_mask is None:
         return blocked
@@ -100,7 +103,8 @@ def _configs(model) -> list:
 @contextlib.contextmanager
 def session(loaded: Loaded, masks: dict[int, torch.Tensor] | None = None, record: Callable | None = None):
     """Run the model's attention through `kvutils_sdpa` with these masks / this recorder; restores
-    the model's own implementation afterwards, also on error."""
+    the model's own implementation afterwards, also on error. Yields the `Session`, whose `masks`
+    may be replaced between forwards (one session for many decode steps)."""
     configs = _configs(loaded.model)
     before = [c._attn_implementation for c in configs]
     if any(b not in ("sdpa", NAME) for b in before):
