@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .models import Loaded
@@ -71,15 +71,18 @@ def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
         mask = torch.ones(q, k, dtype=torch.bool, device=query.device).tril(k - q)[None, None]
     if extra is not None:
         mask = _combined_mask(mask, extra, groups, q, k, query.dtype, query.device)
-    keys, values = repeat_kv(key, groups), repeat_kv(value, groups)
     if s.record is not None:
         def weights(mask=mask):
-            scores = query @ keys.transpose(-1, -2) * scale  # (batch, heads, q, k)
+            batch, heads = query.shape[:2]
+            grouped = query.reshape(batch, key.shape[1], groups, q, -1)  # (batch, kv_heads, groups, q, head_dim)
+            scores = (grouped @ key[:, :, None].transpose(-1, -2)).view(batch, heads, q, k) * scale
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
             return scores.float().softmax(-1).to(query.dtype)
         s.record(layer, query, key, value, weights, scale)
-    out = torch.nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale)
+    # each KV head read by its query group in place (repeating keys/values per head costs more than the attention)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale,
+                                                           enable_gqa=groups > 1)
     return out.transpose(1, 2).contiguous(), None
 
 
