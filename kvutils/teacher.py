@@ -18,6 +18,10 @@ stored or re-rotated as the operation says. The fast path runs all `decode` toke
 each layer's cache hands attention every version of every entry (fresh and stored; per-query
 copies of re-indexed sink keys) and an explicit 4-D mask picks, per query, the versions that query
 would have read. Attention itself stays the model's; tests hold the two paths equal.
+`score_step_many` takes the step path for several documents of one prefill length at once (one
+batched forward per decoded token) where the operation decides per document from attention
+(presses, decode-time policies) or is a transformers cache object; each document's logits are
+those it gets alone, up to rounding.
 """
 from __future__ import annotations
 
