@@ -457,7 +457,7 @@ def _masked_steps(loaded: Loaded, op, tokens: torch.Tensor, prefill: int, starts
     """Presses and decode-time policies, one token per forward: every entry stays in the layer's
     tensors and what a KV head no longer holds is masked out for it (the same softmax as removing
     it). A policy sees each query's attention weights and updates what is held after it."""
-    docs, decode = tokens.shape
+    decode = tokens.shape[1]
     n_layers = len(starts[0].kv)
     kv = [(torch.cat([s.kv[i][0] for s in starts]), torch.cat([s.kv[i][1] for s in starts])) for i in range(n_layers)]
     cache = Cache(layers=[GrowingLayer(k, v, decode) for k, v in kv])  # (docs, kv_heads, P + decode, head_dim)

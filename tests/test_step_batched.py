@@ -9,9 +9,9 @@ fast-vs-step fp64 test in test_accept.py), so a policy that evicted differently,
 the wrong document or one fp8 scale shared by all documents shows up as a logit difference."""
 import pytest
 import torch
+from conftest import CAUSAL_TINY, load_cached
 from transformers.cache_utils import Cache, DynamicLayer
 
-from conftest import CAUSAL_TINY, load_cached
 from kvutils import accept as acceptance
 from kvutils import attention, cache, data, teacher
 from kvutils.hf_caches import cache_object_bytes
@@ -53,7 +53,7 @@ def _reference_masked(loaded, op, ids):
         masks = {i: torch.cat([h, torch.ones(h.shape[0], 1, dtype=torch.bool)], -1) for i, h in enumerate(held)}
         visible = teacher.attention_masks(loaded, torch.ones(1, n + 1, dtype=torch.bool), torch.tensor([n]),
                                           torch.arange(n + 1))
-        record = (lambda layer, q, k, v, weights, scale: seen.__setitem__(layer, weights)) if policy else None
+        record = (lambda layer, q, k, v, weights, scale, seen=seen: seen.__setitem__(layer, weights)) if policy else None
         with attention.session(loaded, masks=masks, record=record):
             out = loaded.model(input_ids=ids[None, n:n + 1], position_ids=torch.tensor([[n]]), attention_mask=visible,
                                cache=layers, use_cache=True)
