@@ -28,7 +28,7 @@ from . import data, models, params, results
 from .cache import OPS, CacheOp, Exact, cache_bytes, held_bytes, parse_op, parse_ops
 from .hf_caches import refusal
 from .interrupt import OUT_OF_MEMORY
-from .teacher import PATHS, exact_prefill
+from .teacher import PATHS, STEP_BATCH, batched_step, exact_prefill, score_step_many, step_start
 
 
 def _documents(docs, parameter: str = "docs") -> list[data.Document]:
@@ -140,29 +140,46 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     op_path = {op.spec: path if op.has_fast_path else "step" for op in scored}
     views = any(op.needs_views for op in scored)
 
-    per_step = {op.spec: [] for op in scored}
+    # step-path presses, policies and cache objects: a group of documents at a time, each one's
+    # start made beside its shared exact prefill (whose layer views are then dropped), and the
+    # group's documents decoded together
+    batched = [op for op in scored if op_path[op.spec] == "step" and batched_step(op)]
+    per_step = {op.spec: [None] * len(used) for op in scored}
     seconds = {op.spec: 0.0 for op in scored}
-    held = {op.spec: [] for op in scored if op.data_dependent}
+    stats = {op.spec: [{} for _ in used] for op in scored}
     exact_nll, exact_seconds = [], 0.0
-    for doc, ids in tqdm(used, desc=f"accept {loaded.name}", disable=not progress, unit="doc"):
-        t0 = time.perf_counter()
-        prefilled = exact_prefill(loaded, ids[None, :prefill], views=views)  # shared by every op that starts from it
-        reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
-        exact_seconds += time.perf_counter() - t0
-        targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
-        for op in scored:
+    bar = tqdm(total=len(used), desc=f"accept {loaded.name}", disable=not progress, unit="doc")
+    for group in range(0, len(used), STEP_BATCH):
+        references, starts = {}, {op.spec: [] for op in batched}
+        for d, (doc, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
             t0 = time.perf_counter()
-            stats = {}
-            if op == exact_op and path == "fast":
-                logits = reference
-            else:
-                logits = PATHS[op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled, stats=stats)
+            prefilled = exact_prefill(loaded, ids[None, :prefill], views=views)  # shared by every op that starts from it
+            reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
+            exact_seconds += time.perf_counter() - t0
+            targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
+            references[d] = (reference, targets)
+            for op in scored:
+                t0 = time.perf_counter()
+                if op in batched:
+                    starts[op.spec].append(step_start(loaded, op, ids, prefill, prefilled, stats[op.spec][d]))
+                else:
+                    logits = (reference if op == exact_op and path == "fast" else
+                              PATHS[op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled, stats=stats[op.spec][d]))
+                    per_step[op.spec][d] = compare(reference, logits, targets)
+                seconds[op.spec] += time.perf_counter() - t0
+            exact_nll.append(compare(reference, reference, targets)["nll_exact"])
+            del prefilled
+            bar.update()
+        ids_group = torch.stack([ids for _, ids in used[group:group + STEP_BATCH]])  # (docs, prefill + decode + 1)
+        for op in batched:
+            t0 = time.perf_counter()
+            logits = score_step_many(loaded, op, ids_group, prefill, decode, starts.pop(op.spec))  # (docs, decode, vocab)
             seconds[op.spec] += time.perf_counter() - t0
-            if op.data_dependent:
-                held[op.spec].append(stats["cache_bytes"] if "cache_bytes" in stats
-                                     else held_bytes(loaded.config, stats["held"], loaded.dtype))
-            per_step[op.spec].append(compare(reference, logits, targets))
-        exact_nll.append(compare(reference, reference, targets)["nll_exact"])
+            for d, doc_logits in enumerate(logits, start=group):
+                per_step[op.spec][d] = compare(references[d][0], doc_logits, references[d][1])
+    bar.close()
+    held = {op.spec: [s["cache_bytes"] if "cache_bytes" in s else held_bytes(loaded.config, s["held"], loaded.dtype)
+                      for s in stats[op.spec]] for op in scored if op.data_dependent}
 
     out_ops = {}
     for op in scored:

@@ -4,8 +4,9 @@ visibility, and a look at the queries and attention weights.
 transformers picks a layer's attention function by `config._attn_implementation` (its public
 `AttentionInterface` registry). `session(loaded, ...)` switches the model to "kvutils_sdpa" for the
 duration of a `with` block and back in `finally`. Inside, every attention call
-- ANDs the layer's extra visibility `masks[layer]` (bool, (kv_heads, keys) for all queries or
-  (kv_heads, queries, keys)) into the attention mask, each KV head's column shared by the query
+- ANDs the layer's extra visibility `masks[layer]` (bool, (kv_heads, keys) for all queries,
+  (kv_heads, queries, keys), or (batch, kv_heads, queries, keys) per batch row) into the attention
+  mask, each KV head's column shared by the query
   heads of its group (the order `repeat_kv` uses);
 - hands `record(layer, query, key, value, weights_fn, scale)` the post-rotary queries (batch, heads, q,
   head_dim), the keys and values the layer attends to, and a function computing the softmax
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .models import Loaded
@@ -42,7 +43,9 @@ def _combined_mask(attention_mask, extra: torch.Tensor, groups: int, q: int, k: 
     """Additive (batch, heads, q, k) mask: the model's mask plus -inf where `extra` hides a key."""
     if extra.dim() == 2:  # (kv_heads, k): the same for every query
         extra = extra[:, None, :].expand(-1, q, -1)
-    extra = extra.to(device).repeat_interleave(groups, dim=0)[None]  # (1, heads, q, k)
+    if extra.dim() == 3:  # (kv_heads, q, k): the same for every batch row
+        extra = extra[None]
+    extra = extra.to(device).repeat_interleave(groups, dim=1)  # (batch or 1, heads, q, k)
     blocked = torch.zeros(extra.shape, dtype=dtype, device=device).masked_fill(~extra, torch.finfo(dtype).min)
     if attention_mask is None:
         return blocked
@@ -68,15 +71,18 @@ def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
         mask = torch.ones(q, k, dtype=torch.bool, device=query.device).tril(k - q)[None, None]
     if extra is not None:
         mask = _combined_mask(mask, extra, groups, q, k, query.dtype, query.device)
-    keys, values = repeat_kv(key, groups), repeat_kv(value, groups)
     if s.record is not None:
         def weights(mask=mask):
-            scores = query @ keys.transpose(-1, -2) * scale  # (batch, heads, q, k)
+            batch, heads = query.shape[:2]
+            grouped = query.reshape(batch, key.shape[1], groups, q, -1)  # (batch, kv_heads, groups, q, head_dim)
+            scores = (grouped @ key[:, :, None].transpose(-1, -2)).view(batch, heads, q, k) * scale
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
             return scores.float().softmax(-1).to(query.dtype)
         s.record(layer, query, key, value, weights, scale)
-    out = torch.nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale)
+    # each KV head read by its query group in place (repeating keys/values per head costs more than the attention)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale,
+                                                           enable_gqa=groups > 1)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -100,7 +106,8 @@ def _configs(model) -> list:
 @contextlib.contextmanager
 def session(loaded: Loaded, masks: dict[int, torch.Tensor] | None = None, record: Callable | None = None):
     """Run the model's attention through `kvutils_sdpa` with these masks / this recorder; restores
-    the model's own implementation afterwards, also on error."""
+    the model's own implementation afterwards, also on error. Yields the `Session`, whose `masks`
+    may be replaced between forwards (one session for many decode steps)."""
     configs = _configs(loaded.model)
     before = [c._attn_implementation for c in configs]
     if any(b not in ("sdpa", NAME) for b in before):

@@ -14,7 +14,9 @@ Prints and writes results/bench.json:
   move a value to the next level, so the two paths are compared for exactness in fp64; and on one
   prefill-time press (SnapKV at compression 0.5), whose kept set is fixed after the prefill;
 - the step cost of one decode-time policy (TOVA at compression 0.5, which has only the step path):
-  its scoring time against the exact cache's on the fast path and on the step path;
+  its scoring time against the exact cache's on the fast path and on the step path; and, with 8
+  documents decoded together as the acceptance run does, its time per decoded token against the
+  bandwidth bound of one cached step;
 - one decode step with vs without the cache at 2,000 tokens of context, and the cached step
   against the memory-bandwidth bound (weight + cache bytes ÷ measured bandwidth);
 - chapter 5's switch to a LoRA tail: tail patch vs full recompute of the prefix, per k;
@@ -153,6 +155,29 @@ def bench_decode_policy(loaded: models.Loaded, prefill: int, decode: int, op: st
             "over_exact_step": times["policy_step_s"] / times["exact_step_s"]}
 
 
+def bench_step_path(loaded: models.Loaded, prefill: int, decode: int, bandwidth: float, docs: int = 8,
+                    op: str = DECODE_POLICY) -> dict:
+    """The step path as the acceptance run takes it for a decode-time policy: `docs` documents
+    decoded together, one batched forward per token (`teacher.score_step_many`); its time per
+    decoded token of one document against the bandwidth bound of one cached step at that context."""
+    from . import data
+    from .accept import tokenize_documents
+    from .cache import parse_op
+    from .costs import bandwidth_bound_ms
+    from .teacher import score_step_many, step_start
+
+    used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, docs, skip_short=True)
+    ids = torch.stack([i for _, i in used])  # (docs, prefill + decode + 1)
+    policy = parse_op(op)
+    starts = [step_start(loaded, policy, i, prefill) for i in ids]  # the prefills, outside the timing
+    start = time.perf_counter()
+    score_step_many(loaded, policy, ids, prefill, decode, starts)
+    ms = 1e3 * (time.perf_counter() - start) / (len(used) * decode)
+    bound = bandwidth_bound_ms(loaded, prefill + decode, bandwidth)
+    return {"op": policy.spec, "documents": len(used), "prefill": prefill, "decode": decode,
+            "ms_per_token": ms, "bound_ms": bound, "over_bound": ms / bound}
+
+
 def bench_step_at(loaded: models.Loaded, context: int, repeats: int, bandwidth: float) -> dict:
     """One decode step with and without the cache at a long context (chapter 4's E4), and the
     bandwidth bound of the cached step at that context."""
@@ -232,6 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     bandwidth = memory_bandwidth()
     report["bandwidth_gb_s"] = bandwidth / 1e9
     report["step_2000"] = bench_step_at(loaded, context, args.repeats, bandwidth)
+    report["step_path"] = bench_step_path(loaded, prefill, decode, bandwidth)
     del loaded
     from .switch import bench as switch_bench
 
@@ -261,6 +287,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"decode step at {s2k['context']} tokens: cached {s2k['cached_ms']:.1f} ms vs recompute "
           f"{s2k['uncached_ms']:.0f} ms -> {s2k['speedup']:.1f}x; cached vs the bandwidth bound "
           f"{s2k['bound_ms']:.1f} ms ({report['bandwidth_gb_s']:.1f} GB/s) -> {s2k['cached_ms'] / s2k['bound_ms']:.2f}x")
+    sp = report["step_path"]
+    print(f"step path ({sp['op']}, {sp['documents']} documents decoded together, {sp['prefill']}+{sp['decode']} "
+          f"tokens): {sp['ms_per_token']:.1f} ms per decoded token vs the bandwidth bound of one cached step "
+          f"{sp['bound_ms']:.1f} ms -> {sp['over_bound']:.2f}x")
     for k, row in report["switch"].items():
         print(f"LoRA-tail switch, k={k}: tail patch {row['tail_patch_ms']:.0f} ms vs full recompute "
               f"{row['recompute_ms']:.0f} ms -> {row['time_fraction']:.3f} of it (k/L = {row['k_over_L']:.3f}, "

@@ -265,7 +265,10 @@ class AdaKVPress(Press):
 class DecodePolicy(CacheOp):
     """Base of the decode-time policies. `start(view)` -> state with `held` (kv_heads, P) bool, cut to
     the budget; `step(state, weights)` takes the attention weights (1, heads, 1, n + 1) of the query
-    at n over every slot so far and leaves `held` (kv_heads, n + 1) at the budget again."""
+    at n over every slot so far and leaves `held` (kv_heads, n + 1) at the budget again.
+    `stack(states)` joins several documents' states of one layer (tensors gain a leading document
+    axis) and `step_many(state, weights)` steps them together, weights (docs, heads, 1, n + 1);
+    `step` is `step_many` on a stack of one."""
 
     compression_ratio: float = 0.5
     needs_views: ClassVar[bool] = True
@@ -275,6 +278,17 @@ class DecodePolicy(CacheOp):
 
     def __post_init__(self):
         _check_ratio(self.name, self.compression_ratio)
+
+    def stack(self, states: list[dict]) -> dict:
+        return {k: torch.stack([s[k] for s in states]) if torch.is_tensor(v) else v for k, v in states[0].items()}
+
+    def step(self, state, weights):
+        stepped = self.step_many(self.stack([state]), weights)
+        state.update({k: v[0] if torch.is_tensor(v) else v for k, v in stepped.items()})
+        return state
+
+    def step_many(self, state: dict, weights: torch.Tensor) -> dict:
+        raise NotImplementedError
 
 
 @register
@@ -305,17 +319,17 @@ class H2O(DecodePolicy):
         held = top_mask(acc.masked_fill(protected, float("inf")), budget)
         return {"held": held, "acc": acc, "budget": budget, "recent": recent}
 
-    def step(self, state, weights):
-        kv_heads = state["held"].shape[0]
-        w = weights[0, :, 0].double().cpu()  # (heads, n + 1)
-        w = w.view(kv_heads, -1, w.shape[-1]).sum(1)
-        held = torch.cat([state["held"], torch.ones(kv_heads, 1, dtype=torch.bool)], -1)
-        acc = torch.cat([state["acc"], torch.zeros(kv_heads, 1, dtype=torch.float64)], -1) + w * held
+    def step_many(self, state, weights):
+        docs, kv_heads, _ = state["held"].shape
+        w = weights[:, :, 0].double().cpu()  # (docs, heads, n + 1)
+        w = w.view(docs, kv_heads, -1, w.shape[-1]).sum(2)  # (docs, kv_heads, n + 1)
+        held = torch.cat([state["held"], torch.ones(docs, kv_heads, 1, dtype=torch.bool)], -1)
+        acc = torch.cat([state["acc"], torch.zeros(docs, kv_heads, 1, dtype=torch.float64)], -1) + w * held
         n = held.shape[-1]
         candidates = held & (torch.arange(n) < n - state["recent"])
-        evict = acc.masked_fill(~candidates, float("inf")).argmin(-1)  # (kv_heads,)
-        over = held.sum(-1) > state["budget"]
-        held[over, evict[over]] = False
+        evict = acc.masked_fill(~candidates, float("inf")).argmin(-1)  # (docs, kv_heads)
+        doc, head = (held.sum(-1) > state["budget"]).nonzero(as_tuple=True)
+        held[doc, head, evict[doc, head]] = False
         state.update(held=held, acc=acc)
         return state
 
@@ -339,11 +353,12 @@ class TOVA(DecodePolicy):
         held = top_mask(scores[None], budget).expand(view.keys.shape[1], -1).clone()
         return {"held": held, "budget": budget}
 
-    def step(self, state, weights):
-        kv_heads = state["held"].shape[0]
-        w = weights[0, :, 0].double().mean(0).cpu()  # (n + 1,)
-        held = torch.cat([state["held"], torch.ones(kv_heads, 1, dtype=torch.bool)], -1)
-        if int(held[0].sum()) > state["budget"]:
-            held[:, w.masked_fill(~held[0], float("inf")).argmin()] = False
+    def step_many(self, state, weights):
+        docs, kv_heads, _ = state["held"].shape
+        w = weights[:, :, 0].double().mean(1).cpu()  # (docs, n + 1)
+        held = torch.cat([state["held"], torch.ones(docs, kv_heads, 1, dtype=torch.bool)], -1)
+        victim = w.masked_fill(~held[:, 0], float("inf")).argmin(-1)  # (docs,)
+        doc = (held[:, 0].sum(-1) > state["budget"]).nonzero().squeeze(1)
+        held[doc, :, victim[doc]] = False
         state["held"] = held
         return state
