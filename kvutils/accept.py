@@ -148,36 +148,36 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     seconds = {op.spec: 0.0 for op in scored}
     stats = {op.spec: [{} for _ in used] for op in scored}
     exact_nll, exact_seconds = [], 0.0
-    bar = tqdm(total=len(used), desc=f"accept {loaded.name}", disable=not progress, unit="doc")
-    for group in range(0, len(used), STEP_BATCH):
-        references, starts = {}, {op.spec: [] for op in batched}
-        for d, (doc, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
-            t0 = time.perf_counter()
-            prefilled = exact_prefill(loaded, ids[None, :prefill], views=views)  # shared by every op that starts from it
-            reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
-            exact_seconds += time.perf_counter() - t0
-            targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
-            references[d] = (reference, targets)
-            for op in scored:
+    # `with`: the bar is closed before an interrupt is reported, not redrawn after it
+    with tqdm(total=len(used), desc=f"accept {loaded.name}", disable=not progress, unit="doc") as bar:
+        for group in range(0, len(used), STEP_BATCH):
+            references, starts = {}, {op.spec: [] for op in batched}
+            for d, (doc, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
                 t0 = time.perf_counter()
-                if op in batched:
-                    starts[op.spec].append(step_start(loaded, op, ids, prefill, prefilled, stats[op.spec][d]))
-                else:
-                    logits = (reference if op == exact_op and path == "fast" else
-                              PATHS[op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled, stats=stats[op.spec][d]))
-                    per_step[op.spec][d] = compare(reference, logits, targets)
+                prefilled = exact_prefill(loaded, ids[None, :prefill], views=views)  # shared by every op that starts from it
+                reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
+                exact_seconds += time.perf_counter() - t0
+                targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
+                references[d] = (reference, targets)
+                for op in scored:
+                    t0 = time.perf_counter()
+                    if op in batched:
+                        starts[op.spec].append(step_start(loaded, op, ids, prefill, prefilled, stats[op.spec][d]))
+                    else:
+                        logits = (reference if op == exact_op and path == "fast" else
+                                  PATHS[op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled, stats=stats[op.spec][d]))
+                        per_step[op.spec][d] = compare(reference, logits, targets)
+                    seconds[op.spec] += time.perf_counter() - t0
+                exact_nll.append(compare(reference, reference, targets)["nll_exact"])
+                del prefilled
+                bar.update()
+            ids_group = torch.stack([ids for _, ids in used[group:group + STEP_BATCH]])  # (docs, prefill + decode + 1)
+            for op in batched:
+                t0 = time.perf_counter()
+                logits = score_step_many(loaded, op, ids_group, prefill, decode, starts.pop(op.spec))  # (docs, decode, vocab)
                 seconds[op.spec] += time.perf_counter() - t0
-            exact_nll.append(compare(reference, reference, targets)["nll_exact"])
-            del prefilled
-            bar.update()
-        ids_group = torch.stack([ids for _, ids in used[group:group + STEP_BATCH]])  # (docs, prefill + decode + 1)
-        for op in batched:
-            t0 = time.perf_counter()
-            logits = score_step_many(loaded, op, ids_group, prefill, decode, starts.pop(op.spec))  # (docs, decode, vocab)
-            seconds[op.spec] += time.perf_counter() - t0
-            for d, doc_logits in enumerate(logits, start=group):
-                per_step[op.spec][d] = compare(references[d][0], doc_logits, references[d][1])
-    bar.close()
+                for d, doc_logits in enumerate(logits, start=group):
+                    per_step[op.spec][d] = compare(references[d][0], doc_logits, references[d][1])
     held = {op.spec: [s["cache_bytes"] if "cache_bytes" in s else held_bytes(loaded.config, s["held"], loaded.dtype)
                       for s in stats[op.spec]] for op in scored if op.data_dependent}
 

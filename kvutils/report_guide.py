@@ -172,7 +172,7 @@ def plot_decision_guide(rows: list[dict], model: str):
     y = range(len(rows))
     ax.barh(list(y), [r["top1"] for r in rows], color=[r["verdict"].colour for r in rows])
     for i, r in enumerate(rows):  # a column right of the 100% line, clear of the bars and marks
-        ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=8)
+        ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=9)
     marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
     ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=3)
     ax.set_yticks(list(y), [r["operation"] for r in rows])

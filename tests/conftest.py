@@ -10,17 +10,21 @@ import kvutils  # noqa: E402
 
 CAUSAL_TINY = ["tiny-neox", "tiny-llama", "tiny-qwen3", "tiny-gemma3"]
 
-# tests that share the session's quick book (every chapter run once, then built): one xdist worker
-# runs them all, so the book is built once, not once per worker
-_BOOK_FIXTURES = {"quick_chapters", "built_book", "site_report"}
+# `make test` runs on both cores (pytest-xdist, --dist loadgroup). Tests that share the session's
+# quick book (every chapter run once, then built) go to one worker, so the book is built once, not
+# once per worker; every other test runs on the worker of its module, in the module's order (some
+# modules share a module-scoped fixture whose state a test changes, e.g. the explorer widget).
+BOOK_FIXTURES = {"quick_chapters", "built_book", "site_report"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if _BOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("quick_book"))
             item.add_marker(pytest.mark.slow)
+        else:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 _loaded = {}
 
