@@ -152,7 +152,7 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     with tqdm(total=len(used), desc=f"accept {loaded.name}", disable=not progress, unit="doc") as bar:
         for group in range(0, len(used), STEP_BATCH):
             references, starts = {}, {op.spec: [] for op in batched}
-            for d, (doc, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
+            for d, (_, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
                 t0 = time.perf_counter()
                 prefilled = exact_prefill(loaded, ids[None, :prefill], views=views)  # shared by every op that starts from it
                 reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)

@@ -41,7 +41,6 @@ from .chapters import NOTEBOOKS
 from .costs import memory_bandwidth, repeat_seconds
 from .engines import greedy, recompute_logits
 
-
 # sizes: (decode prompt, decode new tokens, teacher prefill, teacher decode, long context, switch tokens)
 SIZES = {"full": (32, 64, 256, 64, 2000, 256), "quick": (8, 8, 32, 16, 128, 32)}
 

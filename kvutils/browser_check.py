@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
-import os
 import json
+import os
 import re
 import shutil
 import sys
@@ -66,7 +66,9 @@ _LAYOUT_STATE = """async () => {
       if (e === column) break;
     }
     const r = el.getBoundingClientRect();
-    if (r.left < left - 1 || r.right > right + 1) out.push(`${name(el)}: spans ${Math.round(r.left)}-${Math.round(r.right)} px, the column ${Math.round(left)}-${Math.round(right)} px`);
+    if (r.left < left - 1 || r.right > right + 1)
+      out.push(`${name(el)}: spans ${Math.round(r.left)}-${Math.round(r.right)} px, ` +
+               `the column ${Math.round(left)}-${Math.round(right)} px`);
     return out;
   };
   const outside = (inner, outer) => inner.width > 0 && (inner.left < outer.left - 1 || inner.right > outer.right + 1 ||
@@ -130,7 +132,7 @@ def chromium_path() -> str:
 def html_pages(html_dir: Path) -> list[str]:
     """Every page of the site, as paths relative to its root ('book/intro.html')."""
     return sorted(p.relative_to(html_dir).as_posix() for p in html_dir.rglob("*.html")
-                  if not p.relative_to(html_dir).parts[0] in SKIPPED_DIRS)
+                  if p.relative_to(html_dir).parts[0] not in SKIPPED_DIRS)
 
 
 @contextmanager
@@ -268,7 +270,8 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
     if state["mathErrors"]:
         problems.append(f"{state['mathErrors']} MathJax errors")
     if state["truncated"]:
-        problems.append(f"{state['truncated']} table cells cut short ('...'): set pandas' display.max_colwidth and display.max_rows")
+        problems.append(f"{state['truncated']} table cells cut short ('...'): "
+                        "set pandas' display.max_colwidth and display.max_rows")
     if is_chapter and state["tables"] == 0:
         problems.append("a chapter page without a table")
     problems += [f"interactive chart {c['id']} drew no points" for c in state["charts"] if not c["points"]]

@@ -28,7 +28,7 @@ def backend_missing(backend: str) -> str | None:
                                f"({'optimum-quanto' if backend == 'quanto' else 'hqq'} on PyPI), not installed here")
 
 
-def refusal(config, op: "HFQuantized") -> str | None:
+def refusal(config, op: HFQuantized) -> str | None:
     """Why transformers' QuantizedCache refuses this model (it takes only full-attention layers)."""
     kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
     if kinds - {"full_attention"}:

@@ -124,7 +124,8 @@ def chart(figure, config: dict | None = None) -> Chart:
     spec = script_json({"data": figure.to_plotly_json()["data"], "layout": figure.to_plotly_json()["layout"],
                         "config": {"displaylogo": False, "responsive": True, **(config or {})}})
     div = element_id("kvutils-chart", spec)
-    html = (f'<div id="{div}" class="{MARKER_CLASS}" style="width:100%;max-width:100%;min-height:{figure.layout.height or 450}px">'
+    html = (f'<div id="{div}" class="{MARKER_CLASS}" '
+            f'style="width:100%;max-width:100%;min-height:{figure.layout.height or 450}px">'
             f'</div>\n<script>(function () {{\n  const el = document.getElementById("{div}");\n'
             f'  if (!window.Plotly) {{ el.textContent = {json.dumps(NO_PLOTLY)}; return; }}\n'
             f'  const spec = {spec};\n  Plotly.newPlot(el, spec.data, spec.layout, spec.config);\n}})();</script>')

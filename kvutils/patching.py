@@ -230,11 +230,11 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
             start = layers[0]
             states = clean.hidden_states[start]  # (1, m, hidden) entering the first patched layer
 
-            def answer(cache, rows, start=start, states=states):
+            def answer(cache, rows, start=start, states=states, positions=marker_positions, own=own, other=other):
                 with lora.active_adapter(model, adapter), lora.skip_lower_layers(model, start), \
                         lora.efficient_head(model):
                     out = model(inputs_embeds=states.expand(rows, -1, -1), cache=cache, use_cache=True,
-                                position_ids=marker_positions.expand(rows, -1), logits_to_keep=1)
+                                position_ids=positions.expand(rows, -1), logits_to_keep=1)
                 logits = out.logits[:, -1]
                 return logits[:, own] - logits[:, other]  # (rows,) the answer's log-odds
 

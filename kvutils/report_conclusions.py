@@ -12,10 +12,23 @@ from .chapters import NOTEBOOKS
 from .compare import against_chance
 from .report import article, fmt, fraction, recompute_label, recompute_mode, rows_table, weights_note
 from .report_costs import article_rows_by_spec
+
 # the decision guide is its own module; the page (notebook 06) reads it through this one
 from .report_guide import (  # noqa: F401
-    ARTICLE_MODEL, COSTLY, EXACT, FP64_TOLERANCE, NEAR, Verdict, chapter4_ops, chapter_numbers, decision_rows,
-    decision_table, frontier_verdicts, guide_coverage, plot_decision_guide)
+    ARTICLE_MODEL,
+    COSTLY,
+    EXACT,
+    FP64_TOLERANCE,
+    NEAR,
+    Verdict,
+    chapter4_ops,
+    chapter_numbers,
+    decision_rows,
+    decision_table,
+    frontier_verdicts,
+    guide_coverage,
+    plot_decision_guide,
+)
 from .report_timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
 from .results import check_fields, load_results, results_path
 
@@ -106,7 +119,8 @@ def rq2_table(runs: dict) -> pd.DataFrame:
         "attention from the new position on the disambiguating text": {
             f"article ({ARTICLE_MODEL})": f"{fmt(attention['to_continuation_min'])}–{fmt(attention['to_continuation_max'])}"},
         "encoder: sense probe at the original position": {
-            f"article ({ARTICLE_MODEL})": f"{fmt(a['e3_probe']['bert']['old_position_acc_pct_from_layer_1'])}% from layer 1 (BERT-base)"},
+            f"article ({ARTICLE_MODEL})":
+                f"{fmt(a['e3_probe']['bert']['old_position_acc_pct_from_layer_1'])}% from layer 1 (BERT-base)"},
     }
     numbers = chapter_numbers(runs, "03")
     for model, r in _causal(numbers).items():
@@ -367,9 +381,11 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     out["rq3_breaks"] = breaks_exactness(table2)
     pairs = []
     for spec, label in RQ3_OPS[2:]:
-        ours = [f"{fmt(chapter4_ops(r)[spec]['top1_agreement_pct'], 4)}% ({m})" for m, r in table2.items() if spec in chapter4_ops(r)]
+        ours = [f"{fmt(chapter4_ops(r)[spec]['top1_agreement_pct'], 4)}% ({m})"
+                for m, r in table2.items() if spec in chapter4_ops(r)]
         if ours:
-            pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's {fmt(article_rows_by_spec()[spec]['top1_pct'])}%")
+            pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's "
+                         f"{fmt(article_rows_by_spec()[spec]['top1_pct'])}%")
     out["rq3_eviction"] = "; ".join(pairs) or "not run (no window or chunk operation in chapter 4's ops)"
     out["rq3_speed_reason"] = speed_reason(ch4, runs[NOTEBOOKS["04"]]["machine"], a["e4_decode_time"]["ctx_2000"]["speedup"])
     ch5 = chapter_numbers(runs, "05")

@@ -6,9 +6,8 @@ import math
 
 import pandas as pd
 
-from .report import article, bold_numbers, fmt, page_table, rows_table, styled, weights_note
+from .report import article, fmt, page_table, rows_table, styled, weights_note
 from .report_timing import speedup_grew, step_line
-
 
 # --------------------------------------------------------------------------- E4: decode cost
 

@@ -206,7 +206,8 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
         rows["attention on the continuation, range over layers"][col] = (
             f"{fmt(min(att_ours['continuation']), 3)}–{fmt(max(att_ours['continuation']), 3)}")
         rows["attention on the first token, largest"][col] = f"{fmt(max(att_ours['first_token']), 4)} ({r['first_token']})"
-        rows["attention on the old word, layer 2"][col] = fmt(att_ours["old_word"][1], 4) if len(att_ours["old_word"]) > 1 else "n/a"
+        rows["attention on the old word, layer 2"][col] = (
+            fmt(att_ours["old_word"][1], 4) if len(att_ours["old_word"]) > 1 else "n/a")
         late = att_ours["old_word"][4:]
         rows["attention on the old word, largest from layer 5"][col] = fmt(max(late), 4) if late else "n/a"
     return rows_table(rows)
@@ -279,7 +280,8 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
         f"{len(r['probe']['old_position_pct'])} depths" for m, r in causal.items()) or "no causal model run"
     out["new"] = "; ".join(
         f"{m}: {fmt(r['probe']['new_position_pct'][1])}% after layer 1, peak {fmt(_peak(r['probe']['new_position_pct'])[0])}% "
-        f"(depths {', '.join(map(str, _peak(r['probe']['new_position_pct'])[1]))})" for m, r in causal.items()) or "no causal model run"
+        f"(depths {', '.join(map(str, _peak(r['probe']['new_position_pct'])[1]))})"
+        for m, r in causal.items()) or "no causal model run"
     out["encoder"] = "; ".join(
         f"{m}: {fmt(r['probe']['old_position_pct'][1])}% after layer 1, "
         + (f"100% from depth {s}" if (s := _first_stays_at(r['probe']['old_position_pct'], 100.0)) is not None

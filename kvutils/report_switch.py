@@ -10,8 +10,8 @@ import pandas as pd
 from . import compare, switch_tasks
 from . import report_switch_verdicts as rsv
 from .lora import POLICY_TEXT, nan_max
-from .switch import TOLERANCE
 from .report import article, fmt, page_table, styled
+from .switch import TOLERANCE
 
 POLICY_STYLE = {"recompute": ("tab:blue", "o"), "stale": ("tab:red", "X"),
                 "tail_patch": ("tab:green", "s"), "activated": ("tab:purple", "D")}
@@ -123,7 +123,8 @@ def plot_quality_cost(numbers: dict):
                                                         part.ci95_high_pct - part.accuracy_pct],
                         color=colour, marker=marker, capsize=3, label=POLICY_LABEL[policy])
         zero = r["training"]["zero_shot"]["heldout"]
-        ax.axhline(zero["accuracy_pct"], color="black", linestyle=":", label=f"base model zero-shot ({fmt(zero['accuracy_pct'], 3)}%)")
+        ax.axhline(zero["accuracy_pct"], color="black", linestyle=":",
+                   label=f"base model zero-shot ({fmt(zero['accuracy_pct'], 3)}%)")
         ax.axhline(50, color="grey", linewidth=1, label="chance (50%)")
         ax.set_xscale("log", base=2)
         ax.set_xticks(ks, [str(k) for k in ks])
@@ -384,7 +385,8 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
            "train_dtype": _train_dtype_text(numbers, parameters)}
     if task == "senses":
         out["data"] = (f"trained on the contexts and reference sentences of the words "
-                       f"{parameters['train_words'].replace(',', ', ')}, held out: {parameters['heldout_words'].replace(',', ', ')}")
+                       f"{parameters['train_words'].replace(',', ', ')}, "
+                       f"held out: {parameters['heldout_words'].replace(',', ', ')}")
     else:
         held = parameters["eval_corpus"] or f"the held-out quarter (every 4th document) of {parameters['corpus']!r}"
         out["data"] = (f"passages A of {parameters['passage_tokens']} tokens and B of {parameters['candidate_tokens']} "

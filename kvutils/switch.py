@@ -19,8 +19,19 @@ import torch
 
 from . import data, lora, models, params, switch_tasks, switch_verdicts
 from .models import load, load_tokenizer
-from .switch_policies import (CONTINUATION_BINS, CONTROL_BINS, EVAL_BATCH, binomial_interval, by_length,  # noqa: F401
-                              exactness, heldout_accuracy, layer_groups, patch_map, scored, switch_costs)
+from .switch_policies import (  # noqa: F401
+    CONTINUATION_BINS,
+    CONTROL_BINS,
+    EVAL_BATCH,
+    binomial_interval,
+    by_length,
+    exactness,
+    heldout_accuracy,
+    layer_groups,
+    patch_map,
+    scored,
+    switch_costs,
+)
 from .switch_tasks import Example
 
 DEFAULT_TRAIN_WORDS = "bank,bat,pitcher,mouse,spring,seal,plant,match,organ,pen,bark,palm"
@@ -419,7 +430,8 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
         timings["patching_s"] = time.perf_counter() - began - sum(timings.values())
         knee = switch_verdicts.knee(heldout, mp.k_values)
         numbers[mp.name] = {
-            "task": p.task, "lr": mp.lr, "steps": mp.steps, "train_dtype": p.train_dtype, "layers": mp.n_layers, "model_type": mp.model_type, "k_values": mp.k_values,
+            "task": p.task, "lr": mp.lr, "steps": mp.steps, "train_dtype": p.train_dtype, "layers": mp.n_layers,
+            "model_type": mp.model_type, "k_values": mp.k_values,
             "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee["knee_k"], "knee": knee,
             "first_changed_layer": {str(k): lora.first_changed_layer(mp.n_layers, k, p.targets, lora.family_of(mp.model_type))
                                     for k in mp.k_values},

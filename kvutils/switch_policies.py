@@ -212,7 +212,7 @@ def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
     for k in tqdm(mp.k_values, desc=f"{mp.name} switch cost", unit="k"):
         adapter, row = f"tail{k}", {}
         for policy in ("recompute", "tail_patch", "stale"):
-            def build(policy=policy):
+            def build(policy=policy, adapter=adapter, k=k):
                 return lora.switch_cache(model, policy, pre, ids, adapter, k)
             row[policy] = {"flops": _flops(build), **_timed(build, repeats),
                            "extra_bytes": boundary_bytes if policy == "tail_patch" else 0}

@@ -22,8 +22,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import data
-from .explorer_data import (CONSTRUCTIONS, AttentionMaps, ContextView, View, attention_maps,  # noqa: F401
-                            compute_view, differing_spans, pair_texts, readable)
+from .explorer_data import (  # noqa: F401
+    CONSTRUCTIONS,
+    AttentionMaps,
+    ContextView,
+    View,
+    attention_maps,
+    compute_view,
+    differing_spans,
+    pair_texts,
+    readable,
+)
 from .models import Loaded, load
 
 CUSTOM = "(type two texts)"

@@ -121,7 +121,6 @@ def failed_copy(output_dir, notebook: str) -> dict:
 def run_failing_chapter(chapter: str, tmp_path, overrides: dict) -> tuple[str, str]:
     """Run a chapter on the quick profile that must fail; return (the error, the source of the one
     cell that failed), so a test can check it stopped in its validation cell."""
-    import json
 
     import papermill
 

@@ -14,8 +14,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import CAUSAL_TINY, load_cached
+
 from kvutils import accept as acceptance
 from kvutils import cache, data, models, teacher
 from kvutils.cache import Cast, ChunkBlend, Exact, Window
@@ -279,7 +279,8 @@ def test_cli_help_lists_every_operation_with_its_fields(capsys):
         acceptance.main(["--help"])
     text = capsys.readouterr().out
     for name, cls in cache.OPS.items():
-        line = next(line for line in text.splitlines() if line.strip().startswith(f"{name} (") or line.strip().startswith(f"{name}:"))
+        line = next(line for line in text.splitlines()
+                    if line.strip().startswith(f"{name} (") or line.strip().startswith(f"{name}:"))
         assert all(f"{f.name}=" in line for f in dataclasses.fields(cls)), line
 
 

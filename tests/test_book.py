@@ -31,7 +31,8 @@ def test_chapter1_page(built_book):
 def test_chapter2_page(built_book):
     _, html = built_book
     text = _text(_page(html, "02_bert_contrast"))
-    assert "tiny-llama: largest cosine distance 0, largest relative key difference 0, states bit-identical for 16 of 16 words" in text
+    assert ("tiny-llama: largest cosine distance 0, largest relative key difference 0, "
+            "states bit-identical for 16 of 16 words") in text
     assert "tiny-bert: 0 at the embeddings" in text
     assert "0.529898 (BERT-base, layer 12)" in text  # the article's column
     assert _page(html, "02_bert_contrast").count('<img alt="../../_images/') == 1
@@ -127,7 +128,8 @@ def test_the_site_needs_no_network(built_book):
 
 # Digits a summary page's own words may contain: section and chapter numbers, names of models,
 # number formats and hashes.
-_ALLOWED_NUMBERS = re.compile(r"RQ\d|fp32|fp64|bf16|top-1|sha256|Pythia-160M|BERT-base|Qwen3-0\.6B|chapters? [\d, and]+|Appendix [AB]|"
+_ALLOWED_NUMBERS = re.compile(r"RQ\d|fp32|fp64|bf16|top-1|sha256|Pythia-160M|BERT-base|Qwen3-0\.6B|"
+                              r"chapters? [\d, and]+|Appendix [AB]|"
                               r"smollm2-135m|bits=4,group=32,residual=128|--prefill 256 --decode 256|mathjax@\d")
 
 

@@ -6,15 +6,26 @@ few ulps of these keys' O(1) scale); everything else is exact arithmetic or a st
 """
 import pytest
 import torch
-
 from conftest import CAUSAL_TINY, load_cached
-from kvutils import cache, engines
-from kvutils.cache import (ARTICLE_OPS, EXTRA_OPS, OPS, Cast, ChunkBlend, ChunkReuse, Exact, QuantizeKivi,
-                           QuantizeNaive, Window, parse_op, parse_ops, quantize_asymmetric)
-from kvutils import presses
-from kvutils.teacher import exact_prefill
+
+from kvutils import cache, engines, presses
+from kvutils.cache import (
+    ARTICLE_OPS,
+    EXTRA_OPS,
+    OPS,
+    Cast,
+    ChunkBlend,
+    ChunkReuse,
+    Exact,
+    QuantizeKivi,
+    QuantizeNaive,
+    Window,
+    parse_op,
+    parse_ops,
+    quantize_asymmetric,
+)
 from kvutils.rotary import rotary_cos_sin, rotate_keys
-from kvutils.teacher import kv_forward
+from kvutils.teacher import exact_prefill, kv_forward
 
 KEY_TOL = 1e-5
 

@@ -54,7 +54,7 @@ def test_quick_profile_results_hold_the_identities(quick_chapters):
     record = json.loads((root / "results" / "01_cache_exactness.json").read_text())
     assert record["parameters"]["models"] == chapters.QUICK["01_cache_exactness"]["models"]
     assert [m["name"] for m in record["models"]] == ["tiny-llama", "tiny-gemma3"]
-    for model, by_dtype in record["numbers"].items():
+    for by_dtype in record["numbers"].values():
         fp64, fp32 = by_dtype["float64"], by_dtype["float32"]
         n = record["parameters"]["n_prompts"]
         assert fp64["decode"]["identical"] == n and fp64["decode"]["max_logit_diff"] <= 1e-9
@@ -62,7 +62,7 @@ def test_quick_profile_results_hold_the_identities(quick_chapters):
         assert fp64["prefixes"]["n_prefixes"] == 18
         assert fp32["decode"]["argmax_agreement_pct"] == 100.0
         assert 0 < fp32["decode"]["max_logit_diff"] <= 1e-4  # fp32 rounding is visible, and small
-        for dtype, r in by_dtype.items():  # the article's procedure on the first prompts, beside one pass
+        for r in by_dtype.values():  # the article's procedure on the first prompts, beside one pass
             k = min(record["parameters"]["per_step_prompts"], n)
             assert r["decode"]["recompute"] == "one_pass" and r["decode_per_step"]["recompute"] == "per_step"
             assert r["decode_per_step"]["n_prompts"] == k > 0

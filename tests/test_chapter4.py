@@ -21,7 +21,8 @@ GOOD = dict(QUICK, corpus="pydoc", device="cpu")
     (dict(contexts="128,lots"), r"contexts must be integers separated by commas"),
     (dict(models="minilm-l6"), r"models: minilm-l6 is a bidirectional encoder"),
     (dict(n_docs=0), r"n_docs must be >= 1"),
-    (dict(skip_short=False, prefill=400, decode=100, n_docs=16), r"corpus: documents shorter than prefill \+ decode \+ 1 = 501 tokens: pydoc:"),
+    (dict(skip_short=False, prefill=400, decode=100, n_docs=16),
+     r"corpus: documents shorter than prefill \+ decode \+ 1 = 501 tokens: pydoc:"),
     (dict(skip_short="yes"), r"skip_short must be True or False"),
     (dict(frontier_models="tiny-qwen3"), r"frontier_models: \['tiny-qwen3'\] not in models"),
     (dict(frontier_ops="snapkv:compression_ratio=1.5"), r"frontier_ops: snapkv: compression_ratio=1.5 is not allowed"),
@@ -74,7 +75,8 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     assert set(frontier) == {"tiny-llama", "tiny-gemma3"}
     assert "sliding_attention" in frontier["tiny-gemma3"]["refused"]["hf_quantized:backend=fp8"]
     llama = frontier["tiny-llama"]["ops"]
-    assert llama["hf_quantized:backend=fp8"]["path"] == "step" and llama["h2o:compression_ratio=0.25,recent=0.5"]["path"] == "step"
+    assert (llama["hf_quantized:backend=fp8"]["path"] == "step"
+            and llama["h2o:compression_ratio=0.25,recent=0.5"]["path"] == "step")
     # the frontier's own keys: per-document KL, paired verdicts per level, mean held bytes over the decode
     n = len(frontier["tiny-llama"]["documents"])
     assert n == QUICK["frontier_docs"] and all(len(r["per_doc_kl"]) == n for r in llama.values())

@@ -31,7 +31,8 @@ SENSES = dict(GOOD, task="senses")
     (dict(eval_corpus="no/such/folder"), r"eval_corpus: 'no/such/folder' does not exist"),
     (dict(corpus="pydocs"), r"corpus: 'pydocs' does not exist"),
     (dict(patch_pairs=0), r"patch_pairs must be >= 1"),
-    (dict(SENSES, marker="..Sense:"), r"marker: '\.\.Sense:' tokenises differently after the text than alone .* never find its invocation tokens"),
+    (dict(SENSES, marker="..Sense:"),
+     r"marker: '\.\.Sense:' tokenises differently after the text than alone .* never find its invocation tokens"),
     (dict(SENSES, heldout_words="key,bat"), r"train_words and heldout_words overlap \(bat\)"),
     (dict(SENSES, train_words="bank,riverbank"), r"train_words: 'riverbank' not in the senses file"),
     (dict(SENSES, heldout_words=""), r"heldout_words must name at least one word"),
@@ -207,7 +208,7 @@ def test_chapter5_quick_results_hold_the_identities(quick_chapters):
     training, n = r["training"], record["parameters"]["n_heldout"]
     assert training["zero_shot"]["heldout"]["n"] == n and 0 <= training["zero_shot"]["heldout"]["accuracy_pct"] <= 100
     assert sorted(training["adapters"]) == sorted([f"tail{k}" for k in r["k_values"]] + [f"activated{k}" for k in r["k_values"]])
-    for name, adapter in training["adapters"].items():
+    for adapter in training["adapters"].values():
         assert adapter["heldout"]["n"] == n and len(adapter["losses"]) == record["parameters"]["steps"]
         low, high = adapter["heldout"]["ci95_pct"]
         assert low <= adapter["heldout"]["accuracy_pct"] <= high
@@ -217,7 +218,7 @@ def test_chapter5_quick_results_hold_the_identities(quick_chapters):
     # every comparison can be recomputed: per-example answers, in one order, for the base and every adapter
     labels = r["switch"]["heldout_examples"]["label"]
     assert len(labels) == n and sorted(labels) == [0] * (n // 2) + [1] * (n // 2)
-    for name, adapter in training["adapters"].items():
+    for adapter in training["adapters"].values():
         held = adapter["heldout"]
         assert len(held["right_per_example"]) == len(held["logodds_per_example"]) == n
         assert held["right_per_example"] == [int(x > 0) for x in held["logodds_per_example"]]
@@ -438,6 +439,7 @@ def test_the_training_precision_sentence_follows_the_run():
 
     bf16 = _train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "auto", "dtype": "float32"})
     assert bf16.startswith("bfloat16 autocast") and "chose it" in bf16 and bf16.endswith("runs in float32")
-    assert "chose it" not in _train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "bfloat16", "dtype": "float32"})
+    assert "chose it" not in _train_dtype_text({"m": {"train_dtype": "bfloat16"}},
+                                               {"train_dtype": "bfloat16", "dtype": "float32"})
     assert _train_dtype_text({"m": {"train_dtype": "float32"}}, {"train_dtype": "auto", "dtype": "float64"}) \
         == "float32; every evaluation runs in float64"

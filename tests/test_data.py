@@ -2,8 +2,8 @@
 import json
 
 import pytest
-
 from conftest import load_cached
+
 from kvutils import data
 
 ARTICLE_WORDS = ["bank", "bat", "pitcher", "mouse", "spring", "seal", "plant", "match", "organ",

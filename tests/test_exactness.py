@@ -6,8 +6,8 @@ K/V); fp32 bounds are a few hundred ulps of these models' logit / K/V scale.
 """
 import pytest
 import torch
-
 from conftest import CAUSAL_TINY, load_cached
+
 from kvutils import data, exactness
 from kvutils.engines import greedy, prefill, recompute_logits
 from kvutils.hooks import bert_key_modules, capture_outputs

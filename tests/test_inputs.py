@@ -276,7 +276,8 @@ def test_a_txt_corpus_that_is_not_utf8_is_named(tmp_path, kind):
 @pytest.mark.parametrize("kind", ["latin-1", "binary", "cp1252"])
 def test_a_jsonl_corpus_that_is_not_utf8_names_the_line(tmp_path, kind):
     path = tmp_path / "docs.jsonl"
-    path.write_bytes(json.dumps({"text": "fine"}).encode() + b"\n" + b'{"text": "' + _bad_text(kind).replace(b"\n", b" ") + b'"}\n')
+    path.write_bytes(json.dumps({"text": "fine"}).encode() + b"\n"
+                     + b'{"text": "' + _bad_text(kind).replace(b"\n", b" ") + b'"}\n')
     with pytest.raises(ValueError, match=r"^corpus: .*docs\.jsonl is not UTF-8 text \(line 2"):
         data.load_corpus(str(path))
 
@@ -360,7 +361,8 @@ def test_the_summary_pages_name_results_of_another_version(tmp_path, page):
     read = {"conclusions": report_conclusions.load_chapters, "appendix A": report_appendix.available_runs,
             "appendix B": report_appendix.load_bench}[page]
     with pytest.raises(ValueError, match=rf"^results_dir: the results in {re.escape(str(tmp_path))} lack what "
-                                         rf"(the )?{page}.* reads \((KeyError|TypeError|IndexError|AttributeError|StopIteration)"):
+                                         rf"(the )?{page}.* reads "
+                                         r"\((KeyError|TypeError|IndexError|AttributeError|StopIteration)"):
         read(tmp_path)
 
 
@@ -528,7 +530,8 @@ def test_weights_that_do_not_fit_their_config_name_the_model(model_dir, tmp_path
     config["intermediate_size"] += 8
     (folder / "config.json").write_text(json.dumps(config))
     params.check_models("models", str(folder))
-    with pytest.raises(ValueError, match=rf"^model '{re.escape(str(folder))}': transformers could not load {re.escape(str(folder))} \(RuntimeError: "):
+    with pytest.raises(ValueError, match=rf"^model '{re.escape(str(folder))}': "
+                                         rf"transformers could not load {re.escape(str(folder))} \(RuntimeError: "):
         models.load(str(folder))
 
 
@@ -710,7 +713,8 @@ def test_valid_unusual_values_still_plan(no_model_loads, chapter, overrides):
 
 
 @pytest.mark.parametrize("tool, argv, words", [
-    ("accept", ["--model", "tiny-llama", "--ops", "exact", "--docs", "pydoc"], "unrecognized argument --ops (did you mean --op?)"),
+    ("accept", ["--model", "tiny-llama", "--ops", "exact", "--docs", "pydoc"],
+     "unrecognized argument --ops (did you mean --op?)"),
     ("accept", ["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--ndocs", "2"],
      "unrecognized argument --ndocs (did you mean --n-docs?)"),
     ("chapters", ["01", "--result-dir", "x"], "unrecognized argument --result-dir (did you mean --results-dir?)"),

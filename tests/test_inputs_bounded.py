@@ -20,8 +20,20 @@ import torch
 from conftest import load_cached
 
 from kvutils import accept as acceptance
-from kvutils import (approx_study, chapters, converted, data, exactness, hf_caches, interrupt, models, params,
-                     results, senses_study, switch)
+from kvutils import (
+    approx_study,
+    chapters,
+    converted,
+    data,
+    exactness,
+    hf_caches,
+    interrupt,
+    models,
+    params,
+    results,
+    senses_study,
+    switch,
+)
 from kvutils.cache import parse_op
 from kvutils.paths import REPO_ROOT
 
@@ -317,7 +329,8 @@ def test_a_results_dir_that_is_a_dangling_link_is_named_as_one(tmp_path):
                                    lambda v: results.check_output_file(v + "/a.json", "results_dir"),
                                    lambda v: params.check_notebook({"results_dir": v}, "06_conclusions")])
 def test_a_tilde_for_an_unknown_user_names_results_dir(check):
-    with pytest.raises(ValueError, match=r"^results_dir: ~nosuchuser_kv/r(/a\.json)? starts with ~nosuchuser_kv, but there is no user"):
+    with pytest.raises(ValueError, match=r"^results_dir: ~nosuchuser_kv/r(/a\.json)? starts with ~nosuchuser_kv, "
+                                         r"but there is no user"):
         check("~nosuchuser_kv/r")
 
 

@@ -4,7 +4,6 @@ import base64
 import json
 
 import numpy as np
-
 import pandas as pd
 import pytest
 

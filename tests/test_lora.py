@@ -11,9 +11,9 @@ import dataclasses
 
 import pytest
 import torch
+from conftest import load_cached
 
 import kvutils
-from conftest import load_cached
 from kvutils import lora
 
 FAMILIES = ["tiny-qwen3", "tiny-llama", "tiny-gemma3"]

@@ -3,9 +3,9 @@ import json
 
 import pytest
 import torch
+from conftest import load_cached
 
 import kvutils
-from conftest import load_cached
 from kvutils import data, models
 
 

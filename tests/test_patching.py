@@ -4,9 +4,9 @@ import copy
 
 import pytest
 import torch
+from conftest import load_cached
 from transformers import DynamicCache
 
-from conftest import load_cached
 from kvutils import lora, patching
 
 A = "The bank of the river was muddy after the heavy storm."

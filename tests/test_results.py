@@ -42,7 +42,6 @@ def _writer(folder, run: int, kill_at: str, sig: int) -> None:
     step `kill_at` (e.g. "replace2": the second os.replace of kvutils.results)."""
     import os
     import shutil
-
     import signal
 
     import matplotlib.pyplot as plt

@@ -316,7 +316,8 @@ def test_speed_sentence_shows_the_spread_and_places_the_article():
     assert "the article's 29.49× (one published figure, no spread given) lies below every one of our 3" in text
     assert "timed alone, before the chapters ran in lanes, on 9 cores and 7 torch thread(s)" in text
     assert "grew with context on every model" in text
-    overlap = {"decode_timing": timing, "decode": {"m": {"steps": [_step(128, [2.0, 30.0, 3.0]), _step(2000, [25.0, 30.0, 31.0])]}}}
+    overlap = {"decode_timing": timing,
+               "decode": {"m": {"steps": [_step(128, [2.0, 30.0, 3.0]), _step(2000, [25.0, 30.0, 31.0])]}}}
     text = rc.speed_reason(overlap, machine, 29.49)  # the medians grew (3 → 30); the ranges do not part
     assert "did not grow clearly" in text and "lies within the range" in text
     short = {"decode_timing": timing, "decode": {"m": {"steps": [_step(128, [2.0, 2.1, 2.2])]}}}
