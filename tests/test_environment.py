@@ -69,3 +69,13 @@ def test_the_readme_table_documents_every_notebook_parameter():
         parameters = papermill.inspect_notebook(REPO_ROOT / "notebooks" / f"{notebook}.ipynb")
         missing = set(parameters) - documented.get(notebook, set())
         assert not missing, f"{notebook}: {sorted(missing)} not in the README's parameter table"
+
+
+def test_lint_is_clean():
+    """`make lint` (ruff, configured in pyproject.toml) finds nothing."""
+    import subprocess
+    import sys
+
+    lint = subprocess.run([sys.executable, "-m", "ruff", "check", "kvutils", "tests"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert lint.returncode == 0, lint.stdout[-3000:]
