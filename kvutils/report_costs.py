@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from . import compare
 from .report import article, fmt, page_table, rows_table, styled, weights_note
 from .report_timing import speedup_grew, step_line
 
@@ -147,6 +148,33 @@ def article_rows_by_spec() -> dict[str, dict]:
 
 def _ops(run: dict | None) -> dict:
     return run["ops"] if run else {}
+
+
+def per_doc_kl(r: dict) -> list[float]:
+    """One operation's mean KL per document (accept's `per_document`), in the run's document order."""
+    return [d["mean_kl"] for d in r["per_document"]]
+
+
+def sinks_kl(with_sinks: dict, without: dict) -> compare.Paired:
+    """A window with its sinks against the same window without them, paired over the documents."""
+    return compare.paired(per_doc_kl(with_sinks), per_doc_kl(without), "with sinks", "without")
+
+
+def blend_tests(table2: dict) -> dict[str, tuple[float, compare.Paired]]:
+    """Per model: the smallest partial recompute fraction against none (the reused chunk at
+    corrected positions), paired over the documents: (fraction, test)."""
+    out = {}
+    for model, runs in table2.items():
+        ops = _ops(runs["chunks"])
+        none = next((r for spec, r in ops.items() if r["name"] == "chunk_reuse" and "positions=reindexed" in spec), None)
+        partial = sorted((float(spec.split("recompute_fraction=")[1].split(",")[0]), spec)
+                         for spec, r in ops.items() if r["name"] == "chunk_blend")
+        partial = [(f, spec) for f, spec in partial if 0.0 < f < 1.0]
+        if none is not None and partial:
+            f, spec = partial[0]
+            out[model] = (f, compare.paired(per_doc_kl(ops[spec]), per_doc_kl(none),
+                                            f"recompute {fmt(100 * f, 3)}%", "none"))
+    return out
 
 
 def _triple(r: dict, exact_ppl: float | None = None) -> str:
@@ -361,27 +389,14 @@ def chapter4_findings(numbers: dict) -> dict[str, str]:
                 bare = spec.split("sinks=")[0] + "sinks=0," + spec.split("sinks=")[1].split(",", 1)[1]
                 if bare in ops:
                     pairs.append((model, spec, r, ops[bare]))
-    def pair(m, spec, a, b):
-        return (f"{m}, {spec.split(':')[1].split(',')[0]}: KL {fmt(a['mean_kl'], 3)} with vs {fmt(b['mean_kl'], 3)} "
-                f"without, top-1 {fmt(a['top1_agreement_pct'], 4)}% vs {fmt(b['top1_agreement_pct'], 4)}%")
-
-    helped = [pair(*p) for p in pairs if p[2]["mean_kl"] < p[3]["mean_kl"]]
-    hurt = [pair(*p) for p in pairs if p[2]["mean_kl"] >= p[3]["mean_kl"]]
-    out["sinks"] = ((("Keeping the sinks lowered the window's mean KL " + ("on every model" if not hurt else "on")
-                      + f" ({'; '.join(helped)})" + (f"; it did not ({'; '.join(hurt)})" if hurt else "") + ".")
-                     if helped else f"In this run keeping the sinks did not lower the window's mean KL ({'; '.join(hurt)}).")
-                    if pairs else "No window was scored both with and without sinks in this run.")
-    sweep = blend_sweep(numbers["table2"])
-    blend = []
-    for model, points in sweep.items():
-        start = next((p for p in points if p[0] == 0.0), None)
-        partial = [p for p in points if 0.0 < p[0] < 1.0]
-        if start and partial:
-            f, kl, top = min(partial)
-            blend.append((model, f, start[1], kl, start[2], top))
+    sink_tests = [(m, spec, sinks_kl(a, b)) for m, spec, a, b in pairs]
+    out["sinks"] = ("; ".join(f"{m}, {spec.split(':')[1].split(',')[0]}: {t.sentence(metric='mean KL (nats)')}"
+                              for m, spec, t in sink_tests) + "." if pairs
+                    else "No window was scored both with and without sinks in this run.")
+    blend = [(m, *t) for m, t in blend_tests(numbers["table2"]).items()]
     out["blend"] = ("; ".join(
-        f"{m}: recomputing {fmt(100 * f, 3)}% of the chunk " + ("lowered" if kl < kl0 else "did not lower")
-        + f" the mean KL ({fmt(kl0, 3)} → {fmt(kl, 3)} nats; top-1 {fmt(top0, 4)}% → {fmt(top, 4)}%)"
-        for m, f, kl0, kl, top0, top in blend) + ".") if blend else "No partial recompute was scored in this run."
+        f"{m}: recomputing {fmt(100 * f, 3)}% of the chunk against none (positions corrected): "
+        f"{t.sentence(metric='mean KL (nats)')}" for m, f, t in blend) + ".") if blend \
+        else "No partial recompute was scored in this run."
     return out
 
