@@ -141,14 +141,30 @@ def same_lengths(frontier: dict, prefill: int, decode: int) -> dict:
 
 def frontier_chart(frontier: dict):
     """The frontier as an interactive chart (kvutils.interactive): colour per method, symbol per
-    model, every point's spec, KL, top-1 and bytes on hover."""
+    model, every point's spec, KL, top-1 and bytes on hover. The legend has one entry per method
+    (its colour) and one per model (its marker), not one per pair, so it fits the chart's height."""
+    import plotly.express as px
+
     from . import interactive
 
-    return interactive.scatter(
-        frontier_points(frontier), x="held % of exact", y="plotted KL", color="method", symbol="model",
-        hover=["point", "op spec", "mean KL (nats)", "top-1 (%)", "held MiB", "perplexity"], log_y=True,
-        title=_title(frontier), x_label=X_LABEL, y_label=f"mean KL vs exact (nats, log; {EXACT_FLOOR:g} = exact)",
-        height=600)
+    points = frontier_points(frontier)
+    figure = px.scatter(points, x="held % of exact", y="plotted KL", color="method", symbol="model", log_y=True,
+                        hover_data=["point", "op spec", "mean KL (nats)", "top-1 (%)", "held MiB", "perplexity"],
+                        title=_title(frontier), height=600, template="plotly_white",
+                        labels={"held % of exact": X_LABEL,
+                                "plotted KL": f"mean KL vs exact (nats, log; {EXACT_FLOOR:g} = exact)"})
+    figure.update_traces(marker={"size": 10, "line": {"width": 1, "color": "white"}})
+    methods, symbols = set(), {}
+    for trace in figure.data:  # px names a trace "method, model"
+        method, model = trace.name.rsplit(", ", 1)
+        symbols.setdefault(model, trace.marker.symbol)
+        trace.update(name=method, legendgroup=method, showlegend=method not in methods)
+        methods.add(method)
+    for model, symbol in symbols.items():  # the markers' key: grey, no data
+        figure.add_scatter(x=[None], y=[None], mode="markers", name=f"model: {model}", hoverinfo="skip",
+                           marker={"symbol": symbol, "color": "grey", "size": 10})
+    figure.update_layout(legend_title_text="method; model")
+    return interactive.chart(figure)
 
 
 @styled
