@@ -167,7 +167,13 @@ def test_chart_tells_every_method_and_model_apart():
     assert title.x0 >= 0 and title.x1 <= fig.bbox.width  # the title is whole
     chart = report_frontier.frontier_chart(runs)
     traces = chart.figure.to_plotly_json()["data"]
-    assert {t["legendgroup"].split(",")[0].strip() for t in traces} == methods
+    points = [t for t in traces if not t["name"].startswith("model: ")]
+    assert {t["legendgroup"] for t in points} == methods
+    # the legend: one entry per method and one per model's marker, not one per (method, model) pair
+    shown = [t["name"] for t in traces if t.get("showlegend", True)]
+    assert sorted(shown) == sorted([*methods, "model: model-a", "model: model-b"])
+    assert {t["marker"]["symbol"] for t in traces if t["name"].startswith("model: ")} == \
+        {t["marker"]["symbol"] for t in points}
 
 
 def test_chained_ties_sliding_windows_and_unequal_bytes_are_said():
