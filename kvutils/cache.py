@@ -487,4 +487,4 @@ def held_bytes(config, kept: list[torch.Tensor], dtype: torch.dtype) -> float:
 
 
 # the data-dependent methods and the transformers caches register themselves into OPS
-from . import hf_caches, presses  # noqa: E402,F401  (this order: the registry order)
+from . import presses, hf_caches  # noqa: E402,F401,I001  (this order: the registry order)
