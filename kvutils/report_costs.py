@@ -150,6 +150,11 @@ def _ops(run: dict | None) -> dict:
     return run["ops"] if run else {}
 
 
+def blend_fraction(spec: str) -> float:
+    """The recomputed fraction of a chunk_blend spec."""
+    return float(spec.split("recompute_fraction=")[1].split(",")[0])
+
+
 def per_doc_kl(r: dict) -> list[float]:
     """One operation's mean KL per document (accept's `per_document`), in the run's document order."""
     return [d["mean_kl"] for d in r["per_document"]]
@@ -167,8 +172,7 @@ def blend_tests(table2: dict) -> dict[str, tuple[float, compare.Paired]]:
     for model, runs in table2.items():
         ops = _ops(runs["chunks"])
         none = next((r for spec, r in ops.items() if r["name"] == "chunk_reuse" and "positions=reindexed" in spec), None)
-        partial = sorted((float(spec.split("recompute_fraction=")[1].split(",")[0]), spec)
-                         for spec, r in ops.items() if r["name"] == "chunk_blend")
+        partial = sorted((blend_fraction(spec), spec) for spec, r in ops.items() if r["name"] == "chunk_blend")
         partial = [(f, spec) for f, spec in partial if 0.0 < f < 1.0]
         if none is not None and partial:
             f, spec = partial[0]
@@ -256,8 +260,7 @@ def blend_sweep(table2: dict) -> dict[str, list[tuple[float, float, float]]]:
             if r["name"] == "chunk_reuse" and "positions=reindexed" in spec:
                 points.append((0.0, r["mean_kl"], r["top1_agreement_pct"]))
             elif r["name"] == "chunk_blend":
-                fraction = float(spec.split("recompute_fraction=")[1].split(",")[0])
-                points.append((fraction, r["mean_kl"], r["top1_agreement_pct"]))
+                points.append((blend_fraction(spec), r["mean_kl"], r["top1_agreement_pct"]))
         if points:
             out[model] = sorted(points)
     return out
