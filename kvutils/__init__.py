@@ -6,17 +6,29 @@ Public API (stable; readers and every chapter call these):
     OPS, parse_op("window:size=128,sinks=4")    (the registered cache operations)
     kvutils.accept.accept(model, op, docs, prefill=256, decode=256) -> dict
                                                 (KL, top-1, perplexity vs the exact cache; also a CLI)
+
+Importing kvutils is light: each name loads its module (and torch) when first used.
+The layers, each importing only from those above it in this list: core, models, cache, lora,
+studies, report, explorer, book (see the README's map).
 """
-import sys as _sys
+from __future__ import annotations
 
-if _sys.argv[:1] == ["-m"]:  # `python -m kvutils.<tool>` is starting: see kvutils.interrupt
-    from .interrupt import quiet_while_starting
+import importlib
 
-    quiet_while_starting(_sys.orig_argv)
-
-from .cache import OPS, parse_op  # noqa: E402 (after the handler: importing torch takes seconds)
-from .engines import cache_layers, greedy, prefill  # noqa: E402
-from .models import Loaded, ModelNotAvailable, load  # noqa: E402
-
-__all__ = ["OPS", "Loaded", "ModelNotAvailable", "cache_layers", "greedy", "load", "parse_op", "prefill"]
+_PUBLIC = {  # name -> the module that defines it
+    "OPS": "kvutils.cache.ops", "parse_op": "kvutils.cache.ops",
+    "cache_layers": "kvutils.models.greedy", "greedy": "kvutils.models.greedy", "prefill": "kvutils.models.greedy",
+    "Loaded": "kvutils.models.registry", "ModelNotAvailable": "kvutils.models.registry", "load": "kvutils.models.registry",
+}
+__all__ = sorted(_PUBLIC)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'kvutils' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -40,7 +40,7 @@ def load_cached(name: str, dtype: str):
 @pytest.fixture
 def text_prompts():
     """Real English prompts: the start of CPython's language reference sections."""
-    from kvutils import data
+    from kvutils.core import data
 
     docs = data.load_corpus()
 
@@ -55,7 +55,8 @@ def quick_chapters(tmp_path_factory):
     """Every chapter executed once on the quick profile, then the benchmark on a tiny model (quick
     sizes) and the summary pages: (root, {chapter or page: executed notebook}), with results in
     root/results and the executed copies in root/book/chapters."""
-    from kvutils import bench, chapters
+    from kvutils.book import chapters
+    from kvutils.studies import performance as bench
 
     root = tmp_path_factory.mktemp("quick")
     results, out = root / "results", root / "book" / "chapters"
@@ -74,7 +75,7 @@ def built_book(quick_chapters, tmp_path_factory):
     import sys
     from pathlib import Path
 
-    from kvutils.paths import REPO_ROOT
+    from kvutils.core.paths import REPO_ROOT
 
     root, executed = quick_chapters
     site = tmp_path_factory.mktemp("book")
@@ -92,11 +93,11 @@ def built_book(quick_chapters, tmp_path_factory):
 
 @pytest.fixture
 def no_model_loads(monkeypatch):
-    """Fail the test if validation loads a model: `kvutils.models.load` and every kvutils module's
+    """Fail the test if validation loads a model: `kvutils.models.registry.load` and every kvutils module's
     imported reference to it are replaced."""
     import sys
 
-    from kvutils import models
+    from kvutils.models import registry as models
 
     def fail(*args, **kwargs):
         pytest.fail("a model loaded during validation")
@@ -108,11 +109,11 @@ def no_model_loads(monkeypatch):
 
 
 def failed_copy(output_dir, notebook: str) -> dict:
-    """The executed copy of a chapter that failed, which kvutils.chapters keeps aside; the page's
+    """The executed copy of a chapter that failed, which kvutils.book.chapters keeps aside; the page's
     own copy (none in a test's fresh folder) is left as it was."""
     import json
 
-    from kvutils import chapters
+    from kvutils.book import chapters
 
     assert not (output_dir / f"{notebook}.ipynb").exists()
     return json.loads((output_dir / chapters.UNFINISHED / f"{notebook}.failed.ipynb").read_text())
@@ -124,7 +125,7 @@ def run_failing_chapter(chapter: str, tmp_path, overrides: dict) -> tuple[str, s
 
     import papermill
 
-    from kvutils import chapters
+    from kvutils.book import chapters
 
     with pytest.raises(papermill.PapermillExecutionError) as err:
         chapters.run_chapter(chapter, "quick", tmp_path / "results", tmp_path, overrides)

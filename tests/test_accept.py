@@ -16,10 +16,13 @@ import pytest
 import torch
 from conftest import CAUSAL_TINY, load_cached
 
-from kvutils import accept as acceptance
-from kvutils import cache, data, models, teacher
-from kvutils.cache import Cast, ChunkBlend, Exact, Window
-from kvutils.teacher import score_fast, score_step
+from kvutils.cache import accept as acceptance
+from kvutils.cache import ops as cache
+from kvutils.cache import scoring as teacher
+from kvutils.cache.ops import Cast, ChunkBlend, Exact, Window
+from kvutils.cache.scoring import score_fast, score_step
+from kvutils.core import data
+from kvutils.models import registry as models
 
 PREFILL, DECODE = 20, 12  # 33 tokens: crosses tiny-gemma3's 16-token window; the example windows (10) evict
 FAST_STEP_TOL = 1e-4

@@ -85,7 +85,7 @@ def test_every_page_is_in_the_navigation(built_book):
 
 
 def test_conclusions_page_answers_from_the_results(built_book):
-    from kvutils import report_conclusions as rc
+    from kvutils.report import conclusions as rc
 
     root, html = built_book
     page = _page(html, "06_conclusions")
@@ -108,7 +108,7 @@ def test_appendices_show_provenance_and_the_benchmark(built_book):
     perf = _page(html, "appendix_b_performance")
     bench = json.loads((root / "results" / "bench.json").read_text())
     assert "cached decode per token: kvutils ÷ transformers" in _text(perf)
-    from kvutils.report import fmt
+    from kvutils.report.common import fmt
 
     assert fmt(bench["decode"]["ratio_kvutils_over_generate"], 4) in _text(perf)
     assert perf.count('<img alt="../../_images/') == 1
@@ -136,7 +136,7 @@ _ALLOWED_NUMBERS = re.compile(r"RQ\d|fp32|fp64|bf16|top-1|sha256|Pythia-160M|BER
 @pytest.mark.parametrize("name", ["06_conclusions", "appendix_a_reproducibility", "appendix_b_performance"])
 def test_summary_pages_type_no_result_number(name):
     """Every number in these pages' prose arrives by glue from the results files."""
-    from kvutils.paths import REPO_ROOT
+    from kvutils.core.paths import REPO_ROOT
 
     notebook = json.loads((REPO_ROOT / "notebooks" / f"{name}.ipynb").read_text())
     for cell in notebook["cells"]:
@@ -148,7 +148,7 @@ def test_summary_pages_type_no_result_number(name):
 
 
 def test_table_row_labels_wrap_with_the_full_label_as_a_tooltip(built_book):
-    """Table 1 (chapter 1) and Table 2 (chapter 4) go to the page through kvutils.report.page_table:
+    """Table 1 (chapter 1) and Table 2 (chapter 4) go to the page through kvutils.report.common.page_table:
     an op spec may wrap after ':' and ',' (before, the unbreakable specs made the label column as
     wide as the page and pushed the numbers out of view) and carries the whole spec as a tooltip."""
     _, html = built_book
@@ -162,7 +162,7 @@ def test_bold_marks_a_key_number_not_a_paragraph(built_book):
     """Before issue 19 every number of a glued finding was bold, so a paragraph of measurements read
     as one bold block (chapter 3's probe paragraph: 14 bold numbers in 5 clauses; chapter 4's
     timing paragraph 15 in 9). Now no paragraph has more bold numbers than clauses."""
-    from kvutils.report import clauses
+    from kvutils.report.common import clauses
 
     _, html = built_book
     for page in sorted((html / "book" / "chapters").glob("*.html")):

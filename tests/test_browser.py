@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from kvutils.paths import REPO_ROOT
+from kvutils.core.paths import REPO_ROOT
 
 
 def _chromium_or_skip() -> None:
     note = REPO_ROOT / ".venv" / "chromium-unavailable.txt"
     if note.is_file():
         pytest.skip(f"no browser test: {note.read_text().strip()}")
-    from kvutils.browser_check import BrowserUnavailable, chromium_path
+    from kvutils.book.browser_check import BrowserUnavailable, chromium_path
 
     try:
         chromium_path()
@@ -26,7 +26,7 @@ def _chromium_or_skip() -> None:
 @pytest.fixture(scope="module")
 def site_report(built_book):
     _chromium_or_skip()
-    from kvutils.browser_check import check_site
+    from kvutils.book.browser_check import check_site
 
     _, html = built_book
     return check_site(html)
@@ -41,7 +41,7 @@ def test_the_book_also_reads_from_its_files_alone(built_book):
     """A reader who opens _build/html/index.html straight from disk (file://) gets the same book:
     formulas, figures, search, no errors."""
     _chromium_or_skip()
-    from kvutils.browser_check import check_site
+    from kvutils.book.browser_check import check_site
 
     _, html = built_book
     report = check_site(html, scheme="file")
@@ -80,7 +80,7 @@ def _tiny_site(root: Path, body: str) -> Path:
 def test_the_check_reports_what_a_reader_would_see_broken(tmp_path):
     """A page with a missing image, a CDN script, a broken link and a script error: all reported."""
     _chromium_or_skip()
-    from kvutils.browser_check import check_site
+    from kvutils.book.browser_check import check_site
 
     site = _tiny_site(tmp_path / "site", (
         '<img src="missing.png"><script src="https://cdn.jsdelivr.net/npm/x.js"></script>'
@@ -99,7 +99,7 @@ def _site_with_plotly(root: Path, body: str) -> Path:
     plotly.js served beside it."""
     import shutil
 
-    from kvutils import interactive
+    from kvutils.report import interactive
 
     site = _tiny_site(root, f'<article class="bd-article" style="max-width:700px">{body}</article>')
     shutil.copy(interactive.plotly_js_path(), site / interactive.PLOTLY_JS)
@@ -117,7 +117,7 @@ def test_the_check_reports_a_table_or_chart_a_reader_cannot_read_whole(tmp_path)
     """Before issue 19: Table 2's numbers needed a sideways scroll, and a chart with long legend
     entries at its right was squeezed, its title cut. Each is reported, at both window widths."""
     _chromium_or_skip()
-    from kvutils.browser_check import LAYOUT_WIDTHS, check_site
+    from kvutils.book.browser_check import LAYOUT_WIDTHS, check_site
 
     traces = ", ".join(f'{{"x": [1, 2], "y": [{i}, 3], "name": "{n}"}}' for i, n in enumerate(LONG_NAMES))
     site = _site_with_plotly(tmp_path / "site", (
@@ -133,13 +133,14 @@ def test_the_check_reports_a_table_or_chart_a_reader_cannot_read_whole(tmp_path)
 
 
 def test_a_chart_of_kvutils_interactive_fits_the_column(tmp_path):
-    """The same long title and legend through kvutils.interactive, beside a table whose long labels
-    and numbers wrap (kvutils.report.page_table): nothing for the check to report."""
+    """The same long title and legend through kvutils.report.interactive, beside a table whose long labels
+    and numbers wrap (kvutils.report.common.page_table): nothing for the check to report."""
     _chromium_or_skip()
     import pandas as pd
 
-    from kvutils import interactive, report
-    from kvutils.browser_check import check_site
+    from kvutils.book.browser_check import check_site
+    from kvutils.report import common as report
+    from kvutils.report import interactive
 
     frame = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0], "y": [1.0, 2.0, 3.0, 4.0], "policy": LONG_NAMES * 2})
     chart = interactive.scatter(frame, "x", "y", color="policy", title=LONG_TITLE,
@@ -155,7 +156,7 @@ def test_a_chart_of_kvutils_interactive_fits_the_column(tmp_path):
 
 
 def test_a_site_without_pages_is_an_error(tmp_path):
-    from kvutils.browser_check import check_site
+    from kvutils.book.browser_check import check_site
 
     with pytest.raises(ValueError, match="html_dir"):
         check_site(tmp_path)
@@ -172,12 +173,12 @@ def _recorded(html: Path, page: str) -> dict:
 def test_the_attention_explorer_answers_every_control_offline(built_book):
     """Chapter 3's explorer, opened from disk with no network: changing each control (model, word,
     text, layer, head, query) changes what Plotly draws, and what it draws is the recorded weights
-    of that selection, read the way kvutils.explorer_data reads them."""
+    of that selection, read the way kvutils.explorer.data reads them."""
     _chromium_or_skip()
     import torch
 
-    from kvutils.browser_check import EXPLORER_CONTROLS, EXPLORER_PAGE, check_explorer
-    from kvutils.explorer_data import unpack_matrix
+    from kvutils.book.browser_check import EXPLORER_CONTROLS, EXPLORER_PAGE, check_explorer
+    from kvutils.explorer.data import unpack_matrix
 
     _, html = built_book
     check = check_explorer(html, scheme="file")
@@ -203,8 +204,12 @@ def test_the_explorer_check_notices_a_control_that_redraws_nothing(tmp_path):
     _chromium_or_skip()
     import shutil
 
-    from kvutils import data, explorer_data, explorer_html, interactive, load
-    from kvutils.browser_check import check_explorer
+    from kvutils import load
+    from kvutils.book.browser_check import check_explorer
+    from kvutils.core import data
+    from kvutils.explorer import data as explorer_data
+    from kvutils.explorer import html as explorer_html
+    from kvutils.report import interactive
 
     loaded = load("tiny-llama", "float32", attn_implementation="eager")
     payload = explorer_data.pack([explorer_data.record(loaded, data.load_senses()[:2], explorer_data.CONSTRUCTIONS,

@@ -8,8 +8,9 @@ import pytest
 import torch
 from conftest import CAUSAL_TINY, load_cached
 
-from kvutils import cache, engines, presses
-from kvutils.cache import (
+from kvutils.cache import ops as cache
+from kvutils.cache import presses
+from kvutils.cache.ops import (
     ARTICLE_OPS,
     EXTRA_OPS,
     OPS,
@@ -24,8 +25,9 @@ from kvutils.cache import (
     parse_ops,
     quantize_asymmetric,
 )
-from kvutils.rotary import rotary_cos_sin, rotate_keys
-from kvutils.teacher import exact_prefill, kv_forward
+from kvutils.cache.scoring import exact_prefill, kv_forward
+from kvutils.models import greedy as engines
+from kvutils.models.rotary import rotary_cos_sin, rotate_keys
 
 KEY_TOL = 1e-5
 

@@ -5,7 +5,8 @@ import json
 import pytest
 from conftest import run_failing_chapter
 
-from kvutils import chapters, exactness
+from kvutils.book import chapters
+from kvutils.studies import cache_exactness as exactness
 
 GOOD = dict(models="tiny-llama", dtypes="float64", n_prompts=2, prompt_tokens=8, new_tokens=4,
             recompute="one_pass", batch_size=2, corpus="pydoc", senses_file="data/senses.json",
@@ -81,7 +82,7 @@ def ch1_numbers(quick_chapters):
 
 def test_every_decoding_row_names_its_procedure(ch1_numbers):
     """The article's figures (all per step) sit only on per-step rows; ours on both, each labelled."""
-    from kvutils import report
+    from kvutils.report import common as report
 
     table = report.chapter1_table(ch1_numbers)
     decoding = [m for m in table.index if "identical sequences" in m or "logit diff" in m or "argmax" in m]
@@ -98,7 +99,7 @@ def test_chapter1_sentences_follow_the_numbers(ch1_numbers):
     per-step comparison and the fp32-to-fp64 shrinkage."""
     import copy
 
-    from kvutils import report
+    from kvutils.report import common as report
 
     glue = report.chapter1_glue(ch1_numbers)
     assert glue["divergence"] == "No sequence diverged in this run"
@@ -135,7 +136,7 @@ def test_chapter2_zero_says_what_equal_padding_shows():
     """Chapter 2 said an exact 0 comes 'because nothing to the right of "bank" enters their
     computation', beside chapter 1's non-zero fp32 residues (alone vs inside, 15 of 18 prefixes). The
     zero comes from both contexts sharing one padded batch (equal shapes); the sentence now says so."""
-    from kvutils import report_senses
+    from kvutils.report import senses as report_senses
 
     text = report_senses.chapter2_glue({"g": {**_ch2_causal(16, 0.0), "layers": 1, "key_relative_diff_max": [0.0],
                                               "cosine_distance_mean": [0.0, 0.0]}}, batch_size=32)["causal_zero"]

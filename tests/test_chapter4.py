@@ -5,7 +5,9 @@ import warnings
 
 import pytest
 
-from kvutils import approx_study, chapters, report_costs
+from kvutils.book import chapters
+from kvutils.report import costs as report_costs
+from kvutils.studies.cache_approximations import study as approx_study
 
 QUICK = chapters.QUICK["04_cache_approximations"]
 GOOD = dict(QUICK, corpus="pydoc", device="cpu")

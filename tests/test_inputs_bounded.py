@@ -19,7 +19,6 @@ import pytest
 import torch
 from conftest import load_cached
 
-from kvutils import accept as acceptance
 from kvutils import (
     approx_study,
     chapters,
@@ -34,8 +33,9 @@ from kvutils import (
     senses_study,
     switch,
 )
-from kvutils.cache import parse_op
-from kvutils.paths import REPO_ROOT
+from kvutils.cache import accept as acceptance
+from kvutils.cache.ops import parse_op
+from kvutils.core.paths import REPO_ROOT
 
 HANG_S = 10  # far more than any of these checks takes; a blocking read would never end
 
@@ -523,7 +523,7 @@ def test_the_walk_covers_every_special_value_the_readme_documents():
 @pytest.mark.parametrize("notebook, change, expect", SPECIAL, ids=[f"{n[:2]}-{c}" for n, c, _ in SPECIAL])
 def test_each_documented_special_value_passes_the_first_cell(notebook, change, expect, no_model_loads):
     """On the quick profile, through the notebook's own plan (its first cell's checks).
-    frontier_models "" end to end is chapter 4's plot (kvutils.report_frontier), not checked here."""
+    frontier_models "" end to end is chapter 4's plot (kvutils.report.frontier), not checked here."""
     kwargs = {**params.notebook_parameters(notebook), **chapters.QUICK[notebook], **ONE_MODEL[notebook],
               "device": "cpu", **change}
     assert expect(PLANS[notebook](**kwargs))

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvutils import interactive
+from kvutils.report import interactive
 
 
 @pytest.fixture

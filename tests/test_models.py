@@ -6,7 +6,8 @@ import torch
 from conftest import load_cached
 
 import kvutils
-from kvutils import data, models
+from kvutils.core import data
+from kvutils.models import registry as models
 
 
 def test_unknown_model_names_the_parameter_and_the_choices():

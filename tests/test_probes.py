@@ -5,7 +5,8 @@ import pytest
 import torch
 from conftest import CAUSAL_TINY, load_cached
 
-from kvutils import data, probes
+from kvutils.core import data
+from kvutils.studies.sense_probes import probes
 
 WORDS = data.load_senses()
 
@@ -107,7 +108,7 @@ def test_attention_rows_sum_to_one_and_the_split_covers_them(name):
 
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m", "minilm-l6"])
 def test_sentences_encode_with_the_word_and_spans_where_they_belong(name):
-    from kvutils.models import load_tokenizer
+    from kvutils.models.registry import load_tokenizer
 
     tokenizer = load_tokenizer(name)
     items = probes.build_items(tokenizer, WORDS, "{prefix}{continuation} The {word}")
@@ -124,7 +125,7 @@ def test_sentences_encode_with_the_word_and_spans_where_they_belong(name):
 
 
 def test_a_word_split_into_several_tokens_is_named():
-    from kvutils.models import load_tokenizer
+    from kvutils.models.registry import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2-135m")
     word = data.Word("kaleidoscopically", "The kaleidoscopically",

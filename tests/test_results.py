@@ -5,7 +5,7 @@ import math
 import matplotlib
 import pytest
 
-from kvutils import results
+from kvutils.core import results
 
 matplotlib.use("Agg")  # imported here so that the forked writers below do not each import it
 import matplotlib.pyplot  # noqa: E402,F401
@@ -39,7 +39,7 @@ def test_jsonable_converts_tensors_and_non_finite():
 
 def _writer(folder, run: int, kill_at: str, sig: int) -> None:
     """In a forked process: save run `run` with two figures, sending itself `sig` just before the
-    step `kill_at` (e.g. "replace2": the second os.replace of kvutils.results)."""
+    step `kill_at` (e.g. "replace2": the second os.replace of kvutils.core.results)."""
     import os
     import shutil
     import signal

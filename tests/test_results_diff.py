@@ -1,7 +1,7 @@
 """The before/after check of a refactor: every result compared, times and run facts ignored."""
 import json
 
-from kvutils import results_diff
+from kvutils.core import results_diff
 
 
 def test_a_changed_number_is_found_and_times_are_not():

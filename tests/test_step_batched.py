@@ -12,9 +12,12 @@ import torch
 from conftest import CAUSAL_TINY, load_cached
 from transformers.cache_utils import Cache, DynamicLayer
 
-from kvutils import accept as acceptance
-from kvutils import attention, cache, data, teacher
-from kvutils.hf_caches import cache_object_bytes
+from kvutils.cache import accept as acceptance
+from kvutils.cache import ops as cache
+from kvutils.cache import scoring as teacher
+from kvutils.cache.hf_caches import cache_object_bytes
+from kvutils.core import data
+from kvutils.models import attention
 
 PREFILL, DECODE, DOCS = 20, 12, 3  # crosses tiny-gemma3's 16-token window; the example budgets evict
 TOL = 1e-9

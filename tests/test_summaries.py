@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from kvutils import report_appendix as ra
-from kvutils import report_conclusions as rc
-from kvutils.chapters import NOTEBOOKS
-from kvutils.models import ModelNotAvailable
-from kvutils.paths import REPO_ROOT
+from kvutils.book.chapters import NOTEBOOKS
+from kvutils.core.paths import REPO_ROOT
+from kvutils.models.registry import ModelNotAvailable
+from kvutils.report import appendix as ra
+from kvutils.report import conclusions as rc
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +77,10 @@ def _defaults(chapter: str) -> dict:
     return {name: ast.literal_eval(p["default"]) for name, p in found.items()}
 
 
-PLANS = {"01": "kvutils.exactness", "02": "kvutils.senses_study", "03": "kvutils.senses_study",
-         "04": "kvutils.approx_study", "05": "kvutils.switch"}
+PLANS = {
+    "01": "kvutils.studies.cache_exactness",
+    "02": "kvutils.studies.sense_probes.study", "03": "kvutils.studies.sense_probes.study",
+         "04": "kvutils.studies.cache_approximations.study", "05": "kvutils.studies.qwen3_switch.study"}
 
 
 @pytest.mark.parametrize("chapter", list(ra.ARTICLE_MODELS))
@@ -173,7 +175,7 @@ def test_provenance_tables(runs):
 
 
 def test_numbers_print_as_a_reader_expects():
-    from kvutils.report import fmt
+    from kvutils.report.common import fmt
 
     assert fmt(1047.3, 3) == "1,047" and fmt(13860.0) == "13,860"  # never 1.05e+03
     assert fmt(1383.3, 4) == "1383" and fmt(0.000123456, 3) == "0.000123" and fmt(2.5e-13, 3) == "2.5e-13"
@@ -268,7 +270,7 @@ def test_fp32_residue_sentence_labels_procedures_and_does_not_explain_by_scale()
 
 
 def test_weights_are_named_from_the_registry():
-    from kvutils.report import weights_note, weights_origin
+    from kvutils.report.common import weights_note, weights_origin
 
     assert weights_origin("gemma3-270m") == "gemma3-270m: Q4_K_M GGUF, dequantised to fp32"
     assert weights_origin("smollm2-135m") == "smollm2-135m: Q4_1 GGUF, dequantised to fp32"
@@ -419,7 +421,7 @@ def test_findings_are_glued_with_their_numbers_in_bold(built_book):
     numbers in <strong>, and no <strong> holds a whole sentence of words."""
     import re
 
-    from kvutils.report import bold_numbers
+    from kvutils.report.common import bold_numbers
 
     assert bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
         "**24/24** identical on gemma3-270m (max 0.0470581, 99.5% top-1)")  # the key number only (issue 19)
@@ -440,7 +442,11 @@ def test_figures_read_at_the_page_width(runs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvutils import report, report_costs, report_frontier, report_senses, report_switch
+    from kvutils.report import common as report
+    from kvutils.report import costs as report_costs
+    from kvutils.report import frontier as report_frontier
+    from kvutils.report import senses as report_senses
+    from kvutils.report import switch as report_switch
 
     numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03", "04", "05")}
     figures = {"chapter 1": report.plot_chapter1(numbers["01"]),

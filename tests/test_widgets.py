@@ -3,7 +3,7 @@ reading what the view and the figure show (no browser needed)."""
 import pytest
 import torch
 
-from kvutils import widgets
+from kvutils.explorer import widgets
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def test_default_view_reads_the_repeated_word_over_both_contexts(explorer):
     view = explorer.view
     import json
 
-    from kvutils.paths import REPO_ROOT
+    from kvutils.core.paths import REPO_ROOT
 
     bank = next(w for w in json.loads((REPO_ROOT / "data" / "senses.json").read_text())["words"] if w["word"] == "bank")
     first_continuation = bank["senses"][0]["continuation"]
@@ -88,7 +88,9 @@ def test_differing_spans_find_the_disambiguating_text():
 
 
 # ------------------------------------------------------------------ the book's offline explorer
-from kvutils import data, explorer_data, explorer_html  # noqa: E402
+from kvutils.core import data  # noqa: E402
+from kvutils.explorer import data as explorer_data  # noqa: E402
+from kvutils.explorer import html as explorer_html  # noqa: E402
 
 # one pair longer than tiny-gemma3's sliding window (16 tokens), so stored rows cross it
 LONG_PAIR = data.Word("bank", "The bank", (

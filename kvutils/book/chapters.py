@@ -1,0 +1,274 @@
+"""Run the book's chapters with papermill: the full profile (the notebooks' own defaults) or the
+quick profile (tiny models, small sizes) that the tests use.
+
+    python -m kvutils.chapters 01 [--profile quick] [--results-dir results] [-p name value ...]
+
+After the chapters it runs, it re-runs the summary pages (conclusions and appendices), which read
+every chapter's results file and results/bench.json; they load no model and take seconds.
+`python -m kvutils.chapters pages` runs only those.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kvutils.core.interrupt import INTERRUPTED
+from kvutils.core.paths import REPO_ROOT
+
+NOTEBOOKS = {"01": "01_cache_exactness", "02": "02_bert_contrast", "03": "03_sense_probes",
+             "04": "04_cache_approximations", "05": "05_qwen3_switch"}
+QUICK = {
+    "01_cache_exactness": dict(models="tiny-llama,tiny-gemma3", n_prompts=4, prompt_tokens=16,
+                               new_tokens=8, batch_size=4),
+    "02_bert_contrast": dict(models="tiny-llama,tiny-gemma3", encoder="tiny-bert"),
+    "03_sense_probes": dict(models="tiny-llama,tiny-gemma3", encoder="tiny-bert"),
+    "04_cache_approximations": dict(
+        models="tiny-llama,tiny-gemma3", table2_models="tiny-llama,tiny-gemma3", n_docs=2, prefill=64,
+        decode=32, chunk_decode=16, contexts="32,128", timing_repeats=2,
+        ops=("exact; cast:dtype=bfloat16; quantize_naive:bits=4; quantize_kivi:bits=4,group=16,residual=16; "
+             "window:size=16,sinks=4; window:size=16,sinks=0; window:size=16,sinks=4,reindex=true; "
+             "chunk_reuse:positions=reindexed,chunk=32; chunk_reuse:positions=original,chunk=32; "
+             "chunk_blend:recompute_fraction=0.15,chunk=32; chunk_blend:recompute_fraction=1.0,chunk=32"),
+        frontier_models="tiny-llama,tiny-gemma3", frontier_docs=2, frontier_prefill=64, frontier_decode=32,
+        # h2o / tova / the window at 48 entries: the mean a press at 0.5 holds over 64 + 32 tokens (32 + 15.5)
+        frontier_ops=("exact; quantize_kivi:bits=2,group=16,residual=16; window:size=48,sinks=4; "
+                      "random:compression_ratio=0.5; snapkv:compression_ratio=0.25,window=8; "
+                      "snapkv:compression_ratio=0.5,window=8; adakv:compression_ratio=0.5,window=8; "
+                      "pyramidkv:compression_ratio=0.5,window=8; expected_attention:compression_ratio=0.5,future=64; "
+                      "h2o:compression_ratio=0.25; tova:compression_ratio=0.25; hf_quantized:backend=fp8")),
+    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", patch_k=2, rank=4, alpha=8, steps=3,
+                            batch_size=8, n_train=16, n_heldout=8, passage_tokens=16, candidate_tokens=8,
+                            patch_pairs=2, exact_examples=4, patch_layer_groups=2, bench_tokens=32,
+                            timing_repeats=1),
+}
+# Pages that summarise the results files; their only parameter is results_dir.
+PAGES = {"06": "06_conclusions", "A": "appendix_a_reproducibility", "B": "appendix_b_performance"}
+EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
+# `--lanes`: the chapters split into two queues of about equal length on the full profile, one per
+# core, each kernel on one thread. On 2 cores this beats one queue on two threads: these small models
+# keep two threads only partly busy. Timings inside a chapter would then be taken beside the other
+# lane, so chapter 4's decode steps are timed first, alone (kvutils.studies.cache_approximations.study.time_alone).
+# Measured on the full profile (2026-12-01, one thread each): 04 1,091 s, 05 1,144 s, 01 465 s,
+# 02 34 s, 03 57 s. Chapter 4's frontier then grew (8 documents at 1,024 + 128 tokens, about +10
+# min) and chapter 5's patching map (32 pairs, about +3.5 min), so chapter 1 moved beside chapter 5.
+LANES = (("04", "02", "03"), ("05", "01"))
+
+
+UNFINISHED = ".unfinished"  # beside the executed copies: ones being written, and failed ones (the book skips it)
+
+
+def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "results",
+                output_dir: str | Path = EXECUTED_DIR, parameters: dict | None = None) -> Path:
+    """Execute one chapter notebook; return the executed copy's path. papermill writes the copy
+    under <output_dir>/.unfinished/ and it replaces the page's copy only when every cell ran, so
+    a failed or interrupted run leaves the previous page (which matches the previous results
+    file). A failing cell raises papermill's PapermillExecutionError, noting the notebook, the
+    cell and the failed copy (.unfinished/<name>.failed.ipynb)."""
+    import papermill
+
+    everything = {**NOTEBOOKS, **PAGES}
+    if chapter not in everything:
+        raise ValueError(f"chapter: {chapter!r} unknown; choose one of {', '.join(everything)}")
+    if profile not in ("full", "quick"):
+        raise ValueError(f"profile: {profile!r} unknown; choose 'full' or 'quick'")
+    name = everything[chapter]
+    params = dict(QUICK.get(name, {})) if profile == "quick" else {}
+    params.update(parameters or {})
+    params["results_dir"] = str(Path(results_dir).expanduser().resolve())
+    output_dir = Path(output_dir).expanduser()
+    output = output_dir / f"{name}.ipynb"
+    unfinished = output_dir / UNFINISHED
+    unfinished.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(unfinished)
+    running = unfinished / f"{name}.{os.getpid()}.ipynb"
+    failed = unfinished / f"{name}.failed.ipynb"
+    print(f"== chapter {chapter} ({name}, {profile} profile) ...", flush=True)
+    started = time.time()
+    try:
+        papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", running, parameters=params,
+                                   cwd=REPO_ROOT, kernel_name="python3", progress_bar=False,
+                                   log_output=True)
+        _drop_widget_state(running)
+        os.replace(running, output)
+    except papermill.PapermillExecutionError as err:
+        if running.exists() and err.ename != "KeyboardInterrupt":  # an interrupted copy is of no use
+            os.replace(running, failed)
+        first_line = next((line for line in err.source.splitlines() if line.strip()), "")
+        err.add_note(f"chapter {chapter}: notebooks/{name}.ipynb failed in cell {err.cell_index} "
+                     f"(In [{err.exec_count}]: {first_line!r}) with {err.ename}: {err.evalue}; "
+                     f"the executed copy, error included, is {failed}; the page's copy {output} is as it was")
+        raise
+    finally:
+        running.unlink(missing_ok=True)
+    failed.unlink(missing_ok=True)
+    print(f"== chapter {chapter} done in {time.time() - started:.0f} s -> {output}", flush=True)
+    return output
+
+
+def _remove_orphans(unfinished: Path) -> None:
+    """Delete executed copies whose runner was killed (SIGKILL leaves its copy behind)."""
+    from kvutils.core.results import writer_alive
+
+    for copy in unfinished.glob("*.*.ipynb"):
+        pid = copy.suffixes[-2].lstrip(".")
+        if pid.isdigit() and not writer_alive(int(pid), copy):
+            copy.unlink(missing_ok=True)
+
+
+LANE_GRACE_S = 10  # after an interrupt, time for a lane to end by itself before it gets SIGTERM
+
+
+def run_lanes(lanes, profile: str, results_dir: str, output_dir: str) -> None:
+    """Run each lane's chapters in its own process on one thread, the lanes side by side; wait for
+    all, then fail naming every lane that failed (its chapter's own error is printed above).
+    Before the lanes, chapter 4's decode steps are timed alone on every thread; the chapter reads
+    those timings (see kvutils.studies.cache_approximations.study)."""
+    from kvutils.studies.cache_approximations import study as approx_study
+
+    started = time.time()
+    name = NOTEBOOKS["04"]
+    print(f"== timing chapter 4's decode steps alone ({profile} profile) ...", flush=True)
+    timed = approx_study.time_alone(results_dir, dict(QUICK[name]) if profile == "quick" else {})
+    alone_s = time.time() - started
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           approx_study.TIMINGS_ENV: str(Path(timed).resolve())}
+    started = time.time()
+    procs = [(lane, subprocess.Popen([sys.executable, "-m", "kvutils.chapters", *lane, "--no-pages", "--profile",
+                                      profile, "--results-dir", results_dir, "--output-dir", output_dir], env=env))
+             for lane in lanes]
+    try:
+        failed = [(lane, p.wait()) for lane, p in procs]
+    except BaseException:  # Ctrl-C or a kill of this runner stops its lanes too, not only itself
+        for _, p in procs:  # they were interrupted with this runner; SIGTERM the ones still going
+            try:
+                p.wait(LANE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGTERM)  # not SIGINT, which a background shell's children ignore
+                p.wait()
+        raise
+    failed = [(lane, code) for lane, code in failed if code != 0]
+    if failed and all(code == INTERRUPTED for _, code in failed):
+        raise KeyboardInterrupt  # each lane said so in one line
+    if failed:
+        raise SystemExit("chapters failed: " + "; ".join(f"lane {', '.join(lane)} exited with {code}"
+                                                          for lane, code in failed))
+    from kvutils.core.results import write_json_atomic
+
+    wall = time.time() - started
+    # the appendix's wall time of `make book` counts the lanes once, not the sum of their chapters
+    write_json_atomic(Path(results_dir) / "chapter_lanes.json",
+                      {"lanes": [list(lane) for lane in lanes], "threads_per_lane": 1, "wall_time_s": round(wall, 2),
+                       "decode_timing_alone_s": round(alone_s, 2)})
+    print(f"== all lanes done in {wall:.0f} s", flush=True)
+
+
+def _drop_widget_state(notebook: Path) -> None:
+    """The book is static: stored ipywidgets state would make its pages load the widget manager
+    from a CDN (and the live controls need a kernel anyway), so the executed copy keeps none."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    if nb.metadata.pop("widgets", None) is not None:
+        nbformat.write(nb, notebook)  # a copy under .unfinished/, not yet the page's
+
+
+def _check_pages_inputs(results_dir: str, running: list[str]) -> None:
+    """The summary pages read every chapter's results and bench.json: say now, before any chapter
+    runs, if some would still be missing after this run's chapters."""
+    from kvutils.core.results import results_path
+
+    missing = [f"{name}.json" for n, name in NOTEBOOKS.items()
+               if n not in running and not results_path(results_dir, name).is_file()]
+    missing += [] if (Path(results_dir) / "bench.json").is_file() else ["bench.json"]
+    if missing:
+        raise ValueError(f"--results-dir: the summary pages need {', '.join(missing)} in {results_dir}, which "
+                         "this run does not write; run make book first, or pass --no-pages")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m kvutils.chapters", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("chapters", nargs="*", default=list(NOTEBOOKS),
+                        help="e.g. 01 (default: all); 'pages' runs only the summary pages")
+    parser.add_argument("--profile", default="full", choices=["full", "quick"])
+    parser.add_argument("--results-dir", default="results")
+    parser.add_argument("--output-dir", default=str(EXECUTED_DIR))
+    parser.add_argument("--no-pages", action="store_true", help="do not re-run the summary pages afterwards")
+    parser.add_argument("--lanes", action="store_true",
+                        help="all chapters in two one-thread queues side by side: " + " | ".join(map(",".join, LANES)))
+    parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                        help="override a notebook parameter (as papermill -p)")
+    from kvutils.core import params
+
+    params.check_flags(parser, argv)
+    args = parser.parse_args(argv)
+    args.results_dir, args.output_dir = (str(Path(d).expanduser()) if d.strip() else d  # "" stays an error
+                                         for d in (args.results_dir, args.output_dir))
+    overrides = {}
+    for key, raw in args.p:
+        try:
+            overrides[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            overrides[key] = raw
+    unknown = [c for c in args.chapters if c not in {**NOTEBOOKS, **PAGES} and c != "pages"]
+    if unknown:
+        parser.error(f"chapters: {', '.join(map(repr, unknown))} unknown; choose from "
+                     f"{', '.join([*NOTEBOOKS, *PAGES])} or 'pages'")
+    chapters = [c for c in args.chapters if c not in PAGES and c != "pages"]
+    if args.lanes and (overrides or sorted(chapters) != sorted(NOTEBOOKS)):
+        parser.error("--lanes runs every chapter with its own defaults; give no chapters and no -p")
+    try:  # parameter names and output folders, before any kernel starts or model loads
+        from kvutils.core import results
+
+        results.check_folder(args.output_dir, "--output-dir")
+        for chapter in chapters:
+            params.check_names(overrides, NOTEBOOKS[chapter])
+            results.check_output(args.results_dir, NOTEBOOKS[chapter], "--results-dir")
+        if not chapters and not (args.results_dir.strip() and Path(args.results_dir).is_dir()):
+            raise ValueError(f"--results-dir: {args.results_dir!r} is not a folder; the summary pages read the "
+                             "chapters' results from it (make book writes them to results/)")
+        if not args.no_pages:
+            _check_pages_inputs(args.results_dir, chapters or (list(NOTEBOOKS) if args.lanes else []))
+    except ValueError as err:
+        parser.error(str(err))
+    if args.lanes:
+        run_lanes(LANES, args.profile, args.results_dir, args.output_dir)
+        chapters = []
+    for chapter in chapters:
+        run_chapter(chapter, args.profile, args.results_dir, args.output_dir, overrides)
+    for page in [] if args.no_pages else PAGES:
+        run_chapter(page, args.profile, args.results_dir, args.output_dir)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """`main`, with Ctrl-C or SIGTERM answered by one line (kvutils.core.interrupt): each results file
+    and each page's executed copy is replaced as one unit, so an interrupted chapter leaves the
+    previous ones as they were."""
+    import papermill
+
+    from kvutils.core.interrupt import run_cli
+
+    def main_interruptible(args: list[str] | None) -> int:
+        try:
+            main(args)
+        except papermill.PapermillExecutionError as err:
+            if err.ename == "KeyboardInterrupt":  # Ctrl-C reached the kernel mid-cell
+                raise KeyboardInterrupt from None
+            # the chapter's own error, its cell and its executed copy (run_chapter's note); the
+            # runner's traceback would only show papermill's internals
+            print("\n".join(getattr(err, "__notes__", [])) or f"{err.ename}: {err.evalue}", file=sys.stderr)
+            return 1
+        return 0
+
+    return run_cli(main_interruptible, argv, "every results file and page is as it was before the "
+                   "interrupted chapter", children=True)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

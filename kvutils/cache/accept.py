@@ -1,0 +1,334 @@
+"""The acceptance test: measure a cache operation on your own model and documents before using it.
+
+    python -m kvutils.accept --model gemma3-270m --op quantize_naive:bits=4 --docs PATH \\
+        --prefill 256 --decode 256 [--op window:size=128,sinks=4 ...] [--out results/accept.json]
+
+For each document the first `prefill` tokens fill the cache, the operation modifies it, and the
+next `decode` tokens are teacher-forced (`kvutils.cache.scoring`); each fed token is scored on the token
+after it, so a document needs prefill + decode + 1 tokens. Reported per operation: the mean
+KL(exact || op) of the next-token distributions (nats), top-1 agreement with the exact cache (%),
+perplexity on the actual next tokens, the bytes the cache holds after the prefill, and the same
+per document. Every parameter is checked, and every document's length, before a model loads.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from kvutils.cache.hf_caches import refusal
+from kvutils.cache.ops import OPS, CacheOp, Exact, cache_bytes, held_bytes, parse_op, parse_ops
+from kvutils.cache.scoring import PATHS, STEP_BATCH, batched_step, exact_prefill, score_step_many, step_start
+from kvutils.core import data, params, results
+from kvutils.core.interrupt import OUT_OF_MEMORY
+from kvutils.models import registry as models
+
+
+def _documents(docs, parameter: str = "docs") -> list[data.Document]:
+    if isinstance(docs, (str, Path)):
+        return data.load_corpus(str(docs), parameter=parameter)
+    out = [d if isinstance(d, data.Document) else data.Document(f"doc{i}", d) for i, d in enumerate(docs)]
+    if not out or not all(isinstance(d.text, str) for d in out):
+        raise ValueError(f"{parameter}: give a corpus name/path or a non-empty list of texts or Documents")
+    return out
+
+
+def tokenize_documents(tokenizer, docs: list[data.Document], length: int, n_docs: int | None = None,
+                       skip_short: bool = False, parameter: str = "docs"):
+    """The first `length` token ids of the first `n_docs` documents (all if None), with the
+    tokenizer's special tokens (e.g. BOS). A document shorter than `length` is an error naming it,
+    unless `skip_short`: then it is left out, reported, and the next long one is taken instead.
+    Returns (used [(Document, ids)], skipped [(id, tokens)])."""
+    if n_docs is not None:
+        params.check_int("n_docs", n_docs, 1)
+    used, short = [], []
+    for doc in docs if skip_short else docs[:n_docs]:
+        if n_docs is not None and len(used) == n_docs:
+            break
+        ids = data.first_tokens(tokenizer, doc.text, length)  # a prefix of a long document, not all of it
+        if len(ids) < length:
+            short.append((doc.id, len(ids)))
+        else:
+            used.append((doc, torch.tensor(ids)))
+    if short and not skip_short:
+        cut = {d.id: data.cut_note(d) for d in docs}
+        named = ", ".join(f"{i} ({n} tokens{cut.get(i, '')})" for i, n in short)
+        raise ValueError(f"{parameter}: documents shorter than prefill + decode + 1 = {length} tokens: {named} "
+                         "(skip_short / --skip-short leaves them out)")
+    if not used or (n_docs is not None and len(used) < n_docs):
+        raise ValueError(f"{parameter}: n_docs={n_docs or 1} asked for, but only {len(used)} of {len(docs)} "
+                         f"documents have {length} tokens")
+    return used, short
+
+
+@torch.inference_mode()
+def compare(exact: torch.Tensor, approx: torch.Tensor, targets: torch.Tensor, block: int = 32) -> dict:
+    """Per-step numbers of one document: logits (steps, vocab) under the exact and the modified
+    cache, and the tokens that actually came next (steps,). In float64, a block of steps at a time:
+    nearly equal distributions over a large vocabulary need it (fp32 gives KLs of +-1e-8)."""
+    kl, nll, nll_exact = [], [], []
+    for start in range(0, len(targets), block):
+        rows = slice(start, start + block)
+        log_exact = torch.log_softmax(exact[rows].double(), dim=-1)
+        log_approx = torch.log_softmax(approx[rows].double(), dim=-1)
+        kl.append((log_exact.exp() * (log_exact - log_approx)).sum(-1))
+        picked = targets[rows, None]
+        nll.append(-log_approx.gather(-1, picked)[:, 0])
+        nll_exact.append(-log_exact.gather(-1, picked)[:, 0])
+    return {"kl": torch.cat(kl).cpu(), "agree": (exact.argmax(-1) == approx.argmax(-1)).cpu(),
+            "nll": torch.cat(nll).cpu(), "nll_exact": torch.cat(nll_exact).cpu()}
+
+
+def _summary(per_step: list[dict]) -> dict:
+    kl = torch.cat([s["kl"] for s in per_step])
+    agree = torch.cat([s["agree"] for s in per_step])
+    nll = torch.cat([s["nll"] for s in per_step])
+    return {"mean_kl": kl.mean().item(), "top1_agreement_pct": 100.0 * agree.double().mean().item(),
+            "perplexity": math.exp(nll.mean().item())}
+
+
+def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: str = "float32",
+                device: str = "cpu", n_docs: int | None = None, skip_short: bool = False,
+                path: str = "fast", progress: bool = True) -> dict:
+    """Score several operations on one model load. `model` is a registry name, HF id, local path
+    or a `Loaded`; `ops` specs or `CacheOp`s; `docs` "pydoc", a folder of .txt, a .jsonl with a
+    "text" field, or a list of texts / `data.Document`s (a `Loaded` keeps its own dtype and
+    device). Returns a JSON-ready dict with the exact cache's perplexity and, under "ops" keyed by
+    spec, each operation's numbers. The exact reference always takes the fast path; `path="step"`
+    scores the operations by the step-by-step reference instead (slow; for checks and timing).
+    Operations without a one-forward path (decode-time policies, transformers' cache objects) always
+    take the step path ("path" in their numbers). A transformers cache that refuses the model is
+    not scored; "refused" names it and why."""
+    started = time.time()
+    ops = parse_ops(ops)
+    params.check_int("prefill", prefill, 1)
+    params.check_int("decode", decode, 1)
+    params.check_choice("path", path, PATHS)
+    params.check_device(device)
+    torch_dtype = models.as_dtype(dtype)
+    for op in ops:
+        op.check_lengths(prefill, decode)
+    documents = _documents(docs)
+    if isinstance(model, models.Loaded):
+        loaded, tokenizer, family = model, model.tokenizer, model.family
+    else:
+        resolved = models.resolve(model, parameter="model")
+        family = resolved.family
+        if prefill + decode + 1 > resolved.context:
+            raise ValueError(f"prefill + decode + 1 = {prefill + decode + 1} exceeds {model}'s context {resolved.context}")
+        loaded, tokenizer = None, models.load_tokenizer(model)
+    if family != "causal":
+        raise ValueError(f"model: {getattr(model, 'name', model)} is an {family} model; the cache test needs a causal one")
+    used, skipped = tokenize_documents(tokenizer, documents, prefill + decode + 1, n_docs, skip_short)
+    if loaded is None:
+        loaded = models.load(model, torch_dtype, device)
+    exact_op = Exact()
+    refused = {op.spec: why for op in ops if hasattr(op, "make_cache") and (why := refusal(loaded.config, op))}
+    for spec, why in refused.items():
+        print(f"{loaded.name}: {spec} not scored: {why}", file=sys.stderr)
+    scored = [op for op in ops if op.spec not in refused]
+    for op in scored:
+        op.check_model(loaded.config)
+    # an op without a one-forward path (it decides while decoding) is scored on the step path
+    op_path = {op.spec: path if op.has_fast_path else "step" for op in scored}
+    views = any(op.needs_views for op in scored)
+
+    # step-path presses, policies and cache objects: a group of documents at a time, each one's
+    # start made beside its shared exact prefill (whose layer views are then dropped), and the
+    # group's documents decoded together
+    batched = [op for op in scored if op_path[op.spec] == "step" and batched_step(op)]
+    per_step = {op.spec: [None] * len(used) for op in scored}
+    seconds = {op.spec: 0.0 for op in scored}
+    stats = {op.spec: [{} for _ in used] for op in scored}
+    exact_nll, exact_seconds = [], 0.0
+    # `with`: the bar is closed before an interrupt is reported, not redrawn after it
+    with tqdm(total=len(used), desc=f"accept {loaded.name}", disable=not progress, unit="doc") as bar:
+        for group in range(0, len(used), STEP_BATCH):
+            references, starts = {}, {op.spec: [] for op in batched}
+            for d, (_, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
+                t0 = time.perf_counter()
+                prefilled = exact_prefill(loaded, ids[None, :prefill], views=views)  # shared by every op that starts from it
+                reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
+                exact_seconds += time.perf_counter() - t0
+                targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
+                references[d] = (reference, targets)
+                for op in scored:
+                    t0 = time.perf_counter()
+                    if op in batched:
+                        starts[op.spec].append(step_start(loaded, op, ids, prefill, prefilled, stats[op.spec][d]))
+                    else:
+                        logits = (reference if op == exact_op and path == "fast" else
+                                  PATHS[op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled, stats=stats[op.spec][d]))
+                        per_step[op.spec][d] = compare(reference, logits, targets)
+                    seconds[op.spec] += time.perf_counter() - t0
+                exact_nll.append(compare(reference, reference, targets)["nll_exact"])
+                del prefilled
+                bar.update()
+            ids_group = torch.stack([ids for _, ids in used[group:group + STEP_BATCH]])  # (docs, prefill + decode + 1)
+            for op in batched:
+                t0 = time.perf_counter()
+                logits = score_step_many(loaded, op, ids_group, prefill, decode, starts.pop(op.spec))  # (docs, decode, vocab)
+                seconds[op.spec] += time.perf_counter() - t0
+                for d, doc_logits in enumerate(logits, start=group):
+                    per_step[op.spec][d] = compare(references[d][0], doc_logits, references[d][1])
+    held = {op.spec: [s["cache_bytes"] if "cache_bytes" in s else held_bytes(loaded.config, s["held"], loaded.dtype)
+                      for s in stats[op.spec]] for op in scored if op.data_dependent}
+
+    out_ops = {}
+    for op in scored:
+        steps = per_step[op.spec]
+        out_ops[op.spec] = {
+            "op": op.spec, "name": op.name, "family": op.family, "path": op_path[op.spec], **_summary(steps),
+            # data-dependent methods: the mean over documents of what they actually held after the prefill
+            "cache_bytes": (sum(held[op.spec]) / len(held[op.spec]) if op.data_dependent
+                            else cache_bytes(loaded.config, op, prefill, loaded.dtype)),
+            "seconds": round(seconds[op.spec], 3),
+            "per_document": [{"id": doc.id, **_summary([s])} for (doc, _), s in zip(used, steps)],
+        }
+    nll = torch.cat(exact_nll)
+    return {
+        "model": loaded.describe(), "prefill": prefill, "decode": decode, "dtype": str(loaded.dtype).replace("torch.", ""),
+        "device": str(loaded.device), "path": path,
+        "documents": [doc.id for doc, _ in used], "skipped_short": [{"id": i, "tokens": n} for i, n in skipped],
+        "exact_perplexity": math.exp(nll.mean().item()),
+        "exact_perplexity_per_document": [math.exp(x.mean().item()) for x in exact_nll],
+        "exact_cache_bytes": cache_bytes(loaded.config, exact_op, prefill, loaded.dtype),
+        "exact_seconds": round(exact_seconds, 3), "ops": out_ops, "refused": refused,
+        "seconds": round(time.time() - started, 2),
+    }
+
+
+def accept(model, op, docs, prefill: int = 256, decode: int = 256, dtype: str = "float32",
+           device: str = "cpu", **kwargs) -> dict:
+    """One operation: its numbers (mean_kl, top1_agreement_pct, perplexity, per_document, ...)
+    beside the run's shared fields (exact_perplexity, documents, model, ...)."""
+    run = accept_many(model, [op], docs, prefill, decode, dtype, device, **kwargs)
+    (numbers,) = run.pop("ops").values()
+    return {**run, **numbers}
+
+
+# --------------------------------------------------------------------------- command line
+
+NOT_ALL_SCORED = 3  # the exit status when a requested operation was refused (its reason is in the JSON)
+
+
+def _op_arg(spec: str) -> CacheOp:
+    try:
+        return parse_op(spec)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+# a sentence ends at a period, then a capital; not the period of "et al." or "e.g."
+_SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bcf)(?<!\bvs)\.\s+(?=[A-Z0-9`(\"])")
+
+
+def summary(cls) -> str:
+    """An operation's one-line summary: the first sentence of its docstring, whole."""
+    text = " ".join((cls.__doc__ or cls.name).split())
+    return _SENTENCE_END.split(text, maxsplit=1)[0].rstrip(".") + "."
+
+
+def _registry_text() -> str:
+    lines = []
+    for name, cls in OPS.items():
+        fields = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls))
+        lines.append(f"  {name}{f' ({fields})' if fields else ''}: {summary(cls)}")
+    return "\n".join(lines)
+
+
+def table(run: dict) -> str:
+    """A short text table of a run."""
+    head = f"{'operation':44s} {'mean KL':>10s} {'top-1 %':>8s} {'ppl':>10s} {'cache KiB':>10s} {'s':>7s}"
+    rows = [f"{run['model']['name']}: {len(run['documents'])} documents, prefill {run['prefill']}, "
+            f"decode {run['decode']}, {run['dtype']}, {run['path']} path; exact perplexity "
+            f"{run['exact_perplexity']:.4f}", head, "-" * len(head)]
+    for spec, r in run["ops"].items():
+        rows.append(f"{spec:44s} {r['mean_kl']:10.3g} {r['top1_agreement_pct']:8.2f} {r['perplexity']:10.4f} "
+                    f"{r['cache_bytes'] / 1024:10.1f} {r['seconds']:7.2f}")
+    for spec, why in run.get("refused", {}).items():
+        rows.append(f"{spec:44s} refused: {why}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kvutils.accept", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Measure KV-cache operations against the exact cache: mean KL, top-1 agreement, perplexity.",
+        epilog="operations (--op name or name:key=value,...):\n" + _registry_text())
+    parser.add_argument("--model", required=True, type=str.strip,  # " tiny-llama " as the notebooks take it
+                        help="registry name, Hugging Face id or local model directory (required)")
+    parser.add_argument("--op", dest="ops", action="append", type=_op_arg, required=True,
+                        help="a cache operation; repeat to score several on one model load (required; "
+                        "an operation this machine cannot run is refused here, before the model loads)")
+    parser.add_argument("--docs", required=True, help='"pydoc", a folder of .txt files or a .jsonl with a "text" '
+                        "field (required; each document is read only to its first "
+                        f"{data.DOC_PREFIX_BYTES:,} bytes)")
+    parser.add_argument("--prefill", type=int, default=256,
+                        help="tokens that fill the cache before the operation (default: %(default)s)")
+    parser.add_argument("--decode", type=int, default=256,
+                        help="teacher-forced tokens scored after it (default: %(default)s)")
+    parser.add_argument("--n-docs", type=int, default=None, help="use the first N documents (default: all)")
+    parser.add_argument("--skip-short", action="store_true",
+                        help="leave out documents that are too short (default: off, they are an error)")
+    parser.add_argument("--dtype", default="float32", choices=list(models.DTYPES), help="(default: %(default)s)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, or auto: accelerate's device_map=\"auto\" "
+                        "spreads the model over every accelerator, then the CPU (default: %(default)s)")
+    parser.add_argument("--path", default="fast", choices=list(PATHS),
+                        help="fast (one forward) or step (reference) (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=None, help="write the numbers here as JSON (default: none, "
+                        "printed only)")
+    params.check_flags(parser, argv)
+    args = parser.parse_args(argv)
+    try:
+        if args.out is not None:  # before any model loads, not after the run
+            args.out = results.check_output_file(args.out, "--out")  # "~/a.json" as the file it names
+        run = accept_many(args.model, args.ops, args.docs, args.prefill, args.decode, args.dtype, args.device,
+                          args.n_docs, args.skip_short, args.path)
+    except (ValueError, models.ModelNotAvailable) as err:
+        parser.error(str(err))
+    except KeyboardInterrupt:
+        print("interrupted; nothing written" + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)
+        return 130
+    except MemoryError:  # not an interruption: say what ran out
+        print("out of memory: the run needs more than this machine allows; nothing written"
+              + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)
+        return OUT_OF_MEMORY
+    print(table(run))
+    if args.out is not None:
+        run.update(packages=results.package_versions(), git_commit=results.git_commit(), machine=results.machine())
+        try:
+            results.write_json_atomic(args.out, run)
+        except OSError as err:  # e.g. the folder went away during the run: keep the numbers
+            print(json.dumps(results._jsonable(run)))
+            parser.exit(1, f"--out: cannot write {args.out} ({err.strerror or err}); the numbers are printed above\n")
+        except KeyboardInterrupt:
+            print(f"interrupted; {args.out} is as it was", file=sys.stderr)
+            return 130
+        print(f"wrote {args.out}")
+    if run["refused"]:  # a script must not believe it measured every operation it asked for
+        print(f"{len(run['refused'])} of {len(args.ops)} operations not scored (refused: "
+              f"{', '.join(run['refused'])}); exit status {NOT_ALL_SCORED}", file=sys.stderr)
+        return NOT_ALL_SCORED
+    return 0
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """`python -m kvutils.accept` and `kvutils-accept`: a kill ends the run as Ctrl-C does, with one
+    line, and --out as it was."""
+    from kvutils.core.interrupt import signals_as_interrupt
+
+    with signals_as_interrupt():
+        return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

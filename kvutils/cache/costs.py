@@ -1,0 +1,204 @@
+"""What the cache costs and buys (chapter 4, E4 and Table 1): bytes per token from a model's
+configuration, checked against a real filled cache; the analytical compute of a decode step with
+and without the cache; a measured decode step; and the memory-bandwidth bound of that step.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from kvutils.cache.ops import Exact, kv_shape
+from kvutils.cache.ops import cache_bytes as op_cache_bytes
+from kvutils.models.registry import Loaded
+
+KIB, GIB = 1024, 1024 ** 3
+SEQUENCE_128K = 128 * 1024  # the article's "per 128K-token sequence"
+
+
+# --------------------------------------------------------------------------- bytes per token
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_value: int = 2) -> int:
+    """Keys and values (2) of every layer and KV head: 2 × layers × kv_heads × head_dim × bytes."""
+    return 2 * layers * kv_heads * head_dim * bytes_per_value
+
+
+def mla_bytes_per_token(layers: int, latent_dim: int, rope_key_dim: int, bytes_per_value: int = 2) -> int:
+    """Multi-head latent attention caches one compressed latent and one positional key per layer."""
+    return layers * (latent_dim + rope_key_dim) * bytes_per_value
+
+
+def published_bytes(row: dict, bytes_per_value: int = 2) -> int:
+    """Bytes per token of one row of the article's Table 1 (data/article_figures.json)."""
+    if row["attention"] == "MLA":
+        return mla_bytes_per_token(row["layers"], row["latent_dim"], row["rope_key_dim"], bytes_per_value)
+    return kv_bytes_per_token(row["layers"], row["kv_heads"], row["head_dim"], bytes_per_value)
+
+
+def _layer_windows(config) -> list[int | None]:
+    """Per layer, the attention window (None: the layer attends to every earlier token)."""
+    n = config.num_hidden_layers
+    types = getattr(config, "layer_types", None) or ["full_attention"] * n
+    window = getattr(config, "sliding_window", None)
+    return [window if t == "sliding_attention" and window else None for t in types]
+
+
+def cache_bytes(config, seq_len: int, dtype: torch.dtype = torch.float32) -> dict:
+    """Bytes of a model's cache after `seq_len` tokens, from its configuration.
+
+    `full_model_formula` is the textbook 2 × layers × kv_heads × head_dim × bytes × tokens.
+    `held` is what a transformers `DynamicCache` really keeps (the exact cache operation's bytes):
+    every token for a global layer, the last `sliding_window − 1` for a sliding-window layer.
+    """
+    kv_heads, head_dim = kv_shape(config)
+    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
+    return {
+        "seq_len": seq_len,
+        "bytes_per_token": per_token,
+        "full_model_formula": per_token * seq_len,
+        "held": int(op_cache_bytes(config, Exact(), seq_len, dtype)),
+        "sliding_layers": sum(w is not None for w in _layer_windows(config)),
+    }
+
+
+def held_bytes(cache) -> int:
+    """Bytes of the keys and values a filled cache holds."""
+    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+
+
+@torch.inference_mode()
+def real_cache_bytes(loaded: Loaded, ids: torch.Tensor) -> int:
+    """Bytes of the keys and values a real forward pass leaves in the cache."""
+    cache = DynamicCache(config=loaded.model.config)
+    loaded.model(input_ids=ids.to(loaded.device), cache=cache, use_cache=True, logits_to_keep=1)
+    return held_bytes(cache)
+
+
+# --------------------------------------------------------------------------- compute
+
+
+def _matmul_weights(loaded: Loaded) -> tuple[int, int]:
+    """(weights of the decoder layers' linear maps, weights of the output head)."""
+    layers = sum(m.weight.numel() for name, m in loaded.model.named_modules()
+                 if isinstance(m, torch.nn.Linear) and ".layers." in f".{name}.")
+    head = loaded.model.get_output_embeddings().weight.numel()
+    return layers, head
+
+
+def step_flops(loaded: Loaded, context: int, cached: bool) -> float:
+    """Multiply-adds × 2 of one decode step that predicts token `context + 1`.
+
+    Cached: one new token through every layer, attending to `context + 1` keys. Uncached: all
+    `context + 1` tokens through every layer (causal attention: token i sees i keys), logits for
+    the last one only. Each attended key costs 2 × head_dim multiply-adds per query head (scores
+    and the weighted sum of values); a sliding-window layer attends to at most its window.
+    """
+    config = loaded.config
+    layer_weights, head_weights = _matmul_weights(loaded)
+    attn_width = config.num_attention_heads * kv_shape(config)[1]
+    windows = _layer_windows(config)
+    n = context + 1
+    positions = [n] if cached else range(1, n + 1)
+    attended = sum(min(p, w) if w else p for p in positions for w in windows)
+    tokens = 1 if cached else n
+    return 2.0 * (layer_weights * tokens + 2 * attn_width * attended + head_weights)
+
+
+# --------------------------------------------------------------------------- time
+
+
+def repeat_seconds(fn, repeats: int) -> list[float]:
+    """Seconds of each of `repeats` calls of `fn`, in the order they ran."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def median_seconds(fn, repeats: int) -> float:
+    return statistics.median(repeat_seconds(fn, repeats))
+
+
+@dataclass
+class StepTimes:
+    context: int
+    cached_ms: float  # median of the repeats
+    uncached_ms: float  # median of the repeats
+    cache_bytes: int  # what the prefilled cache of the context really held
+    cached_repeats_ms: list[float] = field(default_factory=list)  # every repeat, in the order timed
+    uncached_repeats_ms: list[float] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        """Ratio of the medians."""
+        return self.uncached_ms / self.cached_ms
+
+    @property
+    def speedups(self) -> list[float]:
+        """Speed-up of each repeat pair (the i-th uncached step over the i-th cached step)."""
+        return [u / c for u, c in zip(self.uncached_repeats_ms, self.cached_repeats_ms)]
+
+
+@torch.inference_mode()
+def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> StepTimes:
+    """Time of one decode step after the context `ids` (1, context), every repeat kept and the
+    median of each side: with the cache (one token against a prefilled cache, fresh copy each
+    repeat so the context stays fixed) and without it (the whole context plus the new token, from
+    scratch). After one warm-up of each, the two are timed alternately (cached, uncached, cached,
+    …), so a repeat pair shares the machine's state of the moment."""
+    model, ids = loaded.model, ids.to(loaded.device)
+    context = ids.shape[-1]
+    prefilled = DynamicCache(config=model.config)
+    out = model(input_ids=ids, cache=prefilled, use_cache=True, logits_to_keep=1)
+    new = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+    full = torch.cat([ids, new], dim=-1)  # (1, context + 1)
+
+    def cached_step(cache):
+        model(input_ids=new, cache=cache, use_cache=True, logits_to_keep=1)
+
+    def uncached_step():
+        model(input_ids=full, use_cache=False, logits_to_keep=1)
+
+    caches = [copy.deepcopy(prefilled) for _ in range(repeats + 1)]
+    cached_step(caches.pop())  # warm-up
+    uncached_step()
+    cached, uncached = [], []
+    for cache in caches:
+        cached.append(1e3 * _time_once(lambda cache=cache: cached_step(cache)))
+        uncached.append(1e3 * _time_once(uncached_step))
+    return StepTimes(context, statistics.median(cached), statistics.median(uncached), held_bytes(prefilled),
+                     cached, uncached)
+
+
+def memory_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """Bytes per second this machine streams through memory: best of `repeats` copies of a buffer
+    much larger than any cache (bytes read + bytes written, over the time)."""
+    source = torch.ones(megabytes * 1024 * 1024 // 4, dtype=torch.float32)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    best = min(_time_once(lambda: target.copy_(source)) for _ in range(repeats))
+    return 2 * source.nbytes / best
+
+
+def _time_once(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bandwidth_bound_ms(loaded: Loaded, context: int, bandwidth: float) -> float:
+    """The least time a cached decode step can take if it only had to read every weight it uses
+    and the cache once: (weight bytes + cache bytes) ÷ bandwidth. A step slower than this by a
+    large factor is bound by something else (kernel overheads, compute)."""
+    layer_weights, head_weights = _matmul_weights(loaded)
+    element = next(loaded.model.parameters()).element_size()
+    weight_bytes = (layer_weights + head_weights) * element
+    kv = cache_bytes(loaded.config, context, loaded.dtype)["held"]
+    return 1e3 * (weight_bytes + kv) / bandwidth

@@ -1,0 +1,115 @@
+"""The converted-model cache (`KVUTILS_CACHE`, default ~/.cache/kvutils), checked before use.
+
+An embedded GGUF model is converted once to a folder holding model.safetensors, tokenizer.json
+and config.json (kvutils.models.registry.converted_dir). At conversion `source.json` records each file's
+size and sha256 (`record`); every load checks the cheap things (`problems`): each file present,
+its recorded size, the safetensors header parses and its tensors end where the file ends, the JSON
+files end as JSON does. The sha256 of every file is compared only when asked (`full=True`). An
+entry written by an older kvutils has no recorded sizes: the same structural checks apply, and
+with `full=True` the JSON files are parsed whole.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import struct
+from pathlib import Path
+
+CHECKED_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+SOURCE = "source.json"
+SAFETENSORS_HEADER_MAX = 100 * 2**20  # safetensors' own limit on the header's length
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record(folder: Path) -> dict:
+    """{"files": {name: {"size", "sha256"}}} of a freshly converted folder, for source.json."""
+    return {"files": {name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
+                      for name in CHECKED_FILES}}
+
+
+def _safetensors_problem(path: Path, size: int) -> str | None:
+    """Why `path` is not a whole safetensors file: its 8-byte header length, JSON header, and the
+    last tensor's end (which must be the file's end); reads only the header."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            return f"{path.name} is {size} bytes, too short for a safetensors header"
+        (length,) = struct.unpack("<Q", head)
+        if length > min(SAFETENSORS_HEADER_MAX, size - 8):
+            return f"{path.name}'s header claims {length:,} bytes, but the file has {size:,}"
+        try:
+            header = json.loads(fh.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return f"{path.name}'s header is not JSON (cut short or overwritten)"
+    if not isinstance(header, dict):
+        return f"{path.name}'s header is not a JSON object"
+    ends = [t["data_offsets"][1] for name, t in header.items()
+            if name != "__metadata__" and isinstance(t, dict) and len(t.get("data_offsets", ())) == 2]
+    if not ends:
+        return f"{path.name} holds no tensors"
+    expected = 8 + length + max(ends)
+    if expected != size:
+        return f"{path.name} is {size:,} bytes, but its tensors end at byte {expected:,} (cut short?)"
+    return None
+
+
+def _json_problem(path: Path, size: int, full: bool) -> str | None:
+    """Why `path` is not a whole JSON object: its last byte (cheap) or, with `full`, a parse."""
+    if full:
+        try:
+            json.loads(path.read_bytes())
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            return f"{path.name} is not valid JSON ({err})"
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(max(0, size - 64))
+        tail = fh.read().rstrip()
+    return None if tail.endswith(b"}") else f"{path.name} does not end as a JSON object does (cut short?)"
+
+
+def _recorded(folder: Path) -> dict:
+    """source.json's record of each file ({} for an entry converted by an older kvutils)."""
+    try:
+        source = json.loads((folder / SOURCE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {"": "unreadable"}
+    files = source.get("files") if isinstance(source, dict) else None
+    return files if isinstance(files, dict) else {}
+
+
+def problems(folder: Path, full: bool = False) -> list[str]:
+    """What is wrong with a converted entry (empty if nothing); see the module's docstring."""
+    recorded = _recorded(folder)
+    if "" in recorded:
+        return [f"{SOURCE} is not valid JSON"]
+    found = []
+    for name in CHECKED_FILES:
+        path = folder / name
+        try:
+            info = os.stat(path)
+        except OSError:
+            found.append(f"{name} is missing")
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            found.append(f"{name} is not a regular file")
+            continue
+        want = recorded.get(name) if isinstance(recorded.get(name), dict) else {}
+        if "size" in want and info.st_size != want["size"]:
+            found.append(f"{name} is {info.st_size:,} bytes; {want['size']:,} were written")
+            continue
+        problem = (_safetensors_problem(path, info.st_size) if name.endswith(".safetensors")
+                   else _json_problem(path, info.st_size, full and "sha256" not in want))
+        if problem is None and full and "sha256" in want and sha256_file(path) != want["sha256"]:
+            problem = f"{name}'s sha256 differs from the one recorded at conversion"
+        if problem:
+            found.append(problem)
+    return found

@@ -1,0 +1,299 @@
+"""The two appendices: how the pages were produced (models with hashes, packages, parameters, git
+commit, machine, wall time per chapter, commands to rerun on the article's models) and the
+performance report rendered from `results/bench.json`."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pandas as pd
+
+from kvutils.book.chapters import NOTEBOOKS
+from kvutils.core.results import check_fields, load_results, results_path
+from kvutils.report.common import article, fmt, styled
+from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_text, spread_text
+
+# The models the article used (and chapter 5's intended one), per chapter and parameter: hub ids
+# that run where their weights are on the machine (local Hugging Face cache or a local folder).
+ARTICLE_MODELS = {
+    "01": {"models": "EleutherAI/pythia-160m"},
+    "02": {"models": "EleutherAI/pythia-160m", "encoder": "bert-base-uncased"},
+    "03": {"models": "EleutherAI/pythia-160m", "encoder": "bert-base-uncased"},
+    "04": {"models": "EleutherAI/pythia-160m", "table2_models": "EleutherAI/pythia-160m"},
+    "05": {"models": "Qwen/Qwen3-0.6B"},
+}
+BOOK_TARGET_S = 30 * 60
+
+
+def rerun_commands() -> pd.DataFrame:
+    """Per chapter, the two ways to rerun it on the article's models."""
+    rows = []
+    for n, params in ARTICLE_MODELS.items():
+        flags = " ".join(f"-p {k} {shlex.quote(v)}" for k, v in params.items())
+        rows.append({"chapter": f"{n} {NOTEBOOKS[n]}", "models": ", ".join(dict.fromkeys(params.values())),
+                     "rerun and rebuild the book": f'make chapter N={n} PARAMS="{flags}"',
+                     "papermill alone": f"papermill notebooks/{NOTEBOOKS[n]}.ipynb out.ipynb {flags}"})
+    return pd.DataFrame(rows).set_index("chapter")
+
+
+def available_runs(results_dir) -> dict[str, dict]:
+    """The chapters' results files that exist (a chapter never run is simply absent), checked for
+    what appendix A reads."""
+    runs = _existing_runs(results_dir)
+    check_fields(results_dir, "appendix A", lambda: reproducibility_glue(runs), lambda: models_table(runs),
+                 lambda: runs_table(runs), lambda: packages_table(runs), lambda: parameters_table(runs))
+    return runs
+
+
+def _existing_runs(results_dir) -> dict[str, dict]:
+    return {name: load_results(results_dir, name) for name in NOTEBOOKS.values()
+            if results_path(results_dir, name).is_file()}
+
+
+def load_bench(results_dir) -> tuple[dict, dict]:
+    """bench.json and the chapters' results, as appendix B reads them; a missing or damaged file
+    is an error naming it."""
+    path = Path(results_dir) / "bench.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"results_dir: no bench.json in {results_dir}; run make bench (python -m kvutils.bench)")
+    try:
+        bench = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"results_dir: {path} is damaged or truncated ({err}); rerun make bench") from None
+    runs = _existing_runs(results_dir)
+    check_fields(results_dir, "appendix B (with bench.json)", lambda: performance_glue(bench, runs),
+                 lambda: performance_table(bench), lambda: book_times_table(bench, runs))
+    return bench, runs
+
+
+def models_table(runs: dict) -> pd.DataFrame:
+    """Every model any chapter loaded: class, size, dtype and the sha256 of its weight file."""
+    rows: dict[tuple, dict] = {}
+    for chapter, run in runs.items():
+        for m in run["models"]:
+            key = (m["name"], m.get("source_sha256"))
+            row = rows.setdefault(key, {"model": m["name"], "class": m.get("class", "—"), "layers": m.get("layers"),
+                                        "parameters": fmt(m.get("parameters")), "dtypes": set(), "chapters": [],
+                                        "weights sha256": m.get("source_sha256") or "— (random, seeded)"})
+            row["dtypes"].add(m.get("dtype", "—"))
+            row["chapters"].append(chapter[:2])
+    table = pd.DataFrame([{**r, "dtypes": ", ".join(sorted(r["dtypes"])), "chapters": ", ".join(dict.fromkeys(r["chapters"]))}
+                          for r in rows.values()])
+    return table.set_index("model")
+
+
+def packages_table(runs: dict) -> pd.DataFrame:
+    """Package versions; a package whose version differed between chapters shows each."""
+    versions: dict[str, dict[str, list[str]]] = {}
+    for chapter, run in runs.items():
+        for package, version in run["packages"].items():
+            versions.setdefault(package, {}).setdefault(version, []).append(chapter[:2])
+    rows = [{"package": p, "version": next(iter(v)) if len(v) == 1 else
+             "; ".join(f"{ver} (chapters {', '.join(chs)})" for ver, chs in v.items())} for p, v in versions.items()]
+    return pd.DataFrame(rows).set_index("package")
+
+
+def runs_table(runs: dict) -> pd.DataFrame:
+    """Per chapter: wall time, when it finished, the git commit, and the machine's cores/threads."""
+    rows = [{"chapter": chapter, "wall time (s)": fmt(run["wall_time_s"], 4), "finished": run["finished"],
+             "git commit": run["git_commit"], "cores": run["machine"]["cores"],
+             "torch threads": run["machine"]["torch_threads"]} for chapter, run in runs.items()]
+    return pd.DataFrame(rows).set_index("chapter")
+
+
+def parameters_table(runs: dict) -> pd.DataFrame:
+    """Every parameter of every chapter as it ran (results_dir is where the run wrote, so left out)."""
+    rows = [{"chapter": chapter, "parameter": k, "value": repr(v)} for chapter, run in runs.items()
+            for k, v in run["parameters"].items() if k != "results_dir"]
+    return pd.DataFrame(rows).set_index(["chapter", "parameter"])
+
+
+def machine_text(runs: dict) -> str:
+    machines = {tuple(sorted(r["machine"].items())) for r in runs.values()}
+    parts = []
+    for m in machines:
+        m = dict(m)
+        parts.append(f"{m['platform']}, {m['processor']}, {m['cores']} cores, Python {m['python']}")
+    return "; ".join(parts) if parts else "no chapter has run"
+
+
+def reproducibility_glue(runs: dict) -> dict[str, str]:
+    commits = sorted({r["git_commit"] for r in runs.values()})
+    total = sum(r["wall_time_s"] for r in runs.values())
+    return {"commits": ", ".join(commits) or "none", "n_commits": str(len(commits)),
+            "machine": machine_text(runs), "total_s": fmt(total, 4), "total_min": fmt(total / 60, 3),
+            "n_chapters": str(len(runs))}
+
+
+# --- the performance report (results/bench.json) ---
+
+def performance_rows(bench: dict) -> list[dict]:
+    """Each measured ratio beside its target, from one run of `python -m kvutils.bench`."""
+    lo, d, r, t, s = bench["load"], bench["decode"], bench["recompute"], bench["teacher"], bench["step_2000"]
+    rows = [
+        {"measure": "model load: first (GGUF conversion) ÷ from the converted cache" if lo["converts"] else
+         "model load: first ÷ second (a tiny model: nothing to convert)",
+         "measured": f"{fmt(lo['first_load_s'], 3)} s ÷ {fmt(lo['cached_load_s'], 3)} s (one run each)",
+         "ratio": lo["speedup"],
+         "target": "a cached load takes a few seconds", "met": lo["cached_load_s"] < 10},
+        {"measure": "cached decode per token: kvutils ÷ transformers' generate",
+         "measured": _timed(d['kvutils_ms_per_token'], d.get("kvutils_ms_per_token_repeats"), "ms") + " ÷ "
+                     + _timed(d['generate_ms_per_token'], d.get("generate_ms_per_token_repeats"), "ms"),
+         "ratio": d["ratio_kvutils_over_generate"], "target": "≤ 1.05", "met": d["ratio_kvutils_over_generate"] <= 1.05},
+        {"measure": "no-cache side of chapter 1: regenerate every step ÷ one forward",
+         "measured": _timed(r['per_step_s'], r.get("per_step_repeats_s"), "s") + " ÷ "
+                     + _timed(r['one_pass_s'], r.get("one_pass_repeats_s"), "s"), "ratio": r["speedup"],
+         "target": "—", "met": None},
+        {"measure": f"teacher forcing ({t['op']}, {t['dtype']}): step-by-step ÷ fast path",
+         "measured": f"{fmt(t['step_s'], 3)} s ÷ {fmt(t['fast_s'], 3)} s (one run each); max |Δlogit| "
+                     f"{fmt(t['max_logit_diff'], 2)}",
+         "ratio": t["speedup"], "target": "≥ 10, |Δlogit| ≤ 1e-4",
+         "met": t["speedup"] >= 10 and t["max_logit_diff"] <= 1e-4},
+        {"measure": f"decode step at {s['context']} tokens: recompute ÷ cached",
+         "measured": _timed(s['uncached_ms'], s.get("uncached_repeats_ms"), "ms", 4) + " ÷ "
+                     + _timed(s['cached_ms'], s.get("cached_repeats_ms"), "ms") + f"; speed-up {speedup_text(s)}",
+         "ratio": s["speedup"],
+         "target": "—", "met": None},
+    ]
+    for key, target in (("teacher_fp64", 1e-9), ("teacher_fp32_discrete", None), ("teacher_press", 1e-4)):
+        if key in bench:
+            q = bench[key]
+            rows.append({"measure": f"teacher forcing ({q['op']}, {q['dtype']}): step-by-step ÷ fast path",
+                         "measured": f"{fmt(q['step_s'], 3)} s ÷ {fmt(q['fast_s'], 3)} s (one run each); max |Δlogit| "
+                                     f"{fmt(q['max_logit_diff'], 2)}", "ratio": q["speedup"],
+                         "target": f"|Δlogit| ≤ {target:g}: the same computation" if target else
+                                   "none: rounding before quantising can change a level",
+                         "met": q["max_logit_diff"] <= target if target else None})
+    if "decode_policy" in bench:
+        q = bench["decode_policy"]
+        rows.append({"measure": f"decode-time policy ({q['op']}, step path only) ÷ the exact cache's fast path",
+                     "measured": f"{fmt(q['policy_step_s'], 3)} s ÷ {fmt(q['exact_fast_s'], 3)} s (one run each)",
+                     "ratio": q["over_exact_fast"], "target": "reported (the price of deciding after every token)",
+                     "met": None})
+        rows.append({"measure": f"decode-time policy ({q['op']}) ÷ the exact cache, both on the step path",
+                     "measured": f"{fmt(q['policy_step_s'], 3)} s ÷ {fmt(q['exact_step_s'], 3)} s (one run each)",
+                     "ratio": q["over_exact_step"], "target": "reported (the policy's own decisions)", "met": None})
+    if "bound_ms" in s:
+        rows.append({"measure": f"cached decode step at {s['context']} tokens ÷ memory-bandwidth bound",
+                     "measured": f"{_timed(s['cached_ms'], s.get('cached_repeats_ms'), 'ms')} ÷ {fmt(s['bound_ms'], 3)} ms "
+                                 f"({fmt(bench['bandwidth_gb_s'], 3)} GB/s measured)",
+                     "ratio": s["cached_ms"] / s["bound_ms"], "target": "reported (1 = bandwidth-bound)", "met": None})
+    for k, row in bench["switch"].items():
+        rows.append({"measure": f"LoRA-tail switch, k = {k}: tail patch ÷ full recompute",
+                     "measured": f"{fmt(row['tail_patch_ms'], 3)} ms ÷ {fmt(row['recompute_ms'], 3)} ms (medians of "
+                                 f"{bench.get('repeats', '?')} repeats; chapter 5's benchmark keeps no spread)",
+                     "ratio": row["time_fraction"], "target": f"FLOPs share {fmt(row['flops_fraction'], 3)}",
+                     "met": None})
+    return rows
+
+
+def _timed(median: float, repeats: list[float] | None, unit: str, digits: int = 3) -> str:
+    """A benchmark time with its spread where the repeats were kept, else the one number it has."""
+    return spread_text(repeats, unit, digits) if repeats else f"{fmt(median, digits)} {unit} (repeats not recorded)"
+
+
+def step_agreement(bench: dict, runs: dict) -> str:
+    """The benchmark's decode step at its long context beside chapter 4's at the same context and
+    model: both with their spreads and the conditions each was timed under. They are separate
+    measurements (different moments, possibly different threads), so the sentence places them and
+    says why they may differ; no verdict."""
+    s = bench["step_2000"]
+    threads = s.get("threads", bench["machine"]["torch_threads"])
+    art = article()["e4_decode_time"]["ctx_2000"]["speedup"]
+    ours = (f"The benchmark timed the decode step at {s['context']} tokens on {bench['model']} after the chapters, alone "
+            f"on {bench['machine']['cores']} cores and {threads} torch thread(s): speed-up {speedup_text(s)}; "
+            + against_published(s, art, ARTICLE_CONTEXT, "the article") + ".")
+    ch4 = runs.get(NOTEBOOKS["04"], {}).get("numbers", {})
+    step = next((x for x in ch4.get("decode", {}).get(bench["model"], {}).get("steps", []) if x["context"] == s["context"]),
+                None)
+    if step is None:
+        return ours + f" Chapter 4 did not time {bench['model']} at {s['context']} tokens in this build, so there is " \
+                      "nothing to set it beside"
+    timing = ch4.get("decode_timing") or {}
+    where = (f"{timing.get('where', 'in its own run')}, on {timing.get('threads', '?')} torch thread(s) of "
+             f"{timing.get('cores', '?')} cores")
+    a, b = s.get("speedups"), step.get("speedups")
+    if a and b:
+        apart = max(a) < min(b) or max(b) < min(a)
+        relation = ("the two ranges of repeat-pair speed-ups do not overlap" if apart else
+                    "the two ranges of repeat-pair speed-ups overlap")
+    else:
+        relation = "one of the two kept no repeats, so their spreads cannot be set side by side"
+    return (ours + f" Chapter 4 timed the same step {where}: speed-up {speedup_text(step)}. {relation.capitalize()}. "
+            "They are separate measurements, at different moments of the build and with the thread counts above, "
+            "so the machine's state at each time (other work, memory bandwidth, frequency) enters each; neither "
+            "is the book's one speed-up")
+
+
+def performance_table(bench: dict) -> pd.DataFrame:
+    rows = [{**r, "ratio": fmt(r["ratio"], 4), "met": {True: "yes", False: "no", None: "—"}[r["met"]]}
+            for r in performance_rows(bench)]
+    return pd.DataFrame(rows).set_index("measure")
+
+
+def _book_time_rows(bench: dict, runs: dict) -> list[dict]:
+    """Wall time of every step of `make book` on record, and the total. Chapters that ran in lanes
+    side by side count once, as the lanes' wall time; their own times are shown beside it."""
+    lanes = bench.get("chapter_lanes")
+    lane_of = {c: i + 1 for i, lane in enumerate(lanes["lanes"]) for c in lane} if lanes else {}
+    number = {name: n for n, name in NOTEBOOKS.items()}
+    rows = []
+    if "setup_s" in bench:
+        rows.append({"step": "set-up (venv, packages, models, conversion)", "seconds": bench["setup_s"], "counted": True})
+    for chapter, run in runs.items():
+        lane = lane_of.get(number.get(chapter))
+        rows.append({"step": f"chapter {chapter}" + (f" (lane {lane}, one thread)" if lane else ""),
+                     "seconds": run["wall_time_s"], "counted": lane is None})
+    if lanes and "decode_timing_alone_s" in lanes:
+        rows.append({"step": "chapter 4's decode steps, timed alone before the lanes",
+                     "seconds": lanes["decode_timing_alone_s"], "counted": True})
+    if lanes:
+        rows.append({"step": f"chapters: {len(lanes['lanes'])} lanes side by side",
+                     "seconds": lanes["wall_time_s"], "counted": True})
+    if "wall_time_s" in bench:
+        rows.append({"step": "benchmark (python -m kvutils.bench)", "seconds": bench["wall_time_s"], "counted": True})
+    total = sum(r["seconds"] for r in rows if r["counted"])
+    rows.append({"step": "total on record", "seconds": total, "counted": True})
+    return rows
+
+
+def book_times_table(bench: dict, runs: dict) -> pd.DataFrame:
+    table = pd.DataFrame(_book_time_rows(bench, runs))
+    table["minutes"] = [fmt(s / 60, 3) for s in table["seconds"]]
+    table["seconds"] = [fmt(s, 4) for s in table["seconds"]]
+    table["in the total"] = ["yes" if c else "no (inside the lanes)" for c in table.pop("counted")]
+    return table.set_index("step")
+
+
+@styled
+def plot_performance(bench: dict):
+    """Each speed ratio of the benchmark on one log axis, the targets drawn where there is one."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
+    rows = performance_rows(bench)
+    labels = [textwrap.fill(r["measure"], 44) for r in rows]  # long names wrap rather than squeeze the bars
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * sum(len(t.splitlines()) for t in labels) / len(labels) * len(rows) + 1.8))
+    colours = ["#2a9d8f" if r["met"] else "#e76f51" if r["met"] is False else "#8d99ae" for r in rows]
+    ax.barh(range(len(rows)), [r["ratio"] for r in rows], color=colours)
+    ax.set_xscale("log")
+    ax.axvline(1, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio (log scale; 1 = equal time)")
+    ax.set_ylabel("measurement")
+    ax.set_title(f"Benchmark ratios, measured side by side in one run\nmodel: {bench['model']}, "
+                 f"{bench['machine']['cores']} cores")
+    fig.tight_layout()
+    return fig
+
+
+def performance_glue(bench: dict, runs: dict) -> dict[str, str]:
+    total_s = _book_time_rows(bench, runs)[-1]["seconds"]
+    met = [r for r in performance_rows(bench) if r["met"] is not None]
+    return {"model": bench["model"], "total_min": fmt(total_s / 60, 3), "step_agreement": step_agreement(bench, runs),
+            "target_min": fmt(BOOK_TARGET_S / 60), "within": "within" if total_s <= BOOK_TARGET_S else "over",
+            "n_met": f"{sum(bool(r['met']) for r in met)} of {len(met)}",
+            "cores": str(bench["machine"]["cores"]), "threads": str(bench["machine"]["torch_threads"])}

@@ -1,0 +1,331 @@
+"""Chapter 4's frontier of the methods people deploy: mean KL against the bytes the cache holds on
+average over the decode, as a table, a static chart (for the results folder), an interactive chart
+(for the page), what each method always keeps, and the glued verdicts per budget (every verdict
+from `kvutils.core.compare`, computed in `kvutils.studies.cache_approximations.frontier`)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from kvutils.cache.ops import parse_op
+from kvutils.core import compare
+from kvutils.report.common import fmt, page_table, styled
+
+EXACT_FLOOR = 1e-7  # where an exact row (KL 0) is drawn on the log axis
+MARKERS = ("o", "s", "^", "D", "v", "P")  # one per model
+# one colour per method, told apart in print (the baseline grey, the exact cache black)
+COLOURS = {"exact": "black", "cast": "#8c564b", "quantize_kivi": "#17becf", "hf_quantized": "navy",
+           "streaming window": "#bcbd22", "random": "#7f7f7f", "knorm": "#ff7f0e", "snapkv": "#2ca02c",
+           "expected_attention": "#d62728", "pyramidkv": "#9467bd", "adakv": "#e377c2", "h2o": "#1f77b4",
+           "tova": "gold"}
+SPARE_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5")
+HELD_SPREAD = 1.1  # within a level, mean held bytes further apart than this factor are reported as unequal
+X_LABEL = "mean bytes held over the decode (% of the exact cache's)"
+
+
+def label(spec: str) -> str:
+    """A short name for a method's spec: 'snapkv 0.5', 'window 4+572', 'kivi 2-bit', 'fp8 cache'."""
+    op = parse_op(spec)
+    if hasattr(op, "compression_ratio"):
+        return f"{op.name} {op.compression_ratio:g}"
+    named = {"window": lambda: f"window {op.sinks}+{op.size - op.sinks}", "quantize_kivi": lambda: f"kivi {op.bits}-bit",
+             "cast": lambda: op.dtype, "hf_quantized": lambda: f"{op.backend} cache"}
+    return named[op.name]() if op.name in named else op.name
+
+
+def method(spec: str) -> str:
+    """The method a spec belongs to (one colour on the chart)."""
+    op = parse_op(spec)
+    return "streaming window" if op.name == "window" else op.name
+
+
+def what_it_keeps(spec: str) -> str:
+    """What the method always keeps, from its own parameters (as its reference implementation)."""
+    op = parse_op(spec)
+    name = op.name
+    if name in ("snapkv", "pyramidkv", "adakv"):
+        return f"its observation window, the last {op.window} prefill tokens; no sinks (kvpress's SnapKV protects none)"
+    if name == "expected_attention":
+        return f"the first {op.sinks} tokens (sinks; kvpress's n_sink = 4)"
+    if name == "window":
+        return f"the first {op.sinks} tokens (sinks) and the most recent ones, up to its size (StreamingLLM keeps 4 sinks)"
+    if name == "h2o":
+        return (f"the most recent {op.recent:.0%} of its budget; the rest by accumulated attention "
+                "(no sinks: the first tokens stay only as heavy hitters)")
+    if name == "tova":
+        return "the last prefill token at the cut; then nothing (the entry with the least attention goes)"
+    if name in ("random", "knorm"):
+        return "nothing in particular (no sinks, no recent window)"
+    return "every entry" if name == "exact" else "every entry, stored in fewer bits"
+
+
+def keeps_table(frontier: dict) -> pd.DataFrame:
+    """Per method on the frontier: what it always keeps."""
+    rows = {}
+    for run in frontier.values():
+        for spec in run["ops"]:
+            rows.setdefault(method(spec), {"always keeps": what_it_keeps(spec)})
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "method"
+    return table
+
+
+def _triple(r: dict) -> str:
+    return f"{fmt(r['mean_kl'], 3)} · {r['top1_agreement_pct']:.1f} · {fmt(r['perplexity'], 4)}"
+
+
+def _held_pct(run: dict, r: dict) -> float:
+    return 100 * r["mean_held_bytes"] / run["exact_mean_held_bytes"]
+
+
+def frontier_table(frontier: dict) -> pd.DataFrame:
+    """Per method and model: mean KL · top-1 % · perplexity, and the mean bytes held over the
+    decode as % of the exact cache's. Rows are keyed by the full spec; the page shows the short
+    label with the spec as its tooltip."""
+    rows: dict[str, dict[str, str]] = {}
+    for model, run in frontier.items():
+        for spec, r in run["ops"].items():
+            row = rows.setdefault(spec, {})
+            row[model] = _triple(r)
+            row[f"{model}: held %"] = fmt(_held_pct(run, r), 3)
+        for spec, why in run.get("refused", {}).items():
+            rows.setdefault(spec, {})[model] = f"refused: {why}"
+    table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
+    table.index.name = "method (KL nats · top-1 % · perplexity)"
+    return page_table(table, short={spec: label(spec) for spec in rows})
+
+
+def frontier_points(frontier: dict) -> pd.DataFrame:
+    """One row per (model, method spec): method, mean held bytes over the decode (% of exact, MiB),
+    mean KL (floored at EXACT_FLOOR for a log axis; the true value beside it), top-1, perplexity."""
+    rows = []
+    for model, run in frontier.items():
+        n = len(run["documents"])
+        for spec, r in run["ops"].items():
+            rows.append({"model": model, "method": method(spec), "point": label(spec), "op spec": spec,
+                         "family": r["family"], "held % of exact": round(_held_pct(run, r), 2),
+                         "held MiB": round(r["mean_held_bytes"] / 2 ** 20, 4),
+                         "mean KL (nats)": float(f"{r['mean_kl']:.4g}"), "plotted KL": max(r["mean_kl"], EXACT_FLOOR),
+                         "top-1 (%)": round(r["top1_agreement_pct"], 2), "perplexity": float(f"{r['perplexity']:.5g}"),
+                         "documents": n, "tokens": f"{run['prefill']}+{run['decode']}"})
+    return pd.DataFrame(rows)
+
+
+def _title(frontier: dict) -> str:
+    docs = sorted({len(r["documents"]) for r in frontier.values()})
+    tokens = sorted({f"{r['prefill']}+{r['decode']}" for r in frontier.values()})
+    docs_text = "/".join(map(str, docs)) + (" doc" if docs == [1] else " docs")
+    return f"Bytes vs fidelity: {', '.join(frontier)} ({docs_text}, {'/'.join(tokens)} tokens)"
+
+
+def frontier_setup(frontier: dict) -> str:
+    """The frontier's setup in one computed sentence: documents and lengths per model, the share of
+    the prefill that SnapKV's observation window takes, and the fixed budgets matched to presses."""
+    if not frontier:
+        return "The frontier was not run (frontier_models is empty)."
+    bits = []
+    for model, run in frontier.items():
+        windows = sorted({parse_op(s).window for s in run["ops"] if method(s) in ("snapkv", "pyramidkv", "adakv")})
+        share = "".join(f"; SnapKV's {w}-token observation window is {100 * w / run['prefill']:.1f}% of the prefill"
+                        for w in windows)
+        fixed = [f"{label(s)} at {r['level']:g}" for s, r in run["ops"].items()
+                 if r.get("level") is not None and parse_op(s).family != "press"]
+        matched = f"; fixed budgets compared with the presses at equal mean held entries: {', '.join(fixed)}" if fixed else ""
+        bits.append(f"{model}: {len(run['documents'])} documents of {run['prefill']} + {run['decode']} tokens{share}{matched}")
+    return ". ".join(bits) + "."
+
+
+def same_lengths(frontier: dict, prefill: int, decode: int) -> dict:
+    """The frontier runs scored at Table 2's lengths (only those may join Table 2 as rows)."""
+    return {m: r for m, r in frontier.items() if (r["prefill"], r["decode"]) == (prefill, decode)}
+
+
+def frontier_chart(frontier: dict):
+    """The frontier as an interactive chart (kvutils.report.interactive): colour per method, symbol per
+    model, every point's spec, KL, top-1 and bytes on hover. The legend has one entry per method
+    (its colour) and one per model (its marker), not one per pair, so it fits the chart's height."""
+    import plotly.express as px
+
+    from kvutils.report import interactive
+
+    points = frontier_points(frontier)
+    figure = px.scatter(points, x="held % of exact", y="plotted KL", color="method", symbol="model", log_y=True,
+                        hover_data=["point", "op spec", "mean KL (nats)", "top-1 (%)", "held MiB", "perplexity"],
+                        title=_title(frontier), height=600, template="plotly_white",
+                        labels={"held % of exact": X_LABEL,
+                                "plotted KL": f"mean KL vs exact (nats, log; {EXACT_FLOOR:g} = exact)"})
+    figure.update_traces(marker={"size": 10, "line": {"width": 1, "color": "white"}})
+    methods, symbols = set(), {}
+    for trace in figure.data:  # px names a trace "method, model"
+        method, model = trace.name.rsplit(", ", 1)
+        symbols.setdefault(model, trace.marker.symbol)
+        trace.update(name=method, legendgroup=method, showlegend=method not in methods)
+        methods.add(method)
+    for model, symbol in symbols.items():  # the markers' key: grey, no data
+        figure.add_scatter(x=[None], y=[None], mode="markers", name=f"model: {model}", hoverinfo="skip",
+                           marker={"symbol": symbol, "color": "grey", "size": 10})
+    figure.update_layout(legend_title_text="method; model")
+    return interactive.chart(figure)
+
+
+@styled
+def plot_frontier(frontier: dict):
+    """Mean KL (log) against mean bytes held over the decode, every model on one panel: one colour
+    per method (its budgets joined by a line), one marker per model. With no model, a figure that
+    says the frontier was not run."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 6.4))
+    if not frontier:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "frontier not run (frontier_models is empty)", ha="center", va="center", fontsize=12)
+        fig.suptitle("Bytes vs fidelity: no model")
+        return fig
+    points = frontier_points(frontier)
+    methods = list(dict.fromkeys(points["method"]))
+    spare = iter(SPARE_COLOURS)
+    colours = {m: COLOURS.get(m) or next(spare, "0.5") for m in methods}
+    markers = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(frontier)}
+    for (model, name), group in points.groupby(["model", "method"], sort=False):
+        group = group.sort_values("held % of exact")
+        ax.plot(group["held % of exact"], group["plotted KL"], marker=markers[model], color=colours[name], lw=1,
+                ms=7, mec="white", mew=0.6)
+    ax.set_yscale("log")
+    ax.set_xlabel(X_LABEL)
+    ax.set_ylabel(f"mean KL vs exact (nats, log;\n{EXACT_FLOOR:g} = exact)")
+    ax.grid(alpha=0.3)
+    handles = [plt.Line2D([], [], color=colours[m], marker="o", lw=1, label=m) for m in methods]
+    handles += [plt.Line2D([], [], color="0.3", marker=markers[m], lw=0, label=m) for m in frontier]
+    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
+    fig.suptitle(_title(frontier))
+    rows = -(-len(handles) // 3)
+    fig.tight_layout(rect=(0, 0.034 * rows + 0.015, 1, 1))
+    return fig
+
+
+# --------------------------------------------------------------------------- the glued verdicts
+
+
+def _names(specs) -> str:
+    names = [label(s) for s in specs]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _vs(run: dict, level: str, spec: str, other_method: str) -> list[compare.Paired]:
+    """The level's paired results of `spec` against the method `other_method`, oriented spec − other."""
+    out = []
+    for v in run["verdicts"]:
+        if str(v["level"]) != level or spec not in (v["a"], v["b"]):
+            continue
+        other = v["b"] if v["a"] == spec else v["a"]
+        if method(other) != other_method:
+            continue
+        p = compare.Paired.from_dict(v)
+        if p.a != spec:  # flip to spec − other
+            flipped = {compare.A_LOWER: compare.A_HIGHER, compare.A_HIGHER: compare.A_LOWER}
+            ci = (-p.ci95[1], -p.ci95[0]) if p.ci95 is not None else None
+            p = compare.Paired(spec, other, p.n, -p.effect, ci, p.p, flipped.get(p.verdict, p.verdict), p.unit)
+        out.append(p)
+    return out
+
+
+def _construction(run: dict, a: str, b: str) -> str | None:
+    """Why a and b must score alike: a tie by construction between them, or a chain of such ties
+    (pyramidkv ≡ snapkv ≡ adakv), or None."""
+    ties = [t for t in run.get("construction_ties", []) if t["b"] is not None]
+    reached, todo = {a: []}, [a]
+    while todo:
+        here = todo.pop()
+        for t in ties:
+            if here in (t["a"], t["b"]):
+                there = t["b"] if t["a"] == here else t["a"]
+                if there not in reached:
+                    reached[there] = reached[here] + [t["why"]]
+                    todo.append(there)
+    return "; ".join(reached[b]) if reached.get(b) else None
+
+
+def _level_text(run: dict, level: str, info: dict) -> str:
+    n = len(run["documents"])
+    specs = [s for s, r in run["ops"].items() if str(r.get("level")) == level]
+    if info["best"]:
+        head = f"**{label(info['best'])}** has the lowest mean KL and the tests put it ahead of every other method"
+    else:
+        head = f"no single best: no detectable difference at n = {n} among {_names(info['leaders'])} (lowest mean first)"
+    text = f"at compression {level} ({len(specs)} methods): {head}"
+    held = [_held_pct(run, run["ops"][s]) for s in specs]
+    if held and max(held) > HELD_SPREAD * min(held):
+        text += (f"; but the methods here hold {min(held):.0f}% to {max(held):.0f}% of the exact cache's bytes on "
+                 "average, not the same: a lower KL may come from holding more")
+    randoms = [s for s in specs if method(s) == "random"]
+    if randoms:
+        beat, same, worse = [], [], []
+        for s in specs:
+            if s in randoms:
+                continue
+            for p in _vs(run, level, s, "random"):
+                (beat if p.better() == s else worse if p.better() == p.b else same).append(s)
+        parts = [f"beat random: {_names(beat)}" if beat else "none beats random",
+                 f"no detectable difference from random: {_names(same)}" if same else "",
+                 f"worse than random: {_names(worse)}" if worse else ""]
+        text += "; " + "; ".join(p for p in parts if p)
+    identical = [v for v in run["verdicts"] if str(v["level"]) == level and v["verdict"] == compare.IDENTICAL]
+    for v in identical:
+        why = _construction(run, v["a"], v["b"])
+        text += (f"; {label(v['a'])} and {label(v['b'])} are identical by construction ({why})" if why else
+                 f"; {label(v['a'])} and {label(v['b'])} scored identically on all {n} documents (no construction explains it)")
+    text += (f"; {len(info['flipping'])} of {info['pairs']} pairwise orders flip in more than 5% of resamples"
+             if info["pairs"] else "")
+    return text
+
+
+def frontier_glue(frontier: dict) -> str:
+    """The frontier's headline, computed per model and budget level: the best method only when
+    `compare.best` finds a single leader, each method against random, the ties by construction
+    named as such, and how many pairwise orders flip under resampling."""
+    if not frontier:
+        return "not run"
+    parts = []
+    for model, run in frontier.items():
+        n = len(run["documents"])
+        head = (f"{model} ({n} document{'s' * (n != 1)}, {run['prefill']}+{run['decode']} tokens, "
+                f"{run['kv_heads']} KV head{'s' * (run['kv_heads'] != 1)} per layer)")
+        bits = [_level_text(run, level, info) for level, info in run["levels"].items()]
+        parts.append(f"{head}: " + "; ".join(bits) if bits else f"{head}: no eviction method in the run")
+        sliding = run.get("sliding")
+        if sliding:
+            parts.append(f"{model}: {sliding['layers']} of its {sliding['of']} layers attend only to the last "
+                         f"{sliding['window']} positions, which a {run['prefill']}-token prefill already exceeds, so on "
+                         "them a method's choice among older entries changes nothing and what it holds depends on how "
+                         "many of its kept entries are recent")
+        unpaired = [t for t in run.get("construction_ties", []) if t["b"] is None]
+        parts += [f"{model}: {label(t['a'])} — {t['why']}" for t in unpaired]
+    return ". ".join(parts) + "."
+
+
+def kvpress_glue(frontier: dict) -> str:
+    """Our ranking beside kvpress's published observations, each clause computed from our verdicts."""
+    if not frontier:
+        return "The frontier was not run, so there is nothing to set beside kvpress's observations."
+    ea, below = [], []
+    for model, run in frontier.items():
+        for level, info in run["levels"].items():
+            specs = [s for s, r in run["ops"].items() if str(r.get("level")) == level]
+            mine = next((s for s in specs if method(s) == "expected_attention"), None)
+            if mine is not None:
+                if info["best"] == mine:
+                    ea.append(f"the single best on {model} at {level}")
+                elif mine in info["leaders"]:
+                    ea.append(f"among the leaders on {model} at {level} (no detectable difference from the lowest mean)")
+                else:
+                    ea.append(f"behind {label(info['leaders'][0])} on {model} at {level}")
+            for s in specs:
+                if parse_op(s).family != "press" or method(s) == "random":
+                    continue
+                for other in ("random", "streaming window"):
+                    if any(p.better() == p.b for p in _vs(run, level, s, other)):
+                        below.append(f"{label(s)} below {other} on {model}")
+    first = ("kvpress reports expected attention as the strongest press on Llama-3.1-8B (RULER, 4k context); here it is "
+             + ("; ".join(ea) if ea else "not on the frontier") + ".")
+    second = ("kvpress also finds presses scoring below random or StreamingLLM on some models; here the tests find "
+              + ("; ".join(below) if below else "no press below random or the matched streaming window") + ".")
+    return f"{first} {second}"

@@ -1,0 +1,188 @@
+"""Chapter 5's comparative sentences, each computed from a paired test of `kvutils.core.compare` on the
+same held-out examples (see `kvutils.studies.qwen3_switch.verdicts`): the adapters against the base model, stale
+reuse and the activated adapter against the tail patch, the knee, and the patching map with its two
+controls. Every function takes one model's results (`numbers[model]`) and returns a clause."""
+from __future__ import annotations
+
+from kvutils.core import compare
+from kvutils.report.common import fmt
+from kvutils.studies.qwen3_switch import tasks as switch_tasks
+from kvutils.studies.qwen3_switch import verdicts as sv
+
+
+def _pct(x: float) -> str:
+    return f"{fmt(100 * x, 3)}%"
+
+
+def _where(p: compare.Paired, points: bool) -> str:
+    """'n = 128 held-out examples, difference +3.1 points, 95 % interval [−2.3, +8.6], p = 0.41'
+    (an effect in 0..1 given in points when `points`)."""
+    scale, unit = (100, " points") if points else (1, "")
+    if p.ci95 is None:
+        interval = f"no interval at n = {p.n}"
+    else:
+        interval = f"95 % interval [{_signed(scale * p.ci95[0])}, {_signed(scale * p.ci95[1])}]"
+    return f"n = {p.n} {p.unit}, difference {_signed(scale * p.effect)}{unit}, {interval}, p = {p.p:.2g}"
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.3g}".replace("-", "−")
+
+
+def verdict(p: compare.Paired, metric: str, points: bool = True) -> str:
+    """One clause: 'A is above B in <metric>' only when the test separates them."""
+    if p.verdict == compare.IDENTICAL:
+        return f"{p.a} and {p.b} give the same {metric or 'value'} on every one of the {p.n} {p.unit}"
+    what = f" in {metric}" if metric else ""
+    if not p.separated:
+        return f"no detectable difference{what} between {p.a} and {p.b} ({_where(p, points)})"
+    side = "above" if p.verdict == compare.A_HIGHER else "below"
+    return f"{p.a} is {side} {p.b}{what} ({_where(p, points)})"
+
+
+def _labels(r: dict) -> list[int]:
+    return r["switch"]["heldout_examples"]["label"]
+
+
+def measures(a: dict) -> str:
+    """Accuracy, balanced accuracy and AUC of one (adapter, policy), with n."""
+    low, high = a["ci95_pct"]
+    return (f"accuracy {fmt(a['accuracy_pct'], 3)}% (95% interval {fmt(low, 3)}–{fmt(high, 3)}%, n = {a['n']}), "
+            f"balanced accuracy {fmt(a['balanced_accuracy_pct'], 3)}%, AUC {fmt(a['auc'], 3)}")
+
+
+def zero_shot(model: str, r: dict) -> str:
+    """The base model: its measures, how often it gives label 0's answer, and its AUC against chance
+    (a fixed answer gives 50 % accuracy on balanced labels however well it ranks the examples)."""
+    z, labels = r["switch"]["heldout"]["base"]["zero_shot"], _labels(r)
+    first = int(sum(s > 0 for s in sv.label0_scores(z["logodds_per_example"], labels)))
+    answer = repr(switch_tasks.ANSWERS[0]) if r["task"] == "continuation" else "the first sense's label"
+    p = sv.auc_vs_chance(z, labels, "its AUC")
+    lo, hi = (0.5 + x for x in p.ci95) if p.ci95 is not None else (z["auc"], z["auc"])
+    where = f"AUC {fmt(z['auc'], 3)}, 95 % interval {fmt(lo, 3)}–{fmt(hi, 3)}, n = {p.n}, p = {p.p:.2g}"
+    test = (f"its AUC is {'above' if p.verdict == compare.A_HIGHER else 'below'} chance (0.5; {where})"
+            if p.separated else f"no detectable difference of its AUC from chance (0.5) at n = {p.n} ({where})")
+    return (f"{model}: {measures(z)}; it answers {answer} on {first} of {len(labels)} examples; "
+            + test)
+
+
+def deepest(model: str, r: dict) -> str:
+    """The deepest tail against the base model on the same examples: accuracy (McNemar) and AUC."""
+    held, ks = r["switch"]["heldout"], r["k_values"]
+    deep, base = held[f"tail{ks[-1]}"]["tail_patch"], held["base"]["zero_shot"]
+    name = f"the k = {ks[-1]} tail"
+    return (f"{model}: {name}: {measures(deep)}; " + verdict(sv.accuracy_pair(deep, base, name, "the base model"),
+                                                            "accuracy")
+            + "; " + verdict(sv.auc_pair(deep, base, _labels(r), name, "the base model"), "AUC", points=False))
+
+
+def knee(model: str, r: dict) -> str:
+    """The knee from the paired test (see `switch_verdicts.knee`)."""
+    k = r["knee"]
+    best, ks, held = k["best_k"], r["k_values"], r["switch"]["heldout"]
+    acc = {x: held[f"tail{x}"]["tail_patch"]["accuracy_pct"] for x in ks}
+    rest = [compare.Paired.from_dict(d) for d in k["vs_best"].values()]
+    tests = "; ".join(verdict(p, "accuracy") for p in rest) or "no other k was trained"
+    top = f"the highest-scoring tail, k = {best} ({fmt(acc[best], 3)}%)"
+    if len(ks) == 1:
+        head = f"not located: one k was trained (k = {best}, {fmt(acc[best], 3)}%)"
+    elif k["knee_k"] == best == min(ks):
+        head = f"k = {best} ({fmt(acc[best], 3)}%), the smallest k trained and {top.split(', k =')[0]}"
+    elif k["knee_k"] == best:
+        head = f"k = {best}: {top}, and every smaller k is detectably below it"
+    elif not k["resolved"]:
+        head = (f"not located: even the smallest k = {k['knee_k']} ({fmt(acc[k['knee_k']], 3)}%) shows no detectable "
+                f"difference from {top}, so at this n the sweep places no knee above k = {k['knee_k']}")
+    else:
+        head = (f"k = {k['knee_k']} ({fmt(acc[k['knee_k']], 3)}%): the smallest k with no detectable difference from "
+                f"{top}")
+    return f"{model}: {head} (of L = {r['layers']}; {tests})"
+
+
+def against_tail(model: str, r: dict, adapter: str, policy: str, name: str) -> str:
+    """Per k, one policy's adapter against the tail patch of the same k, on the same examples."""
+    held = r["switch"]["heldout"]
+    parts = []
+    for k in r["k_values"]:
+        a, b = held[f"{adapter}{k}"][policy], held[f"tail{k}"]["tail_patch"]
+        parts.append(f"k = {k}: " + verdict(sv.accuracy_pair(a, b, f"{name} ({fmt(a['accuracy_pct'], 3)}%)",
+                                                             f"the tail patch ({fmt(b['accuracy_pct'], 3)}%)"),
+                                            "accuracy"))
+    return f"{model}: " + "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- the patching map
+
+
+def _flip_rate(k: int, n: int) -> str:
+    """'3 of 12 (25%, 95% interval 5.5–57%)' (n > 0)."""
+    lo, hi = sv.rate_interval(k, n)
+    return f"{k} of {n} ({fmt(100 * k / n, 3)}%, 95% interval {fmt(100 * lo, 3)}–{fmt(100 * hi, 3)}%)"
+
+
+def patching(model: str, r: dict, adapter_label: str) -> str:
+    pm = r["patching"]
+    whole = sv.cell_flips(pm, len(pm["row_labels"]) - 1, len(pm["col_labels"]) - 1)
+    head = (f"{model} ({adapter_label}, {pm['n_contexts']} pairs; the clean adapter answers right on "
+            f"{pm['n_clean_right']} of them, the n of every cell's flips)")
+    if not whole:
+        return head + ": with no right answer to turn wrong, the map counts no flips; only its log-odds changes remain"
+    return (head + f": copying all of what follows the shared prefix, in all layers, flips "
+            f"{_flip_rate(sum(whole), len(whole))} right answers")
+
+
+def where(model: str, r: dict) -> str:
+    pm = r["patching"]
+    w = sv.where_it_reads(pm)
+    layers = pm["col_labels"][w["top"]]
+    span = f"the adapter of this map is on layers {r['layers'] - pm['k'] + 1}–{r['layers']}"
+    if w["n"] == 0:
+        return f"{model}: no pair the clean adapter answers right, so no flip to place; {span}"
+    if w["flipped"] == 0:
+        return f"{model}: copying all of what follows, in any one group of layers, flips none of {w['n']} right answers; {span}"
+    if w["above_every_other"]:
+        return (f"{model}: copying all of what follows in layers {layers} flips {_flip_rate(w['flipped'], w['n'])} right "
+                f"answers, detectably more than in any other group of layers (closest: "
+                f"{verdict(w['closest'], 'flips')}); {span}")
+    return (f"{model}: no group of layers flips detectably more answers than every other at n = {w['n']} pairs — the "
+            f"most, layers {layers}, flip {_flip_rate(w['flipped'], w['n'])}"
+            + (f"; against the closest: {verdict(w['closest'], 'flips')}" if w["closest"] is not None else "")
+            + f"; {span}")
+
+
+def controls(model: str, r: dict) -> str:
+    """The shared prefix (chapter 1's theorem: equal bits, so nothing can move) beside the same
+    cells copied from another pair's context, which can fail."""
+    pm = r["patching"]
+    theorem = (f"{model}: shared prefix — entries of the two passes differ by {fmt(pm['prefix_kv_max_diff'], 3)}, the "
+               f"answer's log-odds move by at most {fmt(pm['control_max_abs_delta'], 3)}: chapter 1's theorem "
+               "re-checked, a zero that holds by construction, not a measured null")
+    p = sv.control_pair(pm)
+    if p is None:
+        return theorem + "; no pair has a context of another prefix, so the control that can fail was not run"
+    f = pm["foreign_control"]
+    flips = (f"flips {_flip_rate(f['flipped_any'], f['n_clean_right'])} right answers in at least one cell"
+             if f["n_clean_right"] else "has no right answer to flip")
+    return (theorem + f". Another pair's prefix copied into the same cells moves the log-odds by up to "
+            f"{fmt(max(f['max_abs_delta_per_pair']), 3)} and {flips}; per pair, largest |change| against the shared "
+            "prefix's: "
+            + verdict(p, "largest |change of log-odds|", points=False))
+
+
+# --------------------------------------------------------------------------- trends over k
+
+
+def tested_trend(values: dict[int, list[float]], unit: str) -> tuple[str, str]:
+    """(word, clause) for a quantity measured per k on the same units: "rises" or "falls" only when
+    every step to the next k is separated in that direction by the paired test, else "shows no
+    detectable trend"; the clause gives each step's test."""
+    ks = sorted(values)
+    steps = [compare.paired(values[b], values[a], f"k = {b}", f"k = {a}", unit) for a, b in zip(ks, ks[1:])]
+    if steps and all(p.verdict == compare.A_HIGHER for p in steps):
+        word = "rises"
+    elif steps and all(p.verdict == compare.A_LOWER for p in steps):
+        word = "falls"
+    else:
+        word = "shows no trend the tests support"
+    clause = "; ".join(verdict(p, "", points=False) for p in steps)
+    return word, clause or "one k only"

@@ -1,0 +1,81 @@
+"""Timings as the pages print them: every time with its repeats and spread (median, min–max), every
+speed-up as the ratio of the medians with the range of its repeat pairs' own speed-ups, and a
+published speed-up placed against that range (a single published number admits no test)."""
+from __future__ import annotations
+
+import statistics
+
+from kvutils.report.common import fmt
+
+ARTICLE_CONTEXT = 2000  # the context of the article's decode-step speed-up (e4_decode_time.ctx_2000)
+
+
+def spread_text(values: list[float] | None, unit: str = "ms", digits: int = 3) -> str:
+    """Repeated timings as a page prints them: 'median 12.3 ms, min–max 11.9–13 ms over 5 repeats';
+    a result without its repeats (written before they were kept) says so."""
+    if not values:
+        return "repeats not recorded"
+    stats = spread(list(values))
+    if stats["n"] == 1:
+        return f"{fmt(stats['median'], digits)} {unit}, one run (no spread)"
+    return (f"median {fmt(stats['median'], digits)} {unit}, min–max {fmt(stats['min'], digits)}–"
+            f"{fmt(stats['max'], digits)} {unit} over {stats['n']} repeats")
+
+
+def speedup_text(step: dict) -> str:
+    """A step's speed-up: the ratio of the medians, and the spread of the speed-ups of its repeat pairs."""
+    pairs = step.get("speedups")
+    head = f"{fmt(step['speedup'], 3)}× (ratio of the medians"
+    if not pairs:
+        return head + "; repeats not recorded)"
+    if len(pairs) == 1:
+        return head + "; one repeat, no spread)"
+    return head + f"; per repeat pair {fmt(min(pairs), 3)}–{fmt(max(pairs), 3)}×, n = {len(pairs)})"
+
+
+def against_published(step: dict, published: float, published_context: int, who: str) -> str:
+    """Where one published speed-up lies against the range of our repeat pairs at the same context.
+    A single number with no spread of its own admits no test, so the sentence places it and draws
+    no verdict; at another context the two are not set against each other."""
+    if step["context"] != published_context:
+        return (f"{who}'s {fmt(published, 4)}× is at {published_context} tokens and ours at {step['context']}, so the "
+                "two are not set against each other")
+    pairs = step.get("speedups")
+    if not pairs:
+        return f"{who}'s {fmt(published, 4)}× cannot be placed against a spread: this run kept no repeats"
+    lo, hi = min(pairs), max(pairs)
+    if len(pairs) == 1:
+        where = f"{'below' if published < lo else 'above' if published > lo else 'level with'} our one repeat's {fmt(lo, 3)}×"
+    else:
+        where = ("below every one" if published < lo else "above every one" if published > hi else "within the range"
+                 ) + f" of our {len(pairs)} repeat pairs' speed-ups ({fmt(lo, 3)}–{fmt(hi, 3)}×)"
+    return (f"{who}'s {fmt(published, 4)}× (one published figure, no spread given) lies {where}; a single published "
+            "number admits no paired test, and the two machines differ")
+
+
+def step_line(model: str, step: dict) -> str:
+    """One timed context of one model: both sides with their spread, and the speed-up."""
+    if step.get("cached_repeats_ms"):
+        sides = (f"with the cache {spread_text(step['cached_repeats_ms'])}, without "
+                 f"{spread_text(step['uncached_repeats_ms'], digits=4)}")
+    else:
+        sides = (f"with the cache {fmt(step['cached_ms'], 3)} ms, without {fmt(step['uncached_ms'], 4)} ms "
+                 "(medians; repeats not recorded)")
+    return f"{model} at {step['context']} tokens: {sides}; speed-up {speedup_text(step)}"
+
+
+def speedup_grew(steps: list[dict]) -> bool | None:
+    """Whether the speed-up grew with every longer context: with repeats, every repeat pair at the
+    longer context above every one at the shorter (the ranges apart); without, the medians' order.
+    None where only one context was timed."""
+    ordered = sorted(steps, key=lambda s: s["context"])
+    if len(ordered) < 2:
+        return None
+    if all(s.get("speedups") for s in ordered):
+        return all(min(b["speedups"]) > max(a["speedups"]) for a, b in zip(ordered, ordered[1:]))
+    return all(a["speedup"] < b["speedup"] for a, b in zip(ordered, ordered[1:]))
+
+
+def spread(values: list[float]) -> dict:
+    """n, median, min and max of repeated timings."""
+    return {"n": len(values), "median": statistics.median(values), "min": min(values), "max": max(values)}

@@ -1,0 +1,1 @@
+"""studies/cache_approximations"""

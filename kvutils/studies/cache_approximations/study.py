@@ -1,0 +1,275 @@
+"""Chapter 4: what the exact cache buys (decode-step time, E4), what it costs in memory (bytes per
+token, Table 1), and what each approximation costs in quality (Table 2, by `kvutils.cache.accept`).
+
+`plan()` checks every parameter, parses every cache operation and tokenises every document before
+any model loads.
+
+Where the decode step is timed. `make book` runs the chapters in two one-thread lanes side by side
+(`kvutils.book.chapters --lanes`); a decode step timed inside a lane would share the machine's memory
+bandwidth and caches with the other lane's work, so its speed-up would not be comparable with the
+article's or with the benchmark's. The lanes runner therefore times the steps first, alone, with
+this chapter's own parameters and every torch thread (`time_alone`, written to
+`DECODE_TIMING_FILE`), and tells the chapter where the file is through `TIMINGS_ENV`; the chapter
+then reads those timings instead of timing itself. Run any other way (`make chapter N=04`,
+papermill, the quick profile without lanes) it times itself. Either way the page says which, and on
+how many threads. The simple alternative of re-running the chapter after the lanes would double
+its cost (Table 2 and the frontier dominate it); timing before the lanes costs what the timing
+costs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kvutils.cache import costs
+from kvutils.cache.accept import accept_many, tokenize_documents
+from kvutils.cache.ops import ARTICLE_OPS, EXTRA_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
+from kvutils.core import data, params
+from kvutils.models.registry import load, load_tokenizer
+from kvutils.report.common import article
+from kvutils.studies.cache_approximations import frontier
+
+NOTEBOOK = "04_cache_approximations"
+TIMINGS_ENV = "KVUTILS_CH4_DECODE_TIMING"  # set by the lanes runner: the file `time_alone` wrote
+DECODE_TIMING_FILE = "04_decode_timing.json"  # in the results folder
+DEFAULT_OPS = "default"  # the article's twelve rows and this book's additions (cache.ARTICLE_OPS + EXTRA_OPS)
+CHUNK_OPS = (ChunkReuse, ChunkBlend)
+
+
+@dataclass
+class Plan:
+    models: list[str]  # E4 and Table 1
+    table2_models: list[str]  # Table 2 (a subset of models)
+    ops: list[CacheOp]  # scored at prefill + decode
+    chunk_ops: list[CacheOp]  # scored at prefill + chunk_decode (the article's 128 + 128 + 64)
+    docs: dict[str, list]  # per model: [(Document, ids)] long enough for prefill + decode + 1
+    skipped: dict[str, list]  # per model: [(document id, tokens)] left out as too short
+    timing_ids: dict[str, torch.Tensor]  # per model, (1, max context) ids of one real document
+    contexts: list[int]
+    prefill: int
+    decode: int
+    chunk_decode: int
+    timing_repeats: int
+    device: str
+    frontier_models: list[str] = None  # the frontier (a subset of models)
+    frontier_ops: list[CacheOp] = None
+    frontier_docs: dict[str, list] = None  # per frontier model: [(Document, ids)] of frontier_prefill + frontier_decode + 1
+    frontier_prefill: int = 0
+    frontier_decode: int = 0
+
+
+def parse_op_list(value: str, parameter: str = "ops", default=ARTICLE_OPS + EXTRA_OPS) -> list[CacheOp]:
+    """`"default"`, or operation specs separated by semicolons (a spec's own settings use commas:
+    "window:size=128,sinks=4; quantize_kivi:bits=4")."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f'{parameter}: give "default" or cache-operation specs separated by ";"')
+    specs = default if value.strip() == DEFAULT_OPS else [s for s in value.split(";") if s.strip()]
+    if not specs:
+        raise ValueError(f'{parameter}: {value!r} names no operation; give "default" or specs separated by ";"')
+    try:
+        return parse_ops(specs)
+    except ValueError as err:
+        raise ValueError(f"{parameter}: {err}") from None
+
+
+def _check_lengths(parameter: str, op: CacheOp, prefill: int, decode: int) -> None:
+    try:
+        op.check_lengths(prefill, decode)
+    except ValueError as err:
+        raise ValueError(f"{parameter}: {err}") from None
+
+
+def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int, prefill: int, decode: int,
+         chunk_decode: int, contexts: str, timing_repeats: int, device: str, skip_short: bool = True,
+         frontier_models: str = "", frontier_ops: str = DEFAULT_OPS, frontier_docs: int = 8,
+         frontier_prefill: int = 1024, frontier_decode: int = 128, **_ignored) -> Plan:
+    params.check_device(device)
+    if not isinstance(skip_short, bool):
+        raise ValueError(f"skip_short must be True or False, got {skip_short!r}")
+    for name, value in (("n_docs", n_docs), ("prefill", prefill), ("decode", decode),
+                        ("chunk_decode", chunk_decode), ("timing_repeats", timing_repeats)):
+        params.check_int(name, value, 1)
+    context_list = params.check_int_list("contexts", contexts, 1)
+    for name, value in (("frontier_docs", frontier_docs), ("frontier_prefill", frontier_prefill),
+                        ("frontier_decode", frontier_decode)):
+        params.check_int(name, value, 1)
+    operations = parse_op_list(ops)
+    frontier_specs = frontier.default_specs(frontier_prefill, frontier_decode)
+    front_ops = parse_op_list(frontier_ops, "frontier_ops", frontier_specs)
+    for op in front_ops:
+        if isinstance(op, CHUNK_OPS):
+            raise ValueError(f"frontier_ops: {op.spec} is a chunk operation; the frontier scores prefill + decode")
+    plain = [op for op in operations if not isinstance(op, CHUNK_OPS)]
+    chunked = [op for op in operations if isinstance(op, CHUNK_OPS)]
+    for op in plain:
+        _check_lengths("ops", op, prefill, decode)
+    for op in chunked:
+        _check_lengths("ops", op, prefill, chunk_decode)
+    resolved = params.check_models("models", models, family="causal",
+                                   min_context=prefill + max(decode, chunk_decode) + 1,
+                                   context_from="prefill + decode + 1, and prefill + chunk_decode + 1")
+    for r in resolved:
+        if max(context_list) + 1 > r.context:
+            raise ValueError(f"contexts: {max(context_list)} is longer than {r.name} handles ({r.context} tokens, "
+                             "one of which the timed step adds)")
+    names = [r.name for r in resolved]
+    table2 = [r.name for r in params.check_models("table2_models", table2_models, family="causal")]
+    outside = [m for m in table2 if m not in names]
+    if outside:
+        raise ValueError(f"table2_models: {outside} not in models ({', '.join(names)}); Table 2 runs on a subset of them")
+    front = [r.name for r in params.check_models("frontier_models", frontier_models, family="causal",
+                                                 min_context=frontier_prefill + frontier_decode + 1,
+                                                 context_from="frontier_prefill + frontier_decode + 1")] \
+        if not isinstance(frontier_models, str) or frontier_models.strip() else []  # "" or " ": no frontier
+    outside = [m for m in front if m not in names]
+    if outside:
+        raise ValueError(f"frontier_models: {outside} not in models ({', '.join(names)}); the frontier runs on a subset of them")
+    for op in front_ops if front else []:  # with no frontier model, frontier_ops are not run
+        _check_lengths("frontier_ops", op, frontier_prefill, frontier_decode)
+    corpus_docs = data.load_corpus(corpus)
+    docs, skipped, timing, front_docs = {}, {}, {}, {}
+    for name in names:
+        tokenizer = load_tokenizer(name)
+        if name in table2:
+            docs[name], skipped[name] = tokenize_documents(
+                tokenizer, corpus_docs, prefill + decode + 1, n_docs, skip_short=skip_short, parameter="corpus")
+        if name in front:  # always skips short ones: the frontier needs long documents, Table 2 says which are short
+            front_docs[name], _ = _frontier_documents(tokenizer, corpus_docs, frontier_prefill + frontier_decode + 1,
+                                                      frontier_docs, corpus)
+        longest = max(corpus_docs, key=lambda d: len(d.text))
+        ids = tokenizer(longest.text, add_special_tokens=True).input_ids
+        if len(ids) < max(context_list):
+            raise ValueError(f"contexts: the longest document of {corpus!r} ({longest.id}) has {len(ids)} "
+                             f"tokens for {name}, fewer than {max(context_list)}")
+        timing[name] = torch.tensor([ids[:max(context_list)]])
+    return Plan(names, table2, plain, chunked, docs, skipped, timing, context_list, prefill, decode,
+                chunk_decode, timing_repeats, device, front, front_ops, front_docs, frontier_prefill, frontier_decode)
+
+
+def _frontier_documents(tokenizer, corpus_docs, length: int, n: int, corpus: str):
+    try:
+        return tokenize_documents(tokenizer, corpus_docs, length, n, skip_short=True, parameter="corpus")
+    except ValueError as err:
+        raise ValueError(f"frontier_docs / frontier_prefill / frontier_decode: {err} (in {corpus!r}; lower "
+                         "frontier_docs or the frontier's lengths)") from None
+
+
+def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list[dict]:
+    """Table 1: the article's six configurations, then ours (formula at 16 bits, as the article's,
+    and a real fp32 cache of `check_tokens` tokens against the formula)."""
+    rows = []
+    for r in article()["table1_bytes_per_token"]:
+        per_token = costs.published_bytes(r)
+        rows.append({**{k: r.get(k) for k in ("model", "attention", "layers", "kv_heads", "head_dim")},
+                     "source": "published", "kib_per_token": per_token / costs.KIB,
+                     "gib_per_128k": per_token * costs.SEQUENCE_128K / costs.GIB,
+                     "article_kib_per_token": r["kib_per_token"], "article_gib_per_128k": r["gib_per_128k"]})
+    for name, config in loaded_configs.items():
+        kv_heads, head_dim = costs.kv_shape(config)
+        per_token = costs.kv_bytes_per_token(config.num_hidden_layers, kv_heads, head_dim, 2)
+        fp32 = costs.cache_bytes(config, check_tokens, torch.float32)
+        attention = "GQA" if kv_heads < config.num_attention_heads else "MHA"
+        if fp32["sliding_layers"]:
+            attention += f", {fp32['sliding_layers']} of {config.num_hidden_layers} layers windowed"
+        rows.append({"model": f"{name} (this book)", "attention": attention, "layers": config.num_hidden_layers,
+                     "kv_heads": kv_heads, "head_dim": head_dim, "source": "ours",
+                     "kib_per_token": per_token / costs.KIB,
+                     "gib_per_128k": per_token * costs.SEQUENCE_128K / costs.GIB,
+                     "check_tokens": check_tokens,
+                     "formula_kib_per_token_fp32": fp32["full_model_formula"] / check_tokens / costs.KIB,
+                     "held_kib_per_token_fp32": fp32["held"] / check_tokens / costs.KIB,
+                     "measured_kib_per_token": measured[name] / check_tokens / costs.KIB})
+    return rows
+
+
+def decode_timings(p: Plan, where: str) -> dict:
+    """E4 and the measured side of Table 1: one decode step with and without the cache at every
+    context of every model, the machine's memory bandwidth, and the bytes a real cache held at the
+    longest context. `where` says how the timings were taken (shown on the page)."""
+    bandwidth = costs.memory_bandwidth()
+    out = {"where": where, "threads": torch.get_num_threads(), "cores": os.cpu_count(),
+           "bandwidth_gb_s": bandwidth / 1e9, "decode": {}, "cache_bytes": {}, "key": _timing_key(p)}
+    started = time.time()
+    for name in p.models:
+        loaded = load(name, "float32", device=p.device)
+        steps = []
+        for context in p.contexts:
+            t = costs.decode_step_times(loaded, p.timing_ids[name][:, :context], p.timing_repeats)
+            if context == max(p.contexts):  # the longest timed context doubles as the bytes check
+                out["cache_bytes"][name] = t.cache_bytes
+            steps.append({"context": context, "cached_ms": t.cached_ms, "uncached_ms": t.uncached_ms,
+                          "speedup": t.speedup, "repeats": p.timing_repeats, "cached_repeats_ms": t.cached_repeats_ms,
+                          "uncached_repeats_ms": t.uncached_repeats_ms, "speedups": t.speedups,
+                          "analytical_ratio": costs.step_flops(loaded, context, False) / costs.step_flops(loaded, context, True),
+                          "bound_ms": costs.bandwidth_bound_ms(loaded, context, bandwidth)})
+        out["decode"][name] = {"steps": steps}
+        del loaded
+    out["wall_time_s"] = round(time.time() - started, 2)
+    return out
+
+
+def _timing_key(p: Plan) -> dict:
+    """What the timings depend on: a file timed for other settings must not be read."""
+    return {"models": p.models, "contexts": p.contexts, "timing_repeats": p.timing_repeats, "device": p.device,
+            "timing_ids": {m: ids[0].tolist()[:8] + [int(ids.shape[-1])] for m, ids in p.timing_ids.items()}}
+
+
+def time_alone(results_dir: str | Path, overrides: dict | None = None) -> Path:
+    """Time chapter 4's decode steps with the notebook's own parameters (updated by `overrides`,
+    e.g. the quick profile's) on every thread, before the lanes start; returns the file written."""
+    from kvutils.core.params import notebook_parameters
+    from kvutils.core.results import write_json_atomic
+
+    settings = {**notebook_parameters(NOTEBOOK), **(overrides or {})}
+    timings = decode_timings(plan(**settings), "alone, before the chapters ran in lanes")
+    path = Path(results_dir) / DECODE_TIMING_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, timings)
+    return path
+
+
+def deferred_timings(p: Plan) -> dict | None:
+    """The timings `time_alone` took for this chapter, where the lanes runner says there are some."""
+    where = os.environ.get(TIMINGS_ENV)
+    if not where:
+        return None
+    timings = json.loads(Path(where).read_text())
+    if timings["key"] != json.loads(json.dumps(_timing_key(p))):
+        raise ValueError(f"{TIMINGS_ENV}: {where} was timed for other settings ({timings['key']}) than this run's "
+                         f"({_timing_key(p)}); unset {TIMINGS_ENV} to time the steps in this run")
+    return timings
+
+
+def run(p: Plan) -> tuple[dict, list[dict]]:
+    """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "decode_timing": {where, threads, cores},
+    "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}},
+    "frontier": {model: accept run at frontier_prefill + frontier_decode, analysed by `frontier.analyse`
+    (per op "per_doc_kl", "mean_held_bytes", "level"; "verdicts", "levels", "construction_ties")}}."""
+    timings = deferred_timings(p) or decode_timings(p, "in this chapter's run")
+    numbers = {"bandwidth_gb_s": timings["bandwidth_gb_s"], "decode": timings["decode"],
+               "decode_timing": {k: timings[k] for k in ("where", "threads", "cores")}, "table2": {}, "frontier": {}}
+    described, configs = [], {}
+    for name in p.models:
+        loaded = load(name, "float32", device=p.device)
+        described.append(loaded.describe())
+        configs[name] = loaded.config
+        if name in p.table2_models:
+            texts = [doc for doc, _ in p.docs[name]]
+            numbers["table2"][name] = {
+                "skipped_short": [{"id": i, "tokens": n} for i, n in p.skipped[name]],
+                "plain": accept_many(loaded, p.ops, texts, p.prefill, p.decode) if p.ops else None,
+                "chunks": accept_many(loaded, p.chunk_ops, texts, p.prefill, p.chunk_decode)
+                if p.chunk_ops else None,
+            }
+        if name in (p.frontier_models or []):
+            texts = [doc for doc, _ in p.frontier_docs[name]]
+            scored = accept_many(loaded, p.frontier_ops, texts, p.frontier_prefill, p.frontier_decode)
+            numbers["frontier"][name] = frontier.analyse(scored, loaded.config, p.frontier_ops)
+        del loaded
+    numbers["bytes"] = _bytes_rows(configs, max(p.contexts), timings["cache_bytes"])
+    return numbers, described

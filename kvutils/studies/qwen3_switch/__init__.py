@@ -1,0 +1,1 @@
+"""studies/qwen3_switch"""

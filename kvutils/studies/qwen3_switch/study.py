@@ -1,0 +1,507 @@
+"""Chapter 5: switch to a LoRA tail mid-sequence — train it, switch under four cache policies,
+and patch the cache to see where the adapter reads its answer.
+
+The task after the marker is one of `kvutils.studies.qwen3_switch.tasks` (`continuation`: does passage B continue
+passage A?, or `senses`: name the sense of an ambiguous word). For every k of the sweep a LoRA tail
+and an activated LoRA of that depth are trained from cached boundary states, and scored on held-out
+examples under each switch policy. `plan()` checks every parameter and tokenises everything before
+any model loads (L and the architecture come from the model's config); `run(plan)` returns
+(numbers, described).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from kvutils.core import data, params
+from kvutils.lora import adapters as lora
+from kvutils.models import registry as models
+from kvutils.models.registry import load, load_tokenizer
+from kvutils.studies.qwen3_switch import tasks as switch_tasks
+from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
+from kvutils.studies.qwen3_switch.policies import (  # noqa: F401
+    CONTINUATION_BINS,
+    CONTROL_BINS,
+    EVAL_BATCH,
+    binomial_interval,
+    by_length,
+    exactness,
+    heldout_accuracy,
+    layer_groups,
+    patch_map,
+    scored,
+    switch_costs,
+)
+from kvutils.studies.qwen3_switch.tasks import Example
+
+DEFAULT_TRAIN_WORDS = "bank,bat,pitcher,mouse,spring,seal,plant,match,organ,pen,bark,palm"
+DEFAULT_HELDOUT_WORDS = "key,cell,club,fan"
+TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # tail patch vs recompute: logits and K/V
+TRAIN_ACCURACY_MAX = 64  # training examples scored per adapter (the fit, not the skill)
+
+
+@dataclass
+class ModelPlan:
+    name: str
+    model_type: str
+    n_layers: int
+    k_values: list[int]
+    patch_k: int
+    marker_ids: list[int]
+    train: list[Example]
+    heldout: list[Example]
+    patch_pairs: list[tuple[Example, Example]]  # two examples sharing their first `prefix_len` tokens
+    prefix_len: int
+    prefix_labels: list[str]  # one per control row of the patch map
+    bench_ids: torch.Tensor  # (1, bench_tokens): the long prefix of the cost benchmark
+    lr: float | None = None  # AdamW learning rate of this model's adapters (None: nothing trains)
+    steps: int = 0  # AdamW steps per adapter of this model
+
+
+@dataclass
+class Plan:
+    models: list[ModelPlan]
+    task: str
+    rank: int
+    alpha: float
+    targets: list[str]
+    batch_size: int
+    seed: int
+    dtype: str
+    device: str
+    timing_repeats: int
+    patch_layer_groups: int
+    exact_examples: int
+    train_dtype: str  # resolved: "float32" or "bfloat16"
+
+
+# --------------------------------------------------------------------------- checking the parameters
+
+
+def model_config(name: str, resolved: models.Resolved):
+    """The (text) config of a model, from its config file alone: no weights load."""
+    from transformers import AutoConfig
+
+    if resolved.kind == "tiny":
+        tiny = models.TINY[name]
+        config = AutoConfig.for_model(tiny.model_type, **tiny.config)
+    else:
+        path = models.converted_dir(name) if resolved.kind == "embedded" else resolved.path
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    return getattr(config, "text_config", None) or config
+
+
+PER_MODEL = {  # parameter: (what one value is, its type, the smallest allowed, an example)
+    "lr": ("a learning rate", float, 0.0, "0.002, or '0.003,gemma3-270m:0.001'"),
+    "steps": ("a number of steps", int, 1, "64, or '96,gemma3-270m:64'"),
+}
+
+
+def parse_per_model(parameter: str, value, model_names: list[str]) -> dict[str, float | int]:
+    """`lr` or `steps`: one value for every model, or a default and `model:value` pairs
+    ("0.003,gemma3-270m:0.001"; a colon, as papermill reads no second "=" on a parameter's line).
+    Models differ in the rate at which a LoRA tail learns without diverging, and in how many steps
+    it needs. A pair naming a known model not in this run is allowed (the defaults name both
+    embedded models, and a reader may run one), a name no model has is a misspelling; every model
+    of the run must get a value."""
+    what, kind, smallest, example = PER_MODEL[parameter]
+    example = f"e.g. {example} (a default, then model:value pairs)"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        items = [str(value)]
+    elif isinstance(value, str) and value.strip():
+        items = [item.strip() for item in value.split(",")]
+    else:
+        raise ValueError(f"{parameter} must be {what} or a string of them, {example}; got {value!r}")
+    default, values = None, {}
+    for item in items:
+        name, _, text = item.rpartition(":")
+        try:
+            number = kind(text)
+        except ValueError:
+            number = None
+        if number is None or not math.isfinite(number) or not (number > smallest if kind is float else number >= smallest) \
+                or (not name and ":" in item):
+            bound = f"> {smallest:g}" if kind is float else f">= {smallest}"
+            raise ValueError(f"{parameter}: {item!r} is not {what} {bound} (or model:value); {example}")
+        if name:
+            values[name.strip()] = number
+        elif default is None:
+            default = number
+        else:
+            raise ValueError(f"{parameter}: two defaults ({default} and {number}); give one, then model:value pairs")
+    from kvutils.models.registry import known_names
+
+    strangers = [n for n in values if n not in model_names and n not in known_names() and "/" not in n]
+    if strangers:
+        raise ValueError(f"{parameter}: {', '.join(map(repr, strangers))} is neither a model of this run "
+                         f"({', '.join(model_names)}) nor a known model; check the spelling")
+    missing = [m for m in model_names if m not in values and default is None]
+    if missing:
+        raise ValueError(f"{parameter}: no value for {', '.join(missing)}; add a default or {missing[0]}:value")
+    return {m: values.get(m, default) for m in model_names}
+
+
+def parse_k(value, n_layers: int, name: str, parameter: str) -> int:
+    """An int, or "L" (every layer)."""
+    if value == "L":
+        return n_layers
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    return lora.check_k(value, n_layers, name, parameter)
+
+
+def parse_k_values(text: str, n_layers: int, name: str) -> list[int]:
+    items = params.split_items("k_values", text, example="1,2,4,L")  # papermill passes `-p k_values 4` as 4
+    return sorted({parse_k(item, n_layers, name, "k_values") for item in items})
+
+
+def split_words(words: list[data.Word], train_words: str, heldout_words: str) -> tuple[list, list]:
+    known = {w.word: w for w in words}
+    chosen = {}
+    for parameter, text in (("train_words", train_words), ("heldout_words", heldout_words)):
+        names = [n.strip() for n in text.split(",") if n.strip()] if isinstance(text, str) else None
+        if not names:
+            raise ValueError(f"{parameter} must name at least one word of the senses file, comma-separated")
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"{parameter}: {', '.join(map(repr, unknown))} not in the senses file; "
+                             f"choose from {', '.join(known)}")
+        chosen[parameter] = names
+    overlap = sorted(set(chosen["train_words"]) & set(chosen["heldout_words"]))
+    if overlap:
+        raise ValueError(f"train_words and heldout_words overlap ({', '.join(overlap)}): a held-out word "
+                         "must never be trained on, or its accuracy measures memory, not the skill")
+    return [known[n] for n in chosen["train_words"]], [known[n] for n in chosen["heldout_words"]]
+
+
+def check_contexts(examples: list[Example], tokenizer, prefix_len: int, m: int, name: str) -> None:
+    """Both contexts of a word must start with the same prefix tokens ("The <word>") — the patch
+    map's control rows rely on it — and share at least CONTINUATION_BINS continuation tokens."""
+    problems = []
+    contexts: dict[str, list[Example]] = {}
+    for e in examples:
+        if e.kind == "context":
+            contexts.setdefault(e.group, []).append(e)
+    for word, (a, b) in contexts.items():
+        if a.ids[:prefix_len] != b.ids[:prefix_len] or len(tokenizer("The " + word).input_ids) != prefix_len:
+            problems.append(f"{word!r}: 'The {word}' is not the same {prefix_len} tokens at the start of both contexts")
+        if min(len(a.ids), len(b.ids)) - m - prefix_len < CONTINUATION_BINS:
+            problems.append(f"{word!r}: a continuation is shorter than {CONTINUATION_BINS} tokens")
+    if problems:
+        raise ValueError(f"senses_file: contexts unusable with {name}:\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """What `plan` reads for the task, once for all models."""
+
+    task: str
+    marker: str
+    words: tuple = ()  # senses: (train words, held-out words)
+    train_docs: tuple = ()  # continuation
+    eval_docs: tuple = ()
+    eval_source: str = ""
+
+
+def check_task(task: str, marker: str, train_words: str, heldout_words: str, senses_file: str, corpus: str,
+               eval_corpus: str, passage_tokens: int, candidate_tokens: int, n_train: int, n_heldout: int) -> TaskData:
+    params.check_choice("task", task, switch_tasks.TASKS)
+    if not isinstance(marker, str):
+        raise ValueError(f"marker must be a string ('' = the task's own marker), got {marker!r}")
+    if marker and not marker.strip():
+        raise ValueError(f"marker: {marker!r} is only white space; give visible text, or '' for the task's own marker")
+    marker = marker or switch_tasks.MARKERS[task]
+    if task == "senses":
+        words = data.load_senses(senses_file)
+        return TaskData(task, marker, words=split_words(words, train_words, heldout_words))
+    params.check_int("passage_tokens", passage_tokens, 4)
+    params.check_int("candidate_tokens", candidate_tokens, CONTINUATION_BINS)
+    for name, value in (("n_train", n_train), ("n_heldout", n_heldout)):
+        params.check_int(name, value, 2)
+        if value % 2:
+            raise ValueError(f"{name} must be even (each passage A is shown with its true continuation and "
+                             f"with another document's passage), got {value}")
+    if not isinstance(eval_corpus, str):
+        raise ValueError(f"eval_corpus must be a string: '' (the held-out quarter of corpus), a folder of .txt "
+                         f"files or a .jsonl file; got {eval_corpus!r}")
+    docs = data.load_corpus(corpus, parameter="corpus")
+    if eval_corpus:
+        train_docs, eval_docs = docs, data.load_corpus(eval_corpus, parameter="eval_corpus")
+        source = eval_corpus
+        shared = {d.text for d in train_docs} & {d.text for d in eval_docs}
+        if shared:
+            raise ValueError(f"eval_corpus: {len(shared)} of its documents are also in corpus {corpus!r}; "
+                             "held-out documents must never be trained on")
+    else:
+        train_docs, eval_docs = switch_tasks.split_documents(docs)
+        source = f"every 4th document of {corpus}"
+    return TaskData(task, marker, train_docs=tuple(train_docs), eval_docs=tuple(eval_docs), eval_source=source)
+
+
+def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, steps: int, lr: float, seed: int,
+         marker: str, targets: str, batch_size: int, patch_k, patch_layer_groups: int, patch_pairs: int,
+         exact_examples: int, bench_tokens: int, timing_repeats: int, dtype: str, device: str,
+         train_words: str, heldout_words: str, senses_file: str, corpus: str, eval_corpus: str,
+         passage_tokens: int, candidate_tokens: int, n_train: int, n_heldout: int, train_dtype: str = "auto",
+         **_ignored) -> Plan:
+    """Check every parameter of chapter 5 and tokenise every example; loads tokenizers and config
+    files only. Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
+    params.check_device(device)
+    if device == "auto":  # training and the tail patch move every tensor to one device
+        raise ValueError("device: 'auto' (a model spread over several devices) is not supported by chapter 5, "
+                         "which trains and patches on one device; use 'cpu', 'cuda' or 'cuda:N'")
+    params.check_choice("dtype", dtype, list(TOLERANCE))
+    resolved_train_dtype = lora.resolve_train_dtype(train_dtype, device)
+    for name, value in (("rank", rank), ("batch_size", batch_size), ("patch_layer_groups",
+                        patch_layer_groups), ("patch_pairs", patch_pairs), ("exact_examples", exact_examples),
+                        ("timing_repeats", timing_repeats)):
+        params.check_int(name, value, 1)
+    params.check_int("seed", seed, 0)
+    params.check_int("bench_tokens", bench_tokens, 8)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
+        raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
+    target_list = lora.parse_targets(targets)
+    resolved_models = params.check_models("models", models, family="causal")
+    learning_rates = parse_per_model("lr", lr, [r.name for r in resolved_models])
+    step_counts = parse_per_model("steps", steps, [r.name for r in resolved_models])
+    td = check_task(task, marker, train_words, heldout_words, senses_file, corpus, eval_corpus, passage_tokens,
+                    candidate_tokens, n_train, n_heldout)
+    bench_docs = data.load_corpus()
+    plans = []
+    for r in resolved_models:
+        config = model_config(r.name, r)
+        lora.family_of(config.model_type, r.name)  # an unknown architecture fails here
+        n_layers = config.num_hidden_layers
+        ks = parse_k_values(k_values, n_layers, r.name)
+        p_k = parse_k(patch_k, n_layers, r.name, "patch_k")
+        if p_k not in ks:
+            raise ValueError(f"patch_k: {patch_k!r} (k={p_k}) is not one of the trained k_values {ks} of {r.name}")
+        if patch_layer_groups > n_layers:
+            raise ValueError(f"patch_layer_groups must be between 1 and {n_layers} (the layers of {r.name}), "
+                             f"got {patch_layer_groups}")
+        tokenizer = load_tokenizer(r.name)
+        task_plan = (_senses_plan if td.task == "senses" else _continuation_plan)(
+            td, tokenizer, r.name, seed=seed, passage_tokens=passage_tokens, candidate_tokens=candidate_tokens,
+            n_train=n_train, n_heldout=n_heldout)
+        marker_ids, train, heldout, pairs, prefix_len, labels = task_plan
+        if exact_examples > len(heldout):
+            raise ValueError(f"exact_examples: {exact_examples} is more than the {len(heldout)} held-out examples "
+                             f"of {r.name}; give at most {len(heldout)}")
+        longest = max(len(e.ids) for e in train + heldout)
+        if longest > r.context:
+            raise ValueError(f"passage_tokens, candidate_tokens: an example of {r.name} has {longest} tokens (with the "
+                             f"marker and the question), more than its context of {r.context}; lower them")
+        if bench_tokens > r.context:
+            raise ValueError(f"bench_tokens: {bench_tokens} is more than {r.name}'s context of {r.context} tokens")
+        bench = data.prompts_from_corpus(tokenizer, bench_docs, 1, bench_tokens, parameter="bench_tokens")
+        plans.append(ModelPlan(r.name, config.model_type, n_layers, ks, p_k, marker_ids, train, heldout,
+                               pairs[:patch_pairs], prefix_len, labels, bench, learning_rates[r.name],
+                               step_counts[r.name]))
+    return Plan(plans, td.task, rank, float(alpha), target_list, batch_size, seed, dtype, device,
+                timing_repeats, patch_layer_groups, exact_examples, resolved_train_dtype)
+
+
+def _senses_plan(td: TaskData, tokenizer, name: str, **_):
+    train, heldout = td.words
+    data.check_words_for_tokenizer(train + heldout, tokenizer, name)
+    texts = [w.prefix + s.continuation for w in train + heldout for s in w.senses]
+    texts += [ref for w in train + heldout for s in w.senses for ref in s.references]
+    marker_ids = lora.check_marker(tokenizer, texts, td.marker, name)
+    prefix = tokenizer(train[0].prefix).input_ids
+    tokens = [t.replace("Ġ", " ").replace("▁", " ") for t in tokenizer.convert_ids_to_tokens(prefix)]
+    examples = {split: switch_tasks.senses_examples(tokenizer, ws, marker_ids, name)
+                for split, ws in (("train", train), ("heldout", heldout))}
+    check_contexts(examples["train"] + examples["heldout"], tokenizer, len(prefix), len(marker_ids), name)
+    contexts: dict[str, list] = {}
+    for e in examples["train"] + examples["heldout"]:
+        if e.kind == "context":
+            contexts.setdefault(e.group, [None, None])[e.label] = e
+    pairs = [(a, b) for a, b in contexts.values()]
+    pairs += [(b, a) for a, b in contexts.values()]
+    return marker_ids, examples["train"], examples["heldout"], pairs, len(prefix), tokens[:-1] + ["⟨word⟩"]
+
+
+def _continuation_plan(td: TaskData, tokenizer, name: str, *, seed: int, passage_tokens: int,
+                       candidate_tokens: int, n_train: int, n_heldout: int):
+    marker_ids = lora.invocation_tokens(tokenizer, td.marker)
+    if not marker_ids:
+        raise ValueError("marker must give at least one token")
+    train = switch_tasks.continuation_examples(tokenizer, list(td.train_docs), n_train, passage_tokens,
+                                               candidate_tokens, marker_ids, seed, name, "corpus")
+    heldout = switch_tasks.continuation_examples(tokenizer, list(td.eval_docs), n_heldout, passage_tokens,
+                                                 candidate_tokens, marker_ids, seed + 1, name,
+                                                 "eval_corpus" if td.eval_source and "every 4th" not in td.eval_source
+                                                 else "corpus (its held-out quarter)")
+    prefix_len = len(tokenizer("", add_special_tokens=True).input_ids) + passage_tokens
+    pairs = [(heldout[i], heldout[i + 1]) for i in range(0, len(heldout), 2)]  # the same A, true / foreign B
+    bins = min(prefix_len, CONTROL_BINS)
+    return marker_ids, train, heldout, pairs, prefix_len, [f"passage A {i}/{bins}" for i in range(1, bins + 1)]
+
+
+# --------------------------------------------------------------------------- training and accuracy
+
+
+def _batch(examples: list[Example], pad_id: int, marker_len: int, device: str) -> tuple[lora.Batch, torch.Tensor]:
+    ids, mask = lora.left_pad([e.ids for e in examples], pad_id)
+    batch = lora.Batch(ids.to(device), mask.to(device), torch.tensor([e.target for e in examples], device=device),
+                       marker_len)
+    return batch, torch.tensor([e.other for e in examples], device=device)
+
+
+@torch.no_grad()
+def accuracy(model, adapter: str | None, boundary: torch.Tensor, batch: lora.Batch, others: torch.Tensor,
+             start: int, activated: bool = False) -> dict:
+    """Accuracy (the right answer's logit above the wrong one's: chance 50 %) and label top-1 (the
+    right answer is the most likely token of the whole vocabulary), in %, from the hidden states at
+    layer `start`. `adapter` None: the base model."""
+    right, top1 = [], []
+    with lora.active_adapter(model, adapter):
+        for a in range(0, len(others), EVAL_BATCH):
+            rows = slice(a, a + EVAL_BATCH)
+            offsets = [batch.marker_len] * len(others[rows]) if activated else None
+            logits = lora.tail_logits(model, boundary[rows], batch.mask[rows], start, offsets)
+            target, other = batch.targets[rows], others[rows]
+            right += (logits.gather(1, target[:, None]) > logits.gather(1, other[:, None]))[:, 0].tolist()
+            top1 += (logits.argmax(-1) == target).tolist()
+    return {**scored(right), "label_top1_pct": 100 * statistics.fmean(top1)}
+
+
+def adapter_names(mp: ModelPlan) -> list[tuple[str, int, bool]]:
+    """(name, k, activated) of every adapter: a LoRA tail and an activated LoRA per k."""
+    return [(f"tail{k}", k, False) for k in mp.k_values] + [(f"activated{k}", k, True) for k in mp.k_values]
+
+
+def _train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict]:
+    """Every adapter, trained from the boundary states of the training set (computed once); their
+    fit on (at most TRAIN_ACCURACY_MAX) training examples. Held-out accuracy comes from the switch."""
+    marker_len = len(mp.marker_ids)
+    train, train_other = _batch(mp.train, pad_id, marker_len, p.device)
+    starts = sorted({mp.n_layers - k for k in mp.k_values})
+    # one base pass: the boundaries every tail trains from, and the prefix's K/V the activated adapters read
+    with lora.training_precision(p.train_dtype, p.device):
+        boundary, prefix_cache = lora.states_and_prefix_cache(model, train.ids, train.mask, starts, marker_len)
+    dtype = getattr(torch, p.dtype)
+    boundary = {layer: states.to(dtype) for layer, states in boundary.items()}  # autocast may leave bfloat16
+    fit = slice(0, TRAIN_ACCURACY_MAX)
+    fit_batch = lora.Batch(train.ids[fit], train.mask[fit], train.targets[fit], marker_len)
+    out = {"zero_shot": {"train": accuracy(model, None, boundary[starts[0]][fit], fit_batch, train_other[fit],
+                                           starts[0])},
+           "adapters": {}}
+    for name, k, activated in adapter_names(mp):  # each training has its own progress bar
+        start = mp.n_layers - k
+        model = lora.lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
+                               invocation_tokens=mp.marker_ids if activated else None)
+        began = time.perf_counter()
+        losses = lora.train_adapter(model, name, boundary[start], train, start, mp.steps, mp.lr, p.batch_size,
+                                    p.seed, activated=activated, prefix_cache=prefix_cache if activated else None,
+                                    train_dtype=p.train_dtype)
+        out["adapters"][name] = {
+            "k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
+            "trainable_parameters": sum(t.numel() for t in lora.adapter_parameters(model, name)),
+            "train": accuracy(model, name, boundary[start][fit], fit_batch, train_other[fit], start, activated)}
+    return model, out
+
+
+# --------------------------------------------------------------------------- the chapter
+
+
+def run(p: Plan) -> tuple[dict, list[dict]]:
+    """Chapter 5 for every model: train the adapters, switch under every policy, measure the cost,
+    patch the cache. Returns (numbers per model, described models)."""
+    numbers, described = {}, []
+    for mp in p.models:
+        began = time.perf_counter()
+        loaded = load(mp.name, p.dtype, device=p.device)
+        described.append(loaded.describe())
+        pad_id = loaded.tokenizer.pad_token_id or 0
+        timings = {}
+        model, training = _train_all(p, mp, loaded.model, pad_id)
+        timings["training_s"] = time.perf_counter() - began
+        heldout = heldout_accuracy(mp, model, p.device)
+        examples = heldout.pop("examples")  # the labels, in the order of every per-example list
+        training["zero_shot"]["heldout"] = heldout["base"]["zero_shot"]
+        for name, _, activated in adapter_names(mp):
+            training["adapters"][name]["heldout"] = heldout[name]["activated" if activated else "tail_patch"]
+        switch = {"heldout": heldout, "heldout_examples": examples, **exactness(mp, model, p.device, p.exact_examples)}
+        timings["switch_s"] = time.perf_counter() - began - sum(timings.values())
+        cost = switch_costs(mp, model, p.device, p.timing_repeats)
+        timings["cost_s"] = time.perf_counter() - began - sum(timings.values())
+        patching = patch_map(mp, model, p.device, p.patch_layer_groups, p.task)
+        timings["patching_s"] = time.perf_counter() - began - sum(timings.values())
+        knee = switch_verdicts.knee(heldout, mp.k_values)
+        numbers[mp.name] = {
+            "task": p.task, "lr": mp.lr, "steps": mp.steps, "train_dtype": p.train_dtype, "layers": mp.n_layers,
+            "model_type": mp.model_type, "k_values": mp.k_values,
+            "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee["knee_k"], "knee": knee,
+            "first_changed_layer": {str(k): lora.first_changed_layer(mp.n_layers, k, p.targets, lora.family_of(mp.model_type))
+                                    for k in mp.k_values},
+            "n_train_examples": len(mp.train), "n_heldout_examples": len(mp.heldout),
+            "training": training, "switch": switch, "cost": cost, "patching": patching, "timings": timings}
+        del model, loaded
+    return numbers, described
+
+
+def bench(model: str = "smollm2-135m", k_values: str = "1,2,4,L", tokens: int = 256, repeats: int = 3,
+          device: str = "cpu") -> dict:
+    """For `python -m kvutils.bench`: the tail patch's switch time and FLOPs as a fraction of a
+    full recompute, per k, on `tokens` tokens of the default corpus (untrained random adapters: the
+    cost does not depend on what the adapter learned)."""
+    config = model_config(model, models.resolve(model))
+    n_layers = config.num_hidden_layers
+    ks = parse_k_values(k_values, n_layers, model)
+    loaded = load(model, "float32", device=device)
+    ids = data.prompts_from_corpus(loaded.tokenizer, data.load_corpus(), 1, tokens, parameter="tokens")
+    peft_model = loaded.model
+    for k in ks:
+        peft_model = lora.lora_tail(peft_model, k, 8, 16, "q,k,v,o,mlp", random_init=True)
+    peft_model = lora.lora_tail(peft_model, ks[0], 8, 16, "q,k,v,o,mlp", adapter_name=f"activated{ks[0]}",
+                                invocation_tokens=[0], random_init=True)
+    mp = ModelPlan(model, config.model_type, n_layers, ks, ks[0], [0], [], [], [], 0, [], ids)
+    cost = switch_costs(mp, peft_model, device, repeats)
+    return {str(k): {"k_over_L": row["k_over_L"], "time_fraction": row["tail_time_fraction"],
+                     "flops_fraction": row["tail_flops_fraction"],
+                     "recompute_ms": 1000 * row["recompute"]["seconds"], "tail_patch_ms": 1000 * row["tail_patch"]["seconds"]}
+            for k, row in cost["per_k"].items()}
+
+
+def _within(value, tol: float) -> bool:
+    """value <= tol, False for NaN (a NaN compares False with everything, so `NaN > tol` would pass)."""
+    return value is not None and value <= tol
+
+
+def check_exactness(numbers: dict, dtype: str) -> None:
+    """The chapter's theorems, asserted on the run's numbers, failing on NaN: tail patch ==
+    recompute within the dtype's tolerance; stale reuse exact below the tail and off inside it; each
+    activated adapter's prefix K/V identical to the base's; in the patch map, the shared prefix's
+    entries bit-identical although each context was computed in its own forward pass, so copying
+    them moves the answer only by the rounding of a batch row."""
+    tol, problems = TOLERANCE[dtype], []
+    for model, r in numbers.items():
+        for k in r["k_values"]:
+            adapter = f"tail{k}"
+            layers = r["switch"]["cache_layers"][adapter]
+            patch_kv = lora.nan_max(layers["tail_patch"])
+            patch_gap = r["switch"]["scores"][adapter]["tail_patch"]["max_abs_logit_diff"]
+            if not (_within(patch_kv, tol) and _within(patch_gap, tol)):
+                problems.append(f"{model} k={k}: tail patch off the recompute by {patch_kv} (K/V), "
+                                f"{patch_gap} (logits); allowed {tol}")
+            first = r["first_changed_layer"][str(k)]
+            if not all(d == 0 for d in layers["stale"][:r["layers"] - k]):
+                problems.append(f"{model} k={k}: stale cache differs below the tail: {layers['stale']}")
+            if not all(d is not None and d > 0 for d in layers["stale"][first:]):
+                problems.append(f"{model} k={k}: stale cache equals the recompute inside the tail: {layers['stale']}")
+            prefix = r["switch"]["cache_layers"][f"activated{k}"]["prefix_vs_base"]
+            if not all(d is None or d == 0 for d in prefix) or all(d is None for d in prefix):
+                problems.append(f"{model} k={k}: the activated adapter changed the prefix's K/V: {prefix}")
+        patch = r["patching"]
+        # the control copies bit-identical entries; the answer may still move by rounding, because a
+        # batched forward need not round every batch row the same way on multi-threaded CPUs
+        if not (patch["prefix_kv_max_diff"] == 0 and _within(patch["control_max_abs_delta"], tol)):
+            problems.append(f"{model}: patching the shared prefix moved the answer by "
+                            f"{patch['control_max_abs_delta']} (its entries differ by {patch['prefix_kv_max_diff']})")
+    if problems:
+        raise AssertionError("chapter 5 identities failed:\n  " + "\n  ".join(problems))

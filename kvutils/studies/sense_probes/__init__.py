@@ -1,0 +1,1 @@
+"""studies/sense_probes"""

@@ -1,0 +1,99 @@
+"""Chapters 2 and 3: the same ambiguous word in two contexts, in causal models and in a
+bidirectional encoder.
+
+- Chapter 2 (`run_contrast`): how far the word's state and the prefix's keys move between the two
+  contexts, layer by layer (a causal model's: not at all; an encoder's: more with depth).
+- Chapter 3 (`run_probes`): a nearest-centroid sense probe at the old cached position, at a new
+  position where the word is repeated, and at the encoder's original position; and where the new
+  position's attention goes.
+
+`plan()` checks every parameter and tokenises every sentence before any model loads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvutils.core import data, params
+from kvutils.models.registry import load, load_tokenizer
+from kvutils.studies.sense_probes import probes
+
+
+@dataclass
+class Plan:
+    """Validated parameters of chapters 2 and 3, with every model's encoded sentences."""
+
+    models: list[str]  # causal models
+    encoders: list[str]  # bidirectional encoders
+    words: list[data.Word]
+    items: dict[str, list[probes.WordItems]]  # per model
+    distance: str
+    repeat_template: str
+    batch_size: int
+    device: str
+
+
+def plan(*, models: str, encoder: str, senses_file: str, device: str, batch_size: int = 32,
+         distance: str = "cosine", repeat_template: str = probes.DEFAULT_REPEAT_TEMPLATE,
+         **_ignored) -> Plan:
+    """Check the parameters of chapter 2 or 3 and encode all sentences; loads tokenizers only.
+    Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
+    params.check_device(device)
+    params.check_int("batch_size", batch_size, 1)
+    params.check_choice("distance", distance, probes.DISTANCES)
+    probes.check_repeat_template(repeat_template)
+    causal = params.check_models("models", models, family="causal")
+    encoders = params.check_models("encoder", encoder, family="encoder")
+    words = data.load_senses(senses_file)
+    items = {}
+    for r in causal + encoders:
+        tokenizer = load_tokenizer(r.name)
+        data.check_words_for_tokenizer(words, tokenizer, r.name)
+        items[r.name] = probes.build_items(tokenizer, words, repeat_template, with_repeats=r.family == "causal")
+    return Plan([r.name for r in causal], [r.name for r in encoders], words, items, distance,
+                repeat_template, batch_size, device)
+
+
+def _layers_info(loaded) -> dict:
+    return {"family": loaded.family, "layers": loaded.n_layers}
+
+
+def run_contrast(p: Plan) -> tuple[dict, list[dict]]:
+    """Chapter 2 for every model: numbers[model] = context_divergence + family and depth."""
+    numbers, described = {}, []
+    for name in p.models + p.encoders:
+        loaded = load(name, "float32", device=p.device)
+        described.append(loaded.describe())
+        ws = probes.word_states(loaded, p.items[name], keys=True, batch_size=p.batch_size)
+        numbers[name] = {**_layers_info(loaded), **probes.context_divergence(ws)}
+        del loaded
+    return numbers, described
+
+
+def run_probes(p: Plan) -> tuple[dict, list[dict]]:
+    """Chapter 3 for every model: numbers[model] = probe accuracies (+ attention split for causal
+    models, read with eager attention), and what the first token (the sink) is."""
+    numbers, described = {}, []
+    for name in p.models + p.encoders:
+        causal = name in p.models
+        loaded = load(name, "float32", device=p.device, attn_implementation="eager" if causal else None)
+        described.append(loaded.describe())
+        ws = probes.word_states(loaded, p.items[name], attention=causal, batch_size=p.batch_size)
+        first_token = loaded.tokenizer.convert_ids_to_tokens(p.items[name][0].contexts[0].ids[0])
+        numbers[name] = {**_layers_info(loaded), "probe": probes.probe(ws, p.distance),
+                         "first_token": first_token}
+        if causal:
+            numbers[name]["attention"] = probes.attention_split(ws)
+        del loaded
+    return numbers, described
+
+
+def check_old_position_at_chance(numbers: dict) -> None:
+    """A causal model's word state at its old position is the same under both senses, so a probe
+    must score exactly 50% at every depth: anything else means the states differed."""
+    for model, r in numbers.items():
+        if r["family"] != "causal":
+            continue
+        off = {depth: acc for depth, acc in enumerate(r["probe"]["old_position_pct"]) if acc != 50.0}
+        if off:
+            raise AssertionError(f"{model}: old-position accuracy is not exactly 50% at depths {off}; "
+                                 "the cached states must have differed between the two contexts")
