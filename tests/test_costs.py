@@ -7,10 +7,10 @@ import torch
 from conftest import CAUSAL_TINY, load_cached
 
 from kvutils.cache import costs
-from kvutils.report import common as report
+from kvutils.core.article import article
 
 
-@pytest.mark.parametrize("row", report.article()["table1_bytes_per_token"], ids=lambda r: r["model"])
+@pytest.mark.parametrize("row", article()["table1_bytes_per_token"], ids=lambda r: r["model"])
 def test_the_formula_reproduces_the_articles_table_1(row):
     per_token = costs.published_bytes(row)
     assert per_token / costs.KIB == row["kib_per_token"]

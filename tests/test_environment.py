@@ -54,7 +54,7 @@ def test_the_readme_table_documents_every_notebook_parameter():
     """One table in the README names every parameter of every notebook, with the notebooks it belongs to."""
     import papermill
 
-    from kvutils.book.chapters import NOTEBOOKS, PAGES
+    from kvutils.core.catalog import NOTEBOOKS, PAGES
 
     rows = [line.strip().strip("|").split("|") for line in (REPO_ROOT / "README.md").read_text().splitlines()
             if line.startswith("| ") and "`" in line.split("|")[2]]

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kvutils.book.chapters import NOTEBOOKS, PAGES
-from kvutils.core import data, params, results
+from kvutils.core import checks, data, params, results
+from kvutils.core.catalog import NOTEBOOKS, PAGES
 from kvutils.core.paths import REPO_ROOT
 from kvutils.models import registry as models
+from kvutils.models.checks import check_models
 
 ALL_NOTEBOOKS = [*NOTEBOOKS.values(), *PAGES.values()]
 
@@ -25,7 +26,7 @@ ALL_NOTEBOOKS = [*NOTEBOOKS.values(), *PAGES.values()]
     ([1, 2], [1, 2]), ((8,), [8]), ("+5", [5]),
 ])
 def test_int_lists_take_one_number_as_papermill_passes_it(value, expected):
-    assert params.check_int_list("contexts", value, 1) == expected
+    assert checks.check_int_list("contexts", value, 1) == expected
 
 
 @pytest.mark.parametrize("value, message", [
@@ -44,7 +45,7 @@ def test_int_lists_take_one_number_as_papermill_passes_it(value, expected):
 ])
 def test_int_list_errors_say_what_is_wrong(value, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        params.check_int_list("contexts", value, 1)
+        checks.check_int_list("contexts", value, 1)
 
 
 @pytest.mark.parametrize("value, message", [
@@ -70,12 +71,12 @@ def test_k_values_take_a_single_int(value, expected):
 @pytest.mark.parametrize("value", ["abc", None, True, float("nan"), float("inf"), 0, -1, 100.5, [99]])
 def test_near_exact_pct_must_be_a_percentage(value):
     with pytest.raises(ValueError, match=r"^near_exact_pct (must be a number|must be in \(0, 100\])"):
-        params.check_number("near_exact_pct", value, 0, 100, low_inclusive=False)
+        checks.check_number("near_exact_pct", value, 0, 100, low_inclusive=False)
 
 
 @pytest.mark.parametrize("value", [0.5, 50, 99.0, 100])
 def test_near_exact_pct_accepts_percentages(value):
-    assert params.check_number("near_exact_pct", value, 0, 100, low_inclusive=False) == float(value)
+    assert checks.check_number("near_exact_pct", value, 0, 100, low_inclusive=False) == float(value)
 
 
 @pytest.mark.parametrize("value, message", [
@@ -84,7 +85,7 @@ def test_near_exact_pct_accepts_percentages(value):
 ])
 def test_int_parameters(value, message):
     with pytest.raises(ValueError, match=f"^batch_size {message}"):
-        params.check_int("batch_size", value, 1)
+        checks.check_int("batch_size", value, 1)
 
 
 # --------------------------------------------------------------------------- misspelt parameter names
@@ -507,7 +508,7 @@ MODEL_CASES = ["config not JSON", "config not UTF-8", "config a list", "config w
 def test_a_broken_model_folder_is_named_before_loading(model_dir, tmp_path, case):
     folder, error, words = _broken_model(model_dir, tmp_path, case)
     with pytest.raises(error) as err:
-        params.check_models("models", str(folder))
+        check_models("models", str(folder))
     message = str(err.value)
     assert message.startswith(f"models: model '{folder}'") and words in message
     assert "trust_remote_code=True" not in message
@@ -521,7 +522,7 @@ def test_an_embedding_projected_up_to_the_layers_width_is_accepted(model_dir, tm
     config = json.loads((folder / "config.json").read_text())
     config.update(word_embed_proj_dim=config["hidden_size"], hidden_size=config["hidden_size"] * 2)
     (folder / "config.json").write_text(json.dumps(config))
-    assert params.check_models("models", str(folder))[0].path == folder
+    assert check_models("models", str(folder))[0].path == folder
 
 
 def test_weights_that_do_not_fit_their_config_name_the_model(model_dir, tmp_path):
@@ -532,7 +533,7 @@ def test_weights_that_do_not_fit_their_config_name_the_model(model_dir, tmp_path
     config = json.loads((folder / "config.json").read_text())
     config["intermediate_size"] += 8
     (folder / "config.json").write_text(json.dumps(config))
-    params.check_models("models", str(folder))
+    check_models("models", str(folder))
     with pytest.raises(ValueError, match=rf"^model '{re.escape(str(folder))}': "
                                          rf"transformers could not load {re.escape(str(folder))} \(RuntimeError: "):
         models.load(str(folder))

@@ -19,23 +19,18 @@ import pytest
 import torch
 from conftest import load_cached
 
-from kvutils import (
-    approx_study,
-    chapters,
-    converted,
-    data,
-    exactness,
-    hf_caches,
-    interrupt,
-    models,
-    params,
-    results,
-    senses_study,
-    switch,
-)
+from kvutils.book import chapters
 from kvutils.cache import accept as acceptance
+from kvutils.cache import hf_caches
 from kvutils.cache.ops import parse_op
+from kvutils.core import data, interrupt, params, results
 from kvutils.core.paths import REPO_ROOT
+from kvutils.models import converted
+from kvutils.models import registry as models
+from kvutils.studies import cache_exactness as exactness
+from kvutils.studies.cache_approximations import study as approx_study
+from kvutils.studies.qwen3_switch import study as switch
+from kvutils.studies.sense_probes import study as senses_study
 
 HANG_S = 10  # far more than any of these checks takes; a blocking read would never end
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvutils.book.chapters import NOTEBOOKS
+from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.paths import REPO_ROOT
 from kvutils.models.registry import ModelNotAvailable
 from kvutils.report import appendix as ra

@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 
 from kvutils.core.interrupt import INTERRUPTED
+from kvutils.core.catalog import NOTEBOOKS, PAGES
 from kvutils.core.paths import REPO_ROOT
 
-NOTEBOOKS = {"01": "01_cache_exactness", "02": "02_bert_contrast", "03": "03_sense_probes",
-             "04": "04_cache_approximations", "05": "05_qwen3_switch"}
 QUICK = {
     "01_cache_exactness": dict(models="tiny-llama,tiny-gemma3", n_prompts=4, prompt_tokens=16,
                                new_tokens=8, batch_size=4),
@@ -47,8 +46,6 @@ QUICK = {
                             patch_pairs=2, exact_examples=4, patch_layer_groups=2, bench_tokens=32,
                             timing_repeats=1),
 }
-# Pages that summarise the results files; their only parameter is results_dir.
-PAGES = {"06": "06_conclusions", "A": "appendix_a_reproducibility", "B": "appendix_b_performance"}
 EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
 # `--lanes`: the chapters split into two queues of about equal length on the full profile, one per
 # core, each kernel on one thread. On 2 cores this beats one queue on two threads: these small models
@@ -206,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="override a notebook parameter (as papermill -p)")
     from kvutils.core import params
 
-    params.check_flags(parser, argv)
+    checks.check_flags(parser, argv)
     args = parser.parse_args(argv)
     args.results_dir, args.output_dir = (str(Path(d).expanduser()) if d.strip() else d  # "" stays an error
                                          for d in (args.results_dir, args.output_dir))

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from kvutils.cache.hf_caches import refusal
 from kvutils.cache.ops import OPS, CacheOp, Exact, cache_bytes, held_bytes, parse_op, parse_ops
 from kvutils.cache.scoring import PATHS, STEP_BATCH, batched_step, exact_prefill, score_step_many, step_start
-from kvutils.core import data, params, results
+from kvutils.core import checks, data, results
 from kvutils.core.interrupt import OUT_OF_MEMORY
 from kvutils.models import registry as models
 
@@ -48,7 +48,7 @@ def tokenize_documents(tokenizer, docs: list[data.Document], length: int, n_docs
     unless `skip_short`: then it is left out, reported, and the next long one is taken instead.
     Returns (used [(Document, ids)], skipped [(id, tokens)])."""
     if n_docs is not None:
-        params.check_int("n_docs", n_docs, 1)
+        checks.check_int("n_docs", n_docs, 1)
     used, short = [], []
     for doc in docs if skip_short else docs[:n_docs]:
         if n_docs is not None and len(used) == n_docs:
@@ -109,10 +109,10 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     not scored; "refused" names it and why."""
     started = time.time()
     ops = parse_ops(ops)
-    params.check_int("prefill", prefill, 1)
-    params.check_int("decode", decode, 1)
-    params.check_choice("path", path, PATHS)
-    params.check_device(device)
+    checks.check_int("prefill", prefill, 1)
+    checks.check_int("decode", decode, 1)
+    checks.check_choice("path", path, PATHS)
+    checks.check_device(device)
     torch_dtype = models.as_dtype(dtype)
     for op in ops:
         op.check_lengths(prefill, decode)
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="fast (one forward) or step (reference) (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=None, help="write the numbers here as JSON (default: none, "
                         "printed only)")
-    params.check_flags(parser, argv)
+    checks.check_flags(parser, argv)
     args = parser.parse_args(argv)
     try:
         if args.out is not None:  # before any model loads, not after the run

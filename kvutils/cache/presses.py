@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from kvutils.cache.ops import CacheOp, _check_int, _fail, register
-from kvutils.cache.scoring import LayerView
+from kvutils.cache.prefilled import LayerView
 
 
 def _check_ratio(op: str, value) -> None:

@@ -33,46 +33,12 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from kvutils.cache.prefilled import KV, LayerView, Prefilled
 from kvutils.models import attention
 from kvutils.models.registry import Loaded
 from kvutils.models.rotary import rotary_cos_sin, rotate_keys
 
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (1, kv_heads, seq, head_dim)
 STEP_BATCH = 8  # documents a caller decodes together on the step path (their caches and logits held at once)
-
-
-@dataclass
-class LayerView:
-    """One layer's prefill as a data-dependent method sees it (kvpress's `score` arguments).
-    keys/values (1, kv_heads, P, head_dim); queries (1, heads, P, head_dim) after the rotary
-    embedding; `weights()` the prefill's attention weights (1, heads, P, P) under the model's own
-    mask; `rotary(positions)` the layer's (cos, sin), (1, n, rotary_dim); `scale` its softmax scale."""
-
-    layer: int
-    n_layers: int
-    keys: torch.Tensor
-    values: torch.Tensor
-    queries: torch.Tensor
-    scale: float
-    weights: Callable[[], torch.Tensor]
-    rotary: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-
-    @property
-    def groups(self) -> int:
-        return self.queries.shape[1] // self.keys.shape[1]
-
-    def per_kv_head(self, scores: torch.Tensor) -> torch.Tensor:
-        """(heads, n) -> (kv_heads, n): the mean over each KV head's query group (kvpress's choice,
-        SnapKV issue 22)."""
-        return scores.view(self.keys.shape[1], self.groups, -1).mean(1)
-
-
-@dataclass
-class Prefilled:
-    """The exact prefill's cache, and (for data-dependent methods) what each layer saw."""
-
-    kv: KV
-    views: list[LayerView] | None = None
 
 
 def attention_masks(loaded: Loaded, visible: torch.Tensor, query_slots: torch.Tensor,

@@ -92,7 +92,7 @@ def decoder(model: torch.nn.Module) -> torch.nn.Module:
 
 def parse_targets(targets: str, parameter: str = "targets") -> list[str]:
     """"q,k,v,o,mlp" -> ["q", "k", "v", "o", "mlp"], each checked."""
-    from kvutils.core.params import check_list
+    from kvutils.core.checks import check_list
 
     return check_list(parameter, targets, TARGETS)
 

@@ -4,22 +4,12 @@ typed by hand."""
 from __future__ import annotations
 
 import html
-import json
 import re
-from functools import lru_cache
 
 import pandas as pd
 
-from kvutils.core.paths import REPO_ROOT
+from kvutils.core.article import article
 from kvutils.models.registry import EMBEDDED, TINY
-
-ARTICLE_FIGURES = REPO_ROOT / "data" / "article_figures.json"
-
-
-@lru_cache(maxsize=1)
-def article() -> dict:
-    """The article's reference figures (data/article_figures.json)."""
-    return json.loads(ARTICLE_FIGURES.read_text())
 
 
 def fmt(value, digits: int = 6) -> str:

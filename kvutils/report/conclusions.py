@@ -8,10 +8,11 @@ import math
 
 import pandas as pd
 
-from kvutils.book.chapters import NOTEBOOKS
+from kvutils.core.article import article
+from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.compare import against_chance
 from kvutils.core.results import check_fields, load_results, results_path
-from kvutils.report.common import article, fmt, fraction, recompute_label, recompute_mode, rows_table, weights_note
+from kvutils.report.common import fmt, fraction, recompute_label, recompute_mode, rows_table, weights_note
 from kvutils.report.costs import article_rows_by_spec
 
 # the decision guide is its own module; the page (notebook 06) reads it through this one

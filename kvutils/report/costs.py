@@ -7,7 +7,8 @@ import math
 import pandas as pd
 
 from kvutils.core import compare
-from kvutils.report.common import article, fmt, page_table, rows_table, styled, weights_note
+from kvutils.core.article import article
+from kvutils.report.common import fmt, page_table, rows_table, styled, weights_note
 from kvutils.report.timing import speedup_grew, step_line
 
 # --------------------------------------------------------------------------- E4: decode cost

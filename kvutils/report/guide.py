@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kvutils.book.chapters import NOTEBOOKS
+from kvutils.core.catalog import NOTEBOOKS
+from kvutils.core.checks import check_number
 from kvutils.core.compare import IDENTICAL, Paired
-from kvutils.core.params import check_number
 from kvutils.report.common import fmt, styled
 from kvutils.report.costs import article_rows_by_spec
 

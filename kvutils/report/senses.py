@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from kvutils.core import compare
-from kvutils.report.common import article, fmt, rows_table, styled
+from kvutils.core.article import article
+from kvutils.report.common import fmt, rows_table, styled
 
 
 def _depth(values: list) -> list[float]:

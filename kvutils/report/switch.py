@@ -8,9 +8,10 @@ import math
 import pandas as pd
 
 from kvutils.core import compare
+from kvutils.core.article import article
 from kvutils.lora.adapters import POLICY_TEXT, nan_max
 from kvutils.report import switch_verdicts as rsv
-from kvutils.report.common import article, fmt, page_table, styled
+from kvutils.report.common import fmt, page_table, styled
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch.study import TOLERANCE
 

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+from kvutils.core import checks, data
 from kvutils.core.data import PrefixPair
+from kvutils.models.checks import check_models
 from kvutils.models.greedy import greedy, prefill, recompute_logits
-from kvutils.models.registry import Loaded
+from kvutils.models.registry import DTYPES, Loaded, load_tokenizer
 
 RECOMPUTE_MODES = ("one_pass", "per_step")
 
@@ -184,18 +186,15 @@ def plan(*, models: str, dtypes: str, n_prompts: int, prompt_tokens: int, new_to
          device: str, per_step_prompts: int = 0, **_ignored) -> Plan:
     """Check every chapter-1 parameter and prepare the inputs, loading tokenizers but no model.
     Raises ValueError / ModelNotAvailable naming the parameter."""
-    from kvutils.core import data, params
-    from kvutils.models.registry import DTYPES, load_tokenizer
-
-    params.check_device(device)
-    dtype_list = params.check_list("dtypes", dtypes, DTYPES)
-    params.check_int("n_prompts", n_prompts, 1)
-    params.check_int("prompt_tokens", prompt_tokens, 1)
-    params.check_int("new_tokens", new_tokens, 1)
-    params.check_int("batch_size", batch_size, 1)
-    params.check_choice("recompute", recompute, RECOMPUTE_MODES)
-    params.check_int("per_step_prompts", per_step_prompts, 0)
-    resolved = params.check_models("models", models, family="causal",
+    checks.check_device(device)
+    dtype_list = checks.check_list("dtypes", dtypes, DTYPES)
+    checks.check_int("n_prompts", n_prompts, 1)
+    checks.check_int("prompt_tokens", prompt_tokens, 1)
+    checks.check_int("new_tokens", new_tokens, 1)
+    checks.check_int("batch_size", batch_size, 1)
+    checks.check_choice("recompute", recompute, RECOMPUTE_MODES)
+    checks.check_int("per_step_prompts", per_step_prompts, 0)
+    resolved = check_models("models", models, family="causal",
                                    min_context=prompt_tokens + new_tokens)
     docs = data.load_corpus(corpus)
     data.check_corpus_size(docs, n_prompts)

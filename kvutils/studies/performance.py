@@ -36,9 +36,9 @@ from pathlib import Path
 
 import torch
 
-from kvutils.book.chapters import NOTEBOOKS
 from kvutils.cache.costs import memory_bandwidth, repeat_seconds
-from kvutils.core import params, results
+from kvutils.core import checks, results
+from kvutils.core.catalog import NOTEBOOKS
 from kvutils.models import registry as models
 from kvutils.models.greedy import greedy, recompute_logits
 
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--quick", action="store_true", help="small sizes (for the tests)")
-    params.check_flags(parser, argv)
+    checks.check_flags(parser, argv)
     args = parser.parse_args(argv)
     causal = [k for k, e in {**models.EMBEDDED, **models.TINY}.items() if e.family == "causal"]
     if args.model not in causal:

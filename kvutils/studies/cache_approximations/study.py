@@ -29,9 +29,10 @@ import torch
 from kvutils.cache import costs
 from kvutils.cache.accept import accept_many, tokenize_documents
 from kvutils.cache.ops import ARTICLE_OPS, EXTRA_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
-from kvutils.core import data, params
+from kvutils.core import checks, data
+from kvutils.core.article import article
+from kvutils.models.checks import check_models
 from kvutils.models.registry import load, load_tokenizer
-from kvutils.report.common import article
 from kvutils.studies.cache_approximations import frontier
 
 NOTEBOOK = "04_cache_approximations"
@@ -88,16 +89,16 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
          chunk_decode: int, contexts: str, timing_repeats: int, device: str, skip_short: bool = True,
          frontier_models: str = "", frontier_ops: str = DEFAULT_OPS, frontier_docs: int = 8,
          frontier_prefill: int = 1024, frontier_decode: int = 128, **_ignored) -> Plan:
-    params.check_device(device)
+    checks.check_device(device)
     if not isinstance(skip_short, bool):
         raise ValueError(f"skip_short must be True or False, got {skip_short!r}")
     for name, value in (("n_docs", n_docs), ("prefill", prefill), ("decode", decode),
                         ("chunk_decode", chunk_decode), ("timing_repeats", timing_repeats)):
-        params.check_int(name, value, 1)
-    context_list = params.check_int_list("contexts", contexts, 1)
+        checks.check_int(name, value, 1)
+    context_list = checks.check_int_list("contexts", contexts, 1)
     for name, value in (("frontier_docs", frontier_docs), ("frontier_prefill", frontier_prefill),
                         ("frontier_decode", frontier_decode)):
-        params.check_int(name, value, 1)
+        checks.check_int(name, value, 1)
     operations = parse_op_list(ops)
     frontier_specs = frontier.default_specs(frontier_prefill, frontier_decode)
     front_ops = parse_op_list(frontier_ops, "frontier_ops", frontier_specs)
@@ -110,7 +111,7 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
         _check_lengths("ops", op, prefill, decode)
     for op in chunked:
         _check_lengths("ops", op, prefill, chunk_decode)
-    resolved = params.check_models("models", models, family="causal",
+    resolved = check_models("models", models, family="causal",
                                    min_context=prefill + max(decode, chunk_decode) + 1,
                                    context_from="prefill + decode + 1, and prefill + chunk_decode + 1")
     for r in resolved:
@@ -118,11 +119,11 @@ def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int,
             raise ValueError(f"contexts: {max(context_list)} is longer than {r.name} handles ({r.context} tokens, "
                              "one of which the timed step adds)")
     names = [r.name for r in resolved]
-    table2 = [r.name for r in params.check_models("table2_models", table2_models, family="causal")]
+    table2 = [r.name for r in check_models("table2_models", table2_models, family="causal")]
     outside = [m for m in table2 if m not in names]
     if outside:
         raise ValueError(f"table2_models: {outside} not in models ({', '.join(names)}); Table 2 runs on a subset of them")
-    front = [r.name for r in params.check_models("frontier_models", frontier_models, family="causal",
+    front = [r.name for r in check_models("frontier_models", frontier_models, family="causal",
                                                  min_context=frontier_prefill + frontier_decode + 1,
                                                  context_from="frontier_prefill + frontier_decode + 1")] \
         if not isinstance(frontier_models, str) or frontier_models.strip() else []  # "" or " ": no frontier

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from kvutils.core import data, params
+from kvutils.core import checks, data
 from kvutils.lora import adapters as lora
 from kvutils.models import registry as models
+from kvutils.models.checks import check_models
 from kvutils.models.registry import load, load_tokenizer
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
@@ -155,7 +156,7 @@ def parse_k(value, n_layers: int, name: str, parameter: str) -> int:
 
 
 def parse_k_values(text: str, n_layers: int, name: str) -> list[int]:
-    items = params.split_items("k_values", text, example="1,2,4,L")  # papermill passes `-p k_values 4` as 4
+    items = checks.split_items("k_values", text, example="1,2,4,L")  # papermill passes `-p k_values 4` as 4
     return sorted({parse_k(item, n_layers, name, "k_values") for item in items})
 
 
@@ -209,7 +210,7 @@ class TaskData:
 
 def check_task(task: str, marker: str, train_words: str, heldout_words: str, senses_file: str, corpus: str,
                eval_corpus: str, passage_tokens: int, candidate_tokens: int, n_train: int, n_heldout: int) -> TaskData:
-    params.check_choice("task", task, switch_tasks.TASKS)
+    checks.check_choice("task", task, switch_tasks.TASKS)
     if not isinstance(marker, str):
         raise ValueError(f"marker must be a string ('' = the task's own marker), got {marker!r}")
     if marker and not marker.strip():
@@ -218,10 +219,10 @@ def check_task(task: str, marker: str, train_words: str, heldout_words: str, sen
     if task == "senses":
         words = data.load_senses(senses_file)
         return TaskData(task, marker, words=split_words(words, train_words, heldout_words))
-    params.check_int("passage_tokens", passage_tokens, 4)
-    params.check_int("candidate_tokens", candidate_tokens, CONTINUATION_BINS)
+    checks.check_int("passage_tokens", passage_tokens, 4)
+    checks.check_int("candidate_tokens", candidate_tokens, CONTINUATION_BINS)
     for name, value in (("n_train", n_train), ("n_heldout", n_heldout)):
-        params.check_int(name, value, 2)
+        checks.check_int(name, value, 2)
         if value % 2:
             raise ValueError(f"{name} must be even (each passage A is shown with its true continuation and "
                              f"with another document's passage), got {value}")
@@ -250,22 +251,22 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
          **_ignored) -> Plan:
     """Check every parameter of chapter 5 and tokenise every example; loads tokenizers and config
     files only. Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
-    params.check_device(device)
+    checks.check_device(device)
     if device == "auto":  # training and the tail patch move every tensor to one device
         raise ValueError("device: 'auto' (a model spread over several devices) is not supported by chapter 5, "
                          "which trains and patches on one device; use 'cpu', 'cuda' or 'cuda:N'")
-    params.check_choice("dtype", dtype, list(TOLERANCE))
+    checks.check_choice("dtype", dtype, list(TOLERANCE))
     resolved_train_dtype = lora.resolve_train_dtype(train_dtype, device)
     for name, value in (("rank", rank), ("batch_size", batch_size), ("patch_layer_groups",
                         patch_layer_groups), ("patch_pairs", patch_pairs), ("exact_examples", exact_examples),
                         ("timing_repeats", timing_repeats)):
-        params.check_int(name, value, 1)
-    params.check_int("seed", seed, 0)
-    params.check_int("bench_tokens", bench_tokens, 8)
+        checks.check_int(name, value, 1)
+    checks.check_int("seed", seed, 0)
+    checks.check_int("bench_tokens", bench_tokens, 8)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
         raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
     target_list = lora.parse_targets(targets)
-    resolved_models = params.check_models("models", models, family="causal")
+    resolved_models = check_models("models", models, family="causal")
     learning_rates = parse_per_model("lr", lr, [r.name for r in resolved_models])
     step_counts = parse_per_model("steps", steps, [r.name for r in resolved_models])
     td = check_task(task, marker, train_words, heldout_words, senses_file, corpus, eval_corpus, passage_tokens,

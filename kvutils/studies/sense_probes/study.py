@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvutils.core import data, params
+from kvutils.core import checks, data
+from kvutils.models.checks import check_models
 from kvutils.models.registry import load, load_tokenizer
 from kvutils.studies.sense_probes import probes
 
@@ -37,12 +38,12 @@ def plan(*, models: str, encoder: str, senses_file: str, device: str, batch_size
          **_ignored) -> Plan:
     """Check the parameters of chapter 2 or 3 and encode all sentences; loads tokenizers only.
     Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
-    params.check_device(device)
-    params.check_int("batch_size", batch_size, 1)
-    params.check_choice("distance", distance, probes.DISTANCES)
+    checks.check_device(device)
+    checks.check_int("batch_size", batch_size, 1)
+    checks.check_choice("distance", distance, probes.DISTANCES)
     probes.check_repeat_template(repeat_template)
-    causal = params.check_models("models", models, family="causal")
-    encoders = params.check_models("encoder", encoder, family="encoder")
+    causal = check_models("models", models, family="causal")
+    encoders = check_models("encoder", encoder, family="encoder")
     words = data.load_senses(senses_file)
     items = {}
     for r in causal + encoders:
