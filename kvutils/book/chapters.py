@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from kvutils.core.interrupt import INTERRUPTED
 from kvutils.core.catalog import NOTEBOOKS, PAGES
+from kvutils.core.interrupt import INTERRUPTED
 from kvutils.core.paths import REPO_ROOT
 
 QUICK = {
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="all chapters in two one-thread queues side by side: " + " | ".join(map(",".join, LANES)))
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="override a notebook parameter (as papermill -p)")
-    from kvutils.core import params
+    from kvutils.core import checks, params
 
     checks.check_flags(parser, argv)
     args = parser.parse_args(argv)
