@@ -20,7 +20,8 @@ from pathlib import Path
 VOLATILE = re.compile(
     r"(^|_)(seconds|secs?|ms|time|times|timing|timings|wall_time_s|elapsed|finished|started|"
     r"git_commit|machine|versions|packages|sha256|figures|bandwidth(_gb_s)?|speedup|speed_up|"
-    r"throughput|per_s|tokens_per_s)($|_)|_s$|_ms$")
+    r"throughput|per_s|tokens_per_s|speedups|results_dir)($|_)|_s$|_ms$"
+    r"|^(over_bound|over_exact_fast|over_exact_step|ratio_kvutils_over_generate)$")  # ratios of two timings
 
 
 def _leaves(value, path: str = "") -> Iterator[tuple[str, object]]:
