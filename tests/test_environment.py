@@ -37,7 +37,7 @@ def test_environment_yml_matches_the_pip_path():
     makefile = (REPO_ROOT / "Makefile").read_text()
     extras = re.search(r"-e '?\.(\[[a-z,]+\])", makefile).group(1)
     assert f"- -e .{extras}" in env and "- -c constraints.txt" in env
-    assert "-c constraints.txt" in makefile and "kvutils.models.install" in makefile and "kvutils.models.install" in env
+    assert "-c constraints.txt" in makefile and "kvutils.install" in makefile and "kvutils.install" in env
     python = re.search(r"python=(\d+\.\d+)", env).group(1)
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == f">={python}"
