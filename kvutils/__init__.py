@@ -18,7 +18,7 @@ import importlib
 _PUBLIC = {  # name -> the module that defines it
     "OPS": "kvutils.cache.ops", "parse_op": "kvutils.cache.ops",
     "cache_layers": "kvutils.models.greedy", "greedy": "kvutils.models.greedy", "prefill": "kvutils.models.greedy",
-    "Loaded": "kvutils.models.registry", "ModelNotAvailable": "kvutils.models.registry", "load": "kvutils.models.registry",
+    "Loaded": "kvutils.models.loading", "ModelNotAvailable": "kvutils.models.registry", "load": "kvutils.models.loading",
 }
 __all__ = sorted(_PUBLIC)
 __version__ = "0.1.0"

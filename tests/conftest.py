@@ -93,11 +93,11 @@ def built_book(quick_chapters, tmp_path_factory):
 
 @pytest.fixture
 def no_model_loads(monkeypatch):
-    """Fail the test if validation loads a model: `kvutils.models.registry.load` and every kvutils module's
+    """Fail the test if validation loads a model: `kvutils.models.loading.load` and every kvutils module's
     imported reference to it are replaced."""
     import sys
 
-    from kvutils.models import registry as models
+    from kvutils.models import loading as models
 
     def fail(*args, **kwargs):
         pytest.fail("a model loaded during validation")

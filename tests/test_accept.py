@@ -22,7 +22,7 @@ from kvutils.cache import scoring as teacher
 from kvutils.cache.ops import Cast, ChunkBlend, Exact, Window
 from kvutils.cache.scoring import score_fast, score_step
 from kvutils.core import data
-from kvutils.models import registry as models
+from kvutils.models import loading as models
 
 PREFILL, DECODE = 20, 12  # 33 tokens: crosses tiny-gemma3's 16-token window; the example windows (10) evict
 FAST_STEP_TOL = 1e-4

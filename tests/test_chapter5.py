@@ -102,7 +102,7 @@ def test_the_plan_knows_l_from_the_config():
 
 def test_continuation_examples_are_balanced_split_by_document_and_cut_at_words():
     from kvutils.core import data
-    from kvutils.models import registry as models
+    from kvutils.models import loading as models
     from kvutils.studies.qwen3_switch import tasks as switch_tasks
 
     p = switch.plan(**{**GOOD, "n_train": 40, "n_heldout": 24})

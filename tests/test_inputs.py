@@ -13,8 +13,9 @@ import pytest
 from kvutils.core import checks, data, params, results
 from kvutils.core.catalog import NOTEBOOKS, PAGES
 from kvutils.core.paths import REPO_ROOT
+from kvutils.models import loading
 from kvutils.models import registry as models
-from kvutils.models.checks import check_models
+from kvutils.models.checks import check_models, resolve
 
 ALL_NOTEBOOKS = [*NOTEBOOKS.values(), *PAGES.values()]
 
@@ -536,7 +537,7 @@ def test_weights_that_do_not_fit_their_config_name_the_model(model_dir, tmp_path
     check_models("models", str(folder))
     with pytest.raises(ValueError, match=rf"^model '{re.escape(str(folder))}': "
                                          rf"transformers could not load {re.escape(str(folder))} \(RuntimeError: "):
-        models.load(str(folder))
+        loading.load(str(folder))
 
 
 def test_a_custom_tokenizer_is_refused_without_suggesting_remote_code(model_dir, tmp_path):
@@ -546,7 +547,7 @@ def test_a_custom_tokenizer_is_refused_without_suggesting_remote_code(model_dir,
     config.update(tokenizer_class="MyTok", auto_map={"AutoTokenizer": ["tok.MyTok", None]})
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="kvutils never passes trust_remote_code") as err:
-        models.load_tokenizer(str(folder))
+        loading.load_tokenizer(str(folder))
     assert "trust_remote_code=True" not in str(err.value)
 
 
@@ -567,7 +568,7 @@ def _cache_model(cache: Path, repo_id: str, source: Path) -> None:
 @pytest.mark.parametrize("repo_id", ["bert-base-uncased", "gpt2", "EleutherAI/pythia-160m"])
 def test_hub_ids_with_or_without_owner_resolve_from_the_local_cache(hub_cache, model_dir, repo_id):
     _cache_model(hub_cache, repo_id, model_dir)
-    resolved = models.resolve(repo_id)
+    resolved = resolve(repo_id)
     assert resolved.kind == "hf" and resolved.path.parent.parent.name == f"models--{repo_id.replace('/', '--')}"
 
 
@@ -577,7 +578,7 @@ def test_hub_ids_with_or_without_owner_resolve_from_the_local_cache(hub_cache, m
                                         ("tiny_llama", "did you mean tiny-llama?")])
 def test_an_owner_less_name_not_in_the_cache_says_what_to_do(hub_cache, name, hint):
     with pytest.raises(ValueError, match=rf"^models: unknown model '{name}'") as err:
-        models.resolve(name)
+        resolve(name)
     assert hint in str(err.value)
 
 

@@ -26,7 +26,7 @@ from kvutils.cache.ops import parse_op
 from kvutils.core import data, interrupt, params, results
 from kvutils.core.paths import REPO_ROOT
 from kvutils.models import converted
-from kvutils.models import registry as models
+from kvutils.models import loading as models
 from kvutils.studies import cache_exactness as exactness
 from kvutils.studies.cache_approximations import study as approx_study
 from kvutils.studies.qwen3_switch import study as switch
@@ -260,6 +260,7 @@ def test_an_absent_backend_is_refused_when_the_op_is_parsed(backend, capsys, no_
 
 
 def test_a_cli_run_with_a_refused_op_exits_non_zero_and_names_it(tmp_path, capsys, monkeypatch):
+    load_cached("tiny-gemma3", "float32")  # before the patch: load_cached itself loads through kvutils.load
     monkeypatch.setattr(models, "load", lambda name, dtype, device: load_cached(name, "float32"))
     out = tmp_path / "accept.json"
     status = acceptance.main(["--model", "tiny-gemma3", "--op", "exact", "--op", "hf_quantized:backend=fp8",
@@ -394,7 +395,7 @@ def test_the_notebooks_first_cell_claims_and_save_run_releases(tmp_path):
 @pytest.fixture(scope="module")
 def real():
     """The real converted smollm2 entry: only read, never written."""
-    return models.converted_dir("smollm2-135m")
+    return converted.converted_dir("smollm2-135m")
 
 
 def _entry(folder: Path, real: Path, recorded: bool = True) -> Path:
@@ -451,8 +452,8 @@ def test_a_damaged_entry_is_converted_again_with_a_notice(tmp_path, real, monkey
     def convert(key, entry_, target, progress):
         calls.append(target)
         return target
-    monkeypatch.setattr(models, "_convert", convert)
-    assert models.converted_dir("smollm2-135m", progress=notes.append) == entry
+    monkeypatch.setattr(converted, "convert", convert)
+    assert converted.converted_dir("smollm2-135m", progress=notes.append) == entry
     assert calls == [entry] and not entry.exists()  # the damaged copy went; a new conversion was asked for
     assert len(notes) == 1 and "is damaged (tokenizer.json is 1,000 bytes; " in notes[0]
     assert "converting it again" in notes[0]
@@ -461,8 +462,8 @@ def test_a_damaged_entry_is_converted_again_with_a_notice(tmp_path, real, monkey
 def test_an_intact_entry_is_used_as_it_is(tmp_path, real, monkeypatch):
     monkeypatch.setenv("KVUTILS_CACHE", str(tmp_path / "cache"))
     entry = _entry(tmp_path / "cache" / real.name, real, recorded=False)  # as an older kvutils left it
-    monkeypatch.setattr(models, "_convert", lambda *a: pytest.fail("an intact entry was converted again"))
-    assert models.converted_dir("smollm2-135m") == entry
+    monkeypatch.setattr(converted, "convert", lambda *a: pytest.fail("an intact entry was converted again"))
+    assert converted.converted_dir("smollm2-135m") == entry
 
 
 # --------------------------------------------------------------------------- the README's documented special values

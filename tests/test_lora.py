@@ -182,7 +182,7 @@ def test_rank_below_one_is_refused():
 
 
 def test_a_marker_that_merges_with_the_text_is_explained():
-    tokenizer = kvutils.models.registry.load_tokenizer("tiny-qwen3")
+    tokenizer = kvutils.models.loading.load_tokenizer("tiny-qwen3")
     assert lora.check_marker(tokenizer, [TEXT], MARKER) == lora.invocation_tokens(tokenizer, MARKER)
     with pytest.raises(ValueError, match=r"marker: '\.\.Sense:' tokenises differently .* never find its invocation"):
         lora.check_marker(tokenizer, [TEXT], "..Sense:")

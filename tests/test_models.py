@@ -7,25 +7,28 @@ from conftest import load_cached
 
 import kvutils
 from kvutils.core import data
-from kvutils.models import registry as models
+from kvutils.models import converted
+from kvutils.models.checks import parse_model_list, resolve
+from kvutils.models.loading import as_dtype, load_tokenizer
+from kvutils.models.registry import EMBEDDED, ModelNotAvailable
 
 
 def test_unknown_model_names_the_parameter_and_the_choices():
     with pytest.raises(ValueError, match=r"models: unknown model 'gpt-17'.*gemma3-270m.*smollm2-135m"):
-        models.resolve("gpt-17")
+        resolve("gpt-17")
 
 
 def test_hub_id_without_local_weights_says_how_to_get_them(tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))  # an empty hub cache
-    with pytest.raises(models.ModelNotAvailable, match=r"EleutherAI/pythia-160m.*hf download EleutherAI/pythia-160m"):
-        models.resolve("EleutherAI/pythia-160m")
+    with pytest.raises(ModelNotAvailable, match=r"EleutherAI/pythia-160m.*hf download EleutherAI/pythia-160m"):
+        resolve("EleutherAI/pythia-160m")
 
 
 def test_local_dir_without_safetensors_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
-    with pytest.raises(models.ModelNotAvailable, match="safetensors"):
-        models.resolve(str(tmp_path))
+    with pytest.raises(ModelNotAvailable, match="safetensors"):
+        resolve(str(tmp_path))
 
 
 def test_local_dir_with_weights_loads(tmp_path):
@@ -33,7 +36,7 @@ def test_local_dir_with_weights_loads(tmp_path):
     tiny = load_cached("tiny-llama", "float32")
     tiny.model.save_pretrained(tmp_path)
     tiny.tokenizer.save_pretrained(tmp_path)
-    resolved = models.resolve(str(tmp_path))
+    resolved = resolve(str(tmp_path))
     assert (resolved.kind, resolved.family, resolved.context) == ("hf", "causal", 512)
     again = kvutils.load(str(tmp_path))
     ids = torch.tensor([[1, 2, 3, 4]])
@@ -44,21 +47,21 @@ def test_local_dir_with_weights_loads(tmp_path):
 @pytest.mark.parametrize("bad", ["float16", "bfloat16", "int8"])
 def test_unsupported_dtype(bad):
     with pytest.raises(ValueError, match=r"dtype.*float32, float64"):
-        models.as_dtype(bad)
+        as_dtype(bad)
 
 
 def test_model_list_parsing():
-    assert models.parse_model_list(" gemma3-270m, smollm2-135m ") == ["gemma3-270m", "smollm2-135m"]
+    assert parse_model_list(" gemma3-270m, smollm2-135m ") == ["gemma3-270m", "smollm2-135m"]
     with pytest.raises(ValueError, match="models is empty"):
-        models.parse_model_list(" , ")
+        parse_model_list(" , ")
     with pytest.raises(ValueError, match="twice"):
-        models.parse_model_list("tiny-llama,tiny-llama")
+        parse_model_list("tiny-llama,tiny-llama")
 
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m", "minilm-l6"])
 def test_embedded_models_load_real_weights(name):
     loaded = kvutils.load(name)
-    assert loaded.family == models.EMBEDDED[name].family
+    assert loaded.family == EMBEDDED[name].family
     assert len(loaded.source_sha256) == 64  # the published hash of the weight file
     assert all(p.dtype == torch.float32 for p in loaded.model.parameters())
     expected_layers = {"gemma3-270m": 18, "smollm2-135m": 30, "minilm-l6": 6}[name]
@@ -72,7 +75,7 @@ def test_embedded_models_load_real_weights(name):
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m", "minilm-l6"])
 def test_all_study_words_are_single_tokens(name):
-    data.check_words_for_tokenizer(data.load_senses(), models.load_tokenizer(name), name)
+    data.check_words_for_tokenizer(data.load_senses(), load_tokenizer(name), name)
 
 
 def test_tiny_models_are_reproducible():
@@ -83,6 +86,6 @@ def test_tiny_models_are_reproducible():
 
 def test_converted_cache_is_reused(monkeypatch):
     """The second load reads the cached safetensors instead of converting the GGUF again."""
-    models.converted_dir("smollm2-135m")
-    monkeypatch.setattr(models, "_gguf_source", lambda entry: pytest.fail("converted again"))
-    assert (models.converted_dir("smollm2-135m") / "model.safetensors").is_file()
+    converted.converted_dir("smollm2-135m")
+    monkeypatch.setattr(converted, "gguf_source", lambda entry: pytest.fail("converted again"))
+    assert (converted.converted_dir("smollm2-135m") / "model.safetensors").is_file()

@@ -108,7 +108,7 @@ def test_attention_rows_sum_to_one_and_the_split_covers_them(name):
 
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m", "minilm-l6"])
 def test_sentences_encode_with_the_word_and_spans_where_they_belong(name):
-    from kvutils.models.registry import load_tokenizer
+    from kvutils.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(name)
     items = probes.build_items(tokenizer, WORDS, "{prefix}{continuation} The {word}")
@@ -125,7 +125,7 @@ def test_sentences_encode_with_the_word_and_spans_where_they_belong(name):
 
 
 def test_a_word_split_into_several_tokens_is_named():
-    from kvutils.models.registry import load_tokenizer
+    from kvutils.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2-135m")
     word = data.Word("kaleidoscopically", "The kaleidoscopically",

@@ -29,7 +29,9 @@ from kvutils.cache.ops import OPS, CacheOp, Exact, cache_bytes, held_bytes, pars
 from kvutils.cache.scoring import PATHS, STEP_BATCH, batched_step, exact_prefill, score_step_many, step_start
 from kvutils.core import checks, data, results
 from kvutils.core.interrupt import OUT_OF_MEMORY
-from kvutils.models import registry as models
+from kvutils.models import loading as models
+from kvutils.models.checks import resolve
+from kvutils.models.registry import ModelNotAvailable
 
 
 def _documents(docs, parameter: str = "docs") -> list[data.Document]:
@@ -120,7 +122,7 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     if isinstance(model, models.Loaded):
         loaded, tokenizer, family = model, model.tokenizer, model.family
     else:
-        resolved = models.resolve(model, parameter="model")
+        resolved = resolve(model, parameter="model")
         family = resolved.family
         if prefill + decode + 1 > resolved.context:
             raise ValueError(f"prefill + decode + 1 = {prefill + decode + 1} exceeds {model}'s context {resolved.context}")
@@ -293,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out = results.check_output_file(args.out, "--out")  # "~/a.json" as the file it names
         run = accept_many(args.model, args.ops, args.docs, args.prefill, args.decode, args.dtype, args.device,
                           args.n_docs, args.skip_short, args.path)
-    except (ValueError, models.ModelNotAvailable) as err:
+    except (ValueError, ModelNotAvailable) as err:
         parser.error(str(err))
     except KeyboardInterrupt:
         print("interrupted; nothing written" + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)

@@ -14,7 +14,7 @@ from transformers import DynamicCache
 
 from kvutils.cache.ops import Exact, kv_shape
 from kvutils.cache.ops import cache_bytes as op_cache_bytes
-from kvutils.models.registry import Loaded
+from kvutils.models.loading import Loaded
 
 KIB, GIB = 1024, 1024 ** 3
 SEQUENCE_128K = 128 * 1024  # the article's "per 128K-token sequence"

@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 
 from kvutils.cache import scoring as teacher
-from kvutils.models.registry import Loaded
+from kvutils.models.loading import Loaded
 from kvutils.models.rotary import rotate_keys
 
 OPS: dict[str, type[CacheOp]] = {}

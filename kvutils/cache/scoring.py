@@ -35,7 +35,7 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from kvutils.cache.prefilled import KV, LayerView, Prefilled
 from kvutils.models import attention
-from kvutils.models.registry import Loaded
+from kvutils.models.loading import Loaded
 from kvutils.models.rotary import rotary_cos_sin, rotate_keys
 
 STEP_BATCH = 8  # documents a caller decodes together on the step path (their caches and logits held at once)

@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from kvutils.core.paths import REPO_ROOT
+from kvutils.core.paths import repo_file
 
-ARTICLE_FIGURES = REPO_ROOT / "data" / "article_figures.json"
+ARTICLE_FIGURES = "data/article_figures.json"  # in the repository
 
 
 @lru_cache(maxsize=1)
 def article() -> dict:
     """The article's reference figures, read once."""
-    return json.loads(ARTICLE_FIGURES.read_text())
+    return json.loads(repo_file(ARTICLE_FIGURES).read_text())

@@ -56,7 +56,7 @@ COMPUTE_DEVICES = ("cpu", "cuda", "mps", "xpu")  # 'meta' holds no numbers; the 
 
 def check_device(device: str) -> str:
     """A torch device, or "auto": accelerate's device_map="auto" spreads the model over every
-    accelerator, then the CPU (kvutils.models.registry.load)."""
+    accelerator, then the CPU (kvutils.models.loading.load)."""
     if device == "auto":
         return device
     try:

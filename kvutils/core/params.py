@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kvutils.core import results
-from kvutils.core.paths import REPO_ROOT
+from kvutils.core.paths import repo_file
 
 # --------------------------------------------------------------------------- a notebook's first cell
 
@@ -23,7 +23,7 @@ _NOT_LITERAL = object()
 
 def notebook_parameters(notebook: str) -> dict:
     """{name: default} of the `parameters` cell of notebooks/<notebook>.ipynb."""
-    path = REPO_ROOT / "notebooks" / f"{notebook}.ipynb"
+    path = repo_file(f"notebooks/{notebook}.ipynb")
     if not path.is_file():
         raise ValueError(f"notebook: no {path}")
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]

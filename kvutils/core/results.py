@@ -24,7 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from kvutils.core.paths import REPO_ROOT, resolve_path
+from kvutils.core.paths import RepositoryNotFound, repo_root, resolve_path
 
 PACKAGES = ("kvutils", "torch", "transformers", "gguf", "safetensors", "tokenizers", "numpy",
             "papermill", "jupyter-book", "matplotlib", "seaborn", "peft")
@@ -42,11 +42,12 @@ def package_versions() -> dict[str, str]:
 
 def git_commit() -> str:
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+        root = repo_root()
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                                 text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError, RepositoryNotFound):
         return "unknown"
     return (commit or "unknown") + ("+dirty" if dirty else "")
 

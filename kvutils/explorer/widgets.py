@@ -33,7 +33,7 @@ from kvutils.explorer.data import (  # noqa: F401
     pair_texts,
     readable,
 )
-from kvutils.models.registry import Loaded, load
+from kvutils.models.loading import Loaded, load
 
 CUSTOM = "(type two texts)"
 

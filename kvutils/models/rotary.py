@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from kvutils.models.registry import Loaded
+from kvutils.models.loading import Loaded
 
 
 def rotary_module(model: torch.nn.Module) -> torch.nn.Module:

@@ -18,7 +18,7 @@ from kvutils.core import checks, data
 from kvutils.core.data import PrefixPair
 from kvutils.models.checks import check_models
 from kvutils.models.greedy import greedy, prefill, recompute_logits
-from kvutils.models.registry import DTYPES, Loaded, load_tokenizer
+from kvutils.models.loading import DTYPES, Loaded, load_tokenizer
 
 RECOMPUTE_MODES = ("one_pass", "per_step")
 
@@ -214,7 +214,7 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
     """Both measurements for every model and dtype. Returns (numbers, model descriptions);
     numbers[model][dtype] = {"decode": ..., "prefixes": ...}, plus "decode_per_step" (the article's
     procedure on the first `per_step_prompts` prompts) where that subset is asked for."""
-    from kvutils.models.registry import load
+    from kvutils.models.loading import load
 
     numbers, described = {}, []
     for name in p.models:

@@ -39,8 +39,9 @@ import torch
 from kvutils.cache.costs import memory_bandwidth, repeat_seconds
 from kvutils.core import checks, results
 from kvutils.core.catalog import NOTEBOOKS
-from kvutils.models import registry as models
+from kvutils.models import loading as models
 from kvutils.models.greedy import greedy, recompute_logits
+from kvutils.models.registry import EMBEDDED, TINY
 
 # sizes: (decode prompt, decode new tokens, teacher prefill, teacher decode, long context, switch tokens)
 SIZES = {"full": (32, 64, 256, 64, 2000, 256), "quick": (8, 8, 32, 16, 128, 32)}
@@ -49,7 +50,7 @@ SIZES = {"full": (32, 64, 256, 64, 2000, 256), "quick": (8, 8, 32, 16, 128, 32)}
 def bench_load(name: str) -> dict:
     """Time the first load (conversion into an empty cache) against a load from that cache. A tiny
     model converts nothing (both loads are seeded initialisations), so it is timed in place."""
-    converts = name in models.EMBEDDED
+    converts = name in EMBEDDED
     previous = os.environ.get("KVUTILS_CACHE")
     with tempfile.TemporaryDirectory() as fresh:
         if converts:
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (for the tests)")
     checks.check_flags(parser, argv)
     args = parser.parse_args(argv)
-    causal = [k for k, e in {**models.EMBEDDED, **models.TINY}.items() if e.family == "causal"]
+    causal = [k for k, e in {**EMBEDDED, **TINY}.items() if e.family == "causal"]
     if args.model not in causal:
         parser.error(f"--model: {args.model!r} is not an embedded or tiny causal model; choose one of {causal}")
     if args.repeats < 1:

@@ -32,7 +32,7 @@ from kvutils.cache.ops import ARTICLE_OPS, EXTRA_OPS, CacheOp, ChunkBlend, Chunk
 from kvutils.core import checks, data
 from kvutils.core.article import article
 from kvutils.models.checks import check_models
-from kvutils.models.registry import load, load_tokenizer
+from kvutils.models.loading import load, load_tokenizer
 from kvutils.studies.cache_approximations import frontier
 
 NOTEBOOK = "04_cache_approximations"

@@ -20,8 +20,9 @@ import torch
 from kvutils.core import checks, data
 from kvutils.lora import adapters as lora
 from kvutils.models import registry as models
-from kvutils.models.checks import check_models
-from kvutils.models.registry import load, load_tokenizer
+from kvutils.models.checks import check_models, resolve
+from kvutils.models.converted import converted_dir
+from kvutils.models.loading import load, load_tokenizer
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 from kvutils.studies.qwen3_switch.policies import (  # noqa: F401
@@ -91,7 +92,7 @@ def model_config(name: str, resolved: models.Resolved):
         tiny = models.TINY[name]
         config = AutoConfig.for_model(tiny.model_type, **tiny.config)
     else:
-        path = models.converted_dir(name) if resolved.kind == "embedded" else resolved.path
+        path = converted_dir(name) if resolved.kind == "embedded" else resolved.path
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     return getattr(config, "text_config", None) or config
 
@@ -451,7 +452,7 @@ def bench(model: str = "smollm2-135m", k_values: str = "1,2,4,L", tokens: int = 
     """For `python -m kvutils.bench`: the tail patch's switch time and FLOPs as a fraction of a
     full recompute, per k, on `tokens` tokens of the default corpus (untrained random adapters: the
     cost does not depend on what the adapter learned)."""
-    config = model_config(model, models.resolve(model))
+    config = model_config(model, resolve(model))
     n_layers = config.num_hidden_layers
     ks = parse_k_values(k_values, n_layers, model)
     loaded = load(model, "float32", device=device)

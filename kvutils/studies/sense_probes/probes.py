@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from kvutils.core.data import Word
 from kvutils.core.hooks import bert_key_modules, capture_outputs
-from kvutils.models.registry import Loaded
+from kvutils.models.loading import Loaded
 
 DISTANCES = ("cosine", "euclidean")
 DEFAULT_REPEAT_TEMPLATE = "{prefix}{continuation} The {word}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kvutils.core import checks, data
 from kvutils.models.checks import check_models
-from kvutils.models.registry import load, load_tokenizer
+from kvutils.models.loading import load, load_tokenizer
 from kvutils.studies.sense_probes import probes
 
 
