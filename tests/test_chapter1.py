@@ -82,7 +82,7 @@ def ch1_numbers(quick_chapters):
 
 def test_every_decoding_row_names_its_procedure(ch1_numbers):
     """The article's figures (all per step) sit only on per-step rows; ours on both, each labelled."""
-    from kvutils.report import common as report
+    from kvutils.report import cache_exactness as report
 
     table = report.chapter1_table(ch1_numbers)
     decoding = [m for m in table.index if "identical sequences" in m or "logit diff" in m or "argmax" in m]
@@ -99,7 +99,7 @@ def test_chapter1_sentences_follow_the_numbers(ch1_numbers):
     per-step comparison and the fp32-to-fp64 shrinkage."""
     import copy
 
-    from kvutils.report import common as report
+    from kvutils.report import cache_exactness as report
 
     glue = report.chapter1_glue(ch1_numbers)
     assert glue["divergence"] == "No sequence diverged in this run"

@@ -12,7 +12,8 @@ from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.compare import against_chance
 from kvutils.core.results import check_fields, load_results, results_path
-from kvutils.report.common import fmt, fraction, recompute_label, recompute_mode, rows_table, weights_note
+from kvutils.report.cache_exactness import recompute_label, recompute_mode
+from kvutils.report.common import fmt, fraction, rows_table, weights_note
 from kvutils.report.costs import article_rows_by_spec
 
 # the decision guide is its own module; the page (notebook 06) reads it through this one
