@@ -136,7 +136,7 @@ def test_chapter2_zero_says_what_equal_padding_shows():
     """Chapter 2 said an exact 0 comes 'because nothing to the right of "bank" enters their
     computation', beside chapter 1's non-zero fp32 residues (alone vs inside, 15 of 18 prefixes). The
     zero comes from both contexts sharing one padded batch (equal shapes); the sentence now says so."""
-    from kvutils.report import senses as report_senses
+    from kvutils.report import sense_probes as report_senses
 
     text = report_senses.chapter2_glue({"g": {**_ch2_causal(16, 0.0), "layers": 1, "key_relative_diff_max": [0.0],
                                               "cosine_distance_mean": [0.0, 0.0]}}, batch_size=32)["causal_zero"]

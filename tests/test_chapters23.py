@@ -110,7 +110,7 @@ def test_chapter3_quick_results_hold_the_identity(quick_chapters):
 
 def test_chapter2_and_3_sentences_follow_the_numbers():
     """The sentences that state a finding are computed: change a number and the sentence changes."""
-    from kvutils.report import senses as rs
+    from kvutils.report import sense_probes as rs
 
     encoder = {"family": "encoder", "layers": 2, "n_words": 16, "states_bit_identical_words": 0,
                "cosine_distance_mean": [0.0, 0.1, 0.3], "cosine_distance_max": [0.0, 0.2, 0.5],
@@ -165,7 +165,7 @@ def _causal(new, cont, first, old, n_items=32):
 def test_from_depth_is_written_only_when_every_later_depth_is_above_chance(right, verdict):
     """'From depth k on' needs the exact binomial test against chance at k and at every later depth;
     a run a shade over 50 % (19, 18, 17 of 32) must say no detectable difference instead."""
-    from kvutils.report import senses as rs
+    from kvutils.report import sense_probes as rs
 
     model = _causal([100 * k / 32 for k in right], [0.5, 0.5], [0.1, 0.1], [0.1, 0.1])
     model["probe"]["new_position_right"] = [[1] * k + [0] * (32 - k) for k in right]
@@ -182,7 +182,7 @@ def test_from_depth_is_written_only_when_every_later_depth_is_above_chance(right
 
 
 def test_the_encoder_reading_is_tested_against_chance():
-    from kvutils.report import senses as rs
+    from kvutils.report import sense_probes as rs
 
     def encoder(pct):
         return {"e": {"family": "encoder", "layers": 2,
@@ -198,7 +198,7 @@ def test_the_encoder_reading_is_tested_against_chance():
 
 
 def test_the_attention_split_check_on_the_page_can_fail():
-    from kvutils.report import senses as rs
+    from kvutils.report import sense_probes as rs
 
     def numbers(rest):
         return {"m": {"family": "causal", "layers": 2, "first_token": "The",

@@ -442,12 +442,12 @@ def test_figures_read_at_the_page_width(runs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from kvutils.report import cache_approximations as report_costs
     from kvutils.report import cache_exactness as report_exactness
     from kvutils.report import common as report
-    from kvutils.report import costs as report_costs
     from kvutils.report import frontier as report_frontier
-    from kvutils.report import senses as report_senses
-    from kvutils.report import switch as report_switch
+    from kvutils.report import qwen3_switch as report_switch
+    from kvutils.report import sense_probes as report_senses
 
     numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03", "04", "05")}
     figures = {"chapter 1": report_exactness.plot_chapter1(numbers["01"]),

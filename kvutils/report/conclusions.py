@@ -12,9 +12,9 @@ from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.compare import against_chance
 from kvutils.core.results import check_fields, load_results, results_path
+from kvutils.report.cache_approximations import article_rows_by_spec
 from kvutils.report.cache_exactness import recompute_label, recompute_mode
 from kvutils.report.common import fmt, fraction, rows_table, weights_note
-from kvutils.report.costs import article_rows_by_spec
 
 # the decision guide is its own module; the page (notebook 06) reads it through this one
 from kvutils.report.guide import (  # noqa: F401
@@ -109,7 +109,7 @@ def rq1_table(runs: dict) -> pd.DataFrame:
 
 def rq2_table(runs: dict) -> pd.DataFrame:
     """RQ2: where is an earlier word re-interpreted, if its cached state never changes?"""
-    from kvutils.report.senses import _first_stays_at, _peak
+    from kvutils.report.sense_probes import _first_stays_at, _peak
 
     a = article()
     probe, attention = a["e3_probe"]["pythia"], a["e3_attention"]
