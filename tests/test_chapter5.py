@@ -439,11 +439,11 @@ def test_learning_rates_and_steps_per_model():
 
 
 def test_the_training_precision_sentence_follows_the_run():
-    from kvutils.report.qwen3_switch import _train_dtype_text
+    from kvutils.report.qwen3_switch import train_dtype_text
 
-    bf16 = _train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "auto", "dtype": "float32"})
+    bf16 = train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "auto", "dtype": "float32"})
     assert bf16.startswith("bfloat16 autocast") and "chose it" in bf16 and bf16.endswith("runs in float32")
-    assert "chose it" not in _train_dtype_text({"m": {"train_dtype": "bfloat16"}},
+    assert "chose it" not in train_dtype_text({"m": {"train_dtype": "bfloat16"}},
                                                {"train_dtype": "bfloat16", "dtype": "float32"})
-    assert _train_dtype_text({"m": {"train_dtype": "float32"}}, {"train_dtype": "auto", "dtype": "float64"}) \
+    assert train_dtype_text({"m": {"train_dtype": "float32"}}, {"train_dtype": "auto", "dtype": "float64"}) \
         == "float32; every evaluation runs in float64"

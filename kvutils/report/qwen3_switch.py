@@ -10,6 +10,7 @@ import pandas as pd
 from kvutils.core import compare
 from kvutils.core.article import article
 from kvutils.lora.adapters import POLICY_TEXT, nan_max
+from kvutils.report import interactive
 from kvutils.report import switch_verdicts as rsv
 from kvutils.report.common import fmt, page_table, styled
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
@@ -89,8 +90,6 @@ def quality_cost_chart(numbers: dict):
     """The quality-vs-cost curve as an interactive chart for the page (kvutils.report.interactive): every
     adapter and policy a point at its switch time (share of a full recompute) and held-out accuracy,
     with k, the 95 % interval, n, the FLOPs share and the extra memory on hover."""
-    from kvutils.report import interactive
-
     table = curve_table(numbers).assign(
         **{"switch time (% of recompute)": lambda t: 100 * t.switch_time_fraction,
            "switch FLOPs (% of recompute)": lambda t: 100 * t.switch_flops_fraction,
@@ -362,7 +361,7 @@ def _per_model_text(numbers: dict, parameters: dict, key: str) -> str:
     return ", ".join(f"{fmt(value)} for {model}" for model, value in values.items())
 
 
-def _train_dtype_text(numbers: dict, parameters: dict) -> str:
+def train_dtype_text(numbers: dict, parameters: dict) -> str:
     """How the adapters were trained: one resolved precision per run (see `lora.resolve_train_dtype`)."""
     used = {r["train_dtype"] for r in numbers.values()}
     if used == {"bfloat16"}:
@@ -384,7 +383,7 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
            "marker": repr(parameters["marker"] or switch_tasks.MARKERS[task]), "dtype": parameters["dtype"],
            "method": compare.METHOD, "exact_examples": str(parameters["exact_examples"]),
            "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in {parameters['dtype']}",
-           "train_dtype": _train_dtype_text(numbers, parameters)}
+           "train_dtype": train_dtype_text(numbers, parameters)}
     if task == "senses":
         out["data"] = (f"trained on the contexts and reference sentences of the words "
                        f"{parameters['train_words'].replace(',', ', ')}, "

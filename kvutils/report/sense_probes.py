@@ -151,12 +151,13 @@ def _encoder_reading(model: str, r: dict) -> str:
 # --------------------------------------------------------------------------- chapter 3
 
 
-def _peak(values: list[float]) -> tuple[float, list[int]]:
+def peak_depths(values: list[float]) -> tuple[float, list[int]]:
+    """The largest value of a per-depth list and every depth that reaches it."""
     best = max(values)
     return best, [i for i, v in enumerate(values) if v == best]
 
 
-def _first_stays_at(values: list[float], target: float) -> int | None:
+def first_stays_at(values: list[float], target: float) -> int | None:
     """The first depth from which every later depth is `target`."""
     for i in range(len(values)):
         if all(v == target for v in values[i:]):
@@ -190,7 +191,7 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
         p = r["probe"]
         old = p["old_position_pct"]
         if r["family"] == "encoder":
-            stays = _first_stays_at(old, 100.0)
+            stays = first_stays_at(old, 100.0)
             rows["(c) encoder, original position: after layer 1 (%)"][col] = fmt(old[1])
             rows["(c) encoder: 100% from depth"][col] = "never" if stays is None else str(stays)
             continue
@@ -198,7 +199,7 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
         rows["(a) old position: accuracy at every depth (%)"][col] = (
             f"{fmt(distinct[0])} at all {len(old)} depths" if len(distinct) == 1 else ", ".join(map(fmt, old)))
         new_ours = p["new_position_pct"]
-        peak, where = _peak(new_ours)
+        peak, where = peak_depths(new_ours)
         rows["(b) new position: embeddings (%)"][col] = fmt(new_ours[0])
         rows["(b) new position: after layer 1 (%)"][col] = fmt(new_ours[1])
         rows["(b) new position: after layer 2 (%)"][col] = fmt(new_ours[2]) if len(new_ours) > 2 else "n/a"
@@ -280,12 +281,13 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
         f"{m}: {', '.join(sorted({fmt(v) for v in r['probe']['old_position_pct']}))}% at all "
         f"{len(r['probe']['old_position_pct'])} depths" for m, r in causal.items()) or "no causal model run"
     out["new"] = "; ".join(
-        f"{m}: {fmt(r['probe']['new_position_pct'][1])}% after layer 1, peak {fmt(_peak(r['probe']['new_position_pct'])[0])}% "
-        f"(depths {', '.join(map(str, _peak(r['probe']['new_position_pct'])[1]))})"
+        f"{m}: {fmt(r['probe']['new_position_pct'][1])}% after layer 1, "
+        f"peak {fmt(peak_depths(r['probe']['new_position_pct'])[0])}% "
+        f"(depths {', '.join(map(str, peak_depths(r['probe']['new_position_pct'])[1]))})"
         for m, r in causal.items()) or "no causal model run"
     out["encoder"] = "; ".join(
         f"{m}: {fmt(r['probe']['old_position_pct'][1])}% after layer 1, "
-        + (f"100% from depth {s}" if (s := _first_stays_at(r['probe']['old_position_pct'], 100.0)) is not None
+        + (f"100% from depth {s}" if (s := first_stays_at(r['probe']['old_position_pct'], 100.0)) is not None
            else f"at most {fmt(max(r['probe']['old_position_pct']))}%")
         for m, r in encoders.items()) or "no encoder run"
     out["attention"] = "; ".join(
