@@ -387,7 +387,7 @@ def test_the_control_that_can_fail_is_reported_beside_the_theorem():
 
 def test_chapter5_glue_states_what_the_quick_run_measured(quick_chapters):
     from kvutils.core import compare
-    from kvutils.report import qwen3_switch as rs
+    from kvutils.report import switch_glue as rs
     from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 
     root, _ = quick_chapters
@@ -439,7 +439,7 @@ def test_learning_rates_and_steps_per_model():
 
 
 def test_the_training_precision_sentence_follows_the_run():
-    from kvutils.report.qwen3_switch import train_dtype_text
+    from kvutils.report.switch_glue import train_dtype_text
 
     bf16 = train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "auto", "dtype": "float32"})
     assert bf16.startswith("bfloat16 autocast") and "chose it" in bf16 and bf16.endswith("runs in float32")
