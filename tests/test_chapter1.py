@@ -136,14 +136,14 @@ def test_chapter2_zero_says_what_equal_padding_shows():
     """Chapter 2 said an exact 0 comes 'because nothing to the right of "bank" enters their
     computation', beside chapter 1's non-zero fp32 residues (alone vs inside, 15 of 18 prefixes). The
     zero comes from both contexts sharing one padded batch (equal shapes); the sentence now says so."""
-    from kvutils.report import sense_probes as report_senses
+    from kvutils.report import bert_contrast as report_contrast
 
-    text = report_senses.chapter2_glue({"g": {**_ch2_causal(16, 0.0), "layers": 1, "key_relative_diff_max": [0.0],
-                                              "cosine_distance_mean": [0.0, 0.0]}}, batch_size=32)["causal_zero"]
+    text = report_contrast.chapter2_glue({"g": {**_ch2_causal(16, 0.0), "layers": 1, "key_relative_diff_max": [0.0],
+                                                "cosine_distance_mean": [0.0, 0.0]}}, batch_size=32)["causal_zero"]
     assert "nothing to the right" not in text and "one right-padded batch" in text
     assert "bit equality at equal shapes" in text and "does not contradict chapter 1" in text
-    odd = report_senses._causal_zero({"g": _ch2_causal(16, 0.0)}, 31)
+    odd = report_contrast.causal_zero({"g": _ch2_causal(16, 0.0)}, 31)
     assert "did not always share a batch" in odd and "equal shapes" not in odd
-    part = report_senses._causal_zero({"g": _ch2_causal(16, 0.0), "s": _ch2_causal(15, 1e-7)}, 32)
+    part = report_contrast.causal_zero({"g": _ch2_causal(16, 0.0), "s": _ch2_causal(15, 1e-7)}, 32)
     assert part.startswith("On g the word's state") and "not on every causal model (s: 15 of 16 words" in part
-    assert report_senses._causal_zero({"s": _ch2_causal(15, 1e-7)}, 32).startswith("Not on every causal model")
+    assert report_contrast.causal_zero({"s": _ch2_causal(15, 1e-7)}, 32).startswith("Not on every causal model")

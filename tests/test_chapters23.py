@@ -110,14 +110,15 @@ def test_chapter3_quick_results_hold_the_identity(quick_chapters):
 
 def test_chapter2_and_3_sentences_follow_the_numbers():
     """The sentences that state a finding are computed: change a number and the sentence changes."""
+    from kvutils.report import bert_contrast
     from kvutils.report import sense_probes as rs
 
     encoder = {"family": "encoder", "layers": 2, "n_words": 16, "states_bit_identical_words": 0,
                "cosine_distance_mean": [0.0, 0.1, 0.3], "cosine_distance_max": [0.0, 0.2, 0.5],
                "key_relative_diff_mean": [0.0, 0.4], "key_relative_diff_max": [0.0, 0.6]}
-    assert "would be wrong in every layer after the first" in rs.chapter2_glue({"e": encoder})["encoder_reading"]
+    assert "would be wrong in every layer after the first" in bert_contrast.chapter2_glue({"e": encoder})["encoder_reading"]
     still = {**encoder, "cosine_distance_mean": [0.0, 0.0, 0.3]}
-    assert rs.chapter2_glue({"e": still})["encoder_reading"] == (
+    assert bert_contrast.chapter2_glue({"e": still})["encoder_reading"] == (
         "e: the state differed between the two contexts after 1 of its 2 layers and the prefix's keys in 1 of 2 "
         "layers (at the embeddings: 0)")
 

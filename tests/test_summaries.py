@@ -442,6 +442,7 @@ def test_figures_read_at_the_page_width(runs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from kvutils.report import bert_contrast as report_contrast
     from kvutils.report import cache_approximations as report_costs
     from kvutils.report import cache_exactness as report_exactness
     from kvutils.report import common as report
@@ -451,7 +452,7 @@ def test_figures_read_at_the_page_width(runs):
 
     numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03", "04", "05")}
     figures = {"chapter 1": report_exactness.plot_chapter1(numbers["01"]),
-               "chapter 2": report_senses.plot_chapter2(numbers["02"]),
+               "chapter 2": report_contrast.plot_chapter2(numbers["02"]),
                "chapter 3 probe": report_senses.plot_chapter3_probe(numbers["03"]),
                "chapter 3 attention": report_senses.plot_chapter3_attention(numbers["03"]),
                "decision guide": rc.plot_decision_guide(rc.decision_rows(runs), "tiny-llama"),

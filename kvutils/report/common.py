@@ -103,6 +103,13 @@ def styled(plot):
     return draw
 
 
+def depth_fractions(values: list) -> list[float]:
+    """Depth of each entry of a per-depth list whose first entry is the embeddings (0) and last the
+    final layer (1), so models of 6, 18 and 30 layers share an axis."""
+    n = len(values) - 1
+    return [i / n for i in range(len(values))]
+
+
 def shown_px_per_point(fig) -> float:
     """Pixels per font point as the page shows the figure: the inline PNG is cropped to its tight
     bounding box at the figure's dpi, then shrunk to the column if it is wider."""
