@@ -141,7 +141,7 @@ def test_benchmark_targets_are_judged_from_the_ratios():
 def test_book_time_adds_set_up_chapters_and_benchmark(runs):
     table = ra.book_times_table(_bench(), runs)
     total = 200.0 + 100.0 + sum(r["wall_time_s"] for r in runs.values())
-    on_record = ra._book_time_rows(_bench(), runs)[-1]["seconds"]
+    on_record = ra.book_time_rows(_bench(), runs)[-1]["seconds"]
     assert on_record == pytest.approx(total, rel=1e-12)  # summed in another order: compare the floats, not their rounding
     assert table.loc["total on record", "seconds"] == ra.fmt(on_record, 4)
     assert ra.performance_glue(_bench(), runs)["within"] == ("within" if total <= 1800 else "over")

@@ -162,7 +162,7 @@ def _add_plotly_static(app, config) -> None:
     config.html_static_path = [*config.html_static_path, str(plotly_js_path())]
 
 
-def _plotly_where_used(app, pagename, templatename, context, doctree) -> None:
+def plotly_where_used(app, pagename, templatename, context, doctree) -> None:
     if MARKER_CLASS in (context.get("body") or ""):
         app.add_js_file(PLOTLY_JS)  # for this page only (Sphinx resets the list after each page)
 
@@ -170,5 +170,5 @@ def _plotly_where_used(app, pagename, templatename, context, doctree) -> None:
 def setup(app):
     app.connect("config-inited", _add_plotly_static)
     # before kvutils.book.offline (500), which rebuilds the page's script list
-    app.connect("html-page-context", _plotly_where_used, priority=400)
+    app.connect("html-page-context", plotly_where_used, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
