@@ -82,7 +82,7 @@ def ch1_numbers(quick_chapters):
 
 def test_every_decoding_row_names_its_procedure(ch1_numbers):
     """The article's figures (all per step) sit only on per-step rows; ours on both, each labelled."""
-    from kvutils.report import common as report
+    from kvutils.report import cache_exactness as report
 
     table = report.chapter1_table(ch1_numbers)
     decoding = [m for m in table.index if "identical sequences" in m or "logit diff" in m or "argmax" in m]
@@ -99,7 +99,7 @@ def test_chapter1_sentences_follow_the_numbers(ch1_numbers):
     per-step comparison and the fp32-to-fp64 shrinkage."""
     import copy
 
-    from kvutils.report import common as report
+    from kvutils.report import cache_exactness as report
 
     glue = report.chapter1_glue(ch1_numbers)
     assert glue["divergence"] == "No sequence diverged in this run"
@@ -136,14 +136,14 @@ def test_chapter2_zero_says_what_equal_padding_shows():
     """Chapter 2 said an exact 0 comes 'because nothing to the right of "bank" enters their
     computation', beside chapter 1's non-zero fp32 residues (alone vs inside, 15 of 18 prefixes). The
     zero comes from both contexts sharing one padded batch (equal shapes); the sentence now says so."""
-    from kvutils.report import senses as report_senses
+    from kvutils.report import bert_contrast as report_contrast
 
-    text = report_senses.chapter2_glue({"g": {**_ch2_causal(16, 0.0), "layers": 1, "key_relative_diff_max": [0.0],
-                                              "cosine_distance_mean": [0.0, 0.0]}}, batch_size=32)["causal_zero"]
+    text = report_contrast.chapter2_glue({"g": {**_ch2_causal(16, 0.0), "layers": 1, "key_relative_diff_max": [0.0],
+                                                "cosine_distance_mean": [0.0, 0.0]}}, batch_size=32)["causal_zero"]
     assert "nothing to the right" not in text and "one right-padded batch" in text
     assert "bit equality at equal shapes" in text and "does not contradict chapter 1" in text
-    odd = report_senses._causal_zero({"g": _ch2_causal(16, 0.0)}, 31)
+    odd = report_contrast.causal_zero({"g": _ch2_causal(16, 0.0)}, 31)
     assert "did not always share a batch" in odd and "equal shapes" not in odd
-    part = report_senses._causal_zero({"g": _ch2_causal(16, 0.0), "s": _ch2_causal(15, 1e-7)}, 32)
+    part = report_contrast.causal_zero({"g": _ch2_causal(16, 0.0), "s": _ch2_causal(15, 1e-7)}, 32)
     assert part.startswith("On g the word's state") and "not on every causal model (s: 15 of 16 words" in part
-    assert report_senses._causal_zero({"s": _ch2_causal(15, 1e-7)}, 32).startswith("Not on every causal model")
+    assert report_contrast.causal_zero({"s": _ch2_causal(15, 1e-7)}, 32).startswith("Not on every causal model")

@@ -6,7 +6,7 @@ import warnings
 import pytest
 
 from kvutils.book import chapters
-from kvutils.report import costs as report_costs
+from kvutils.report import cache_approximations as report_costs
 from kvutils.studies.cache_approximations import study as approx_study
 
 QUICK = chapters.QUICK["04_cache_approximations"]

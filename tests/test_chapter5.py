@@ -387,7 +387,7 @@ def test_the_control_that_can_fail_is_reported_beside_the_theorem():
 
 def test_chapter5_glue_states_what_the_quick_run_measured(quick_chapters):
     from kvutils.core import compare
-    from kvutils.report import switch as rs
+    from kvutils.report import switch_glue as rs
     from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 
     root, _ = quick_chapters
@@ -415,7 +415,7 @@ def test_the_interactive_quality_cost_chart_holds_every_adapter_and_policy(quick
     and accuracy, with k on hover (a chart that drops a policy or mixes the axes fails)."""
     root, _ = quick_chapters
     numbers = json.loads((root / "results" / "05_qwen3_switch.json").read_text())["numbers"]
-    from kvutils.report import switch as report_switch
+    from kvutils.report import qwen3_switch as report_switch
 
     chart = report_switch.quality_cost_chart(numbers)
     points = [(round(x, 9), round(y, 9)) for trace in chart.figure.data for x, y in zip(trace.x, trace.y)]
@@ -439,11 +439,11 @@ def test_learning_rates_and_steps_per_model():
 
 
 def test_the_training_precision_sentence_follows_the_run():
-    from kvutils.report.switch import _train_dtype_text
+    from kvutils.report.switch_glue import train_dtype_text
 
-    bf16 = _train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "auto", "dtype": "float32"})
+    bf16 = train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "auto", "dtype": "float32"})
     assert bf16.startswith("bfloat16 autocast") and "chose it" in bf16 and bf16.endswith("runs in float32")
-    assert "chose it" not in _train_dtype_text({"m": {"train_dtype": "bfloat16"}},
+    assert "chose it" not in train_dtype_text({"m": {"train_dtype": "bfloat16"}},
                                                {"train_dtype": "bfloat16", "dtype": "float32"})
-    assert _train_dtype_text({"m": {"train_dtype": "float32"}}, {"train_dtype": "auto", "dtype": "float64"}) \
+    assert train_dtype_text({"m": {"train_dtype": "float32"}}, {"train_dtype": "auto", "dtype": "float64"}) \
         == "float32; every evaluation runs in float64"

@@ -110,14 +110,15 @@ def test_chapter3_quick_results_hold_the_identity(quick_chapters):
 
 def test_chapter2_and_3_sentences_follow_the_numbers():
     """The sentences that state a finding are computed: change a number and the sentence changes."""
-    from kvutils.report import senses as rs
+    from kvutils.report import bert_contrast
+    from kvutils.report import sense_probes as rs
 
     encoder = {"family": "encoder", "layers": 2, "n_words": 16, "states_bit_identical_words": 0,
                "cosine_distance_mean": [0.0, 0.1, 0.3], "cosine_distance_max": [0.0, 0.2, 0.5],
                "key_relative_diff_mean": [0.0, 0.4], "key_relative_diff_max": [0.0, 0.6]}
-    assert "would be wrong in every layer after the first" in rs.chapter2_glue({"e": encoder})["encoder_reading"]
+    assert "would be wrong in every layer after the first" in bert_contrast.chapter2_glue({"e": encoder})["encoder_reading"]
     still = {**encoder, "cosine_distance_mean": [0.0, 0.0, 0.3]}
-    assert rs.chapter2_glue({"e": still})["encoder_reading"] == (
+    assert bert_contrast.chapter2_glue({"e": still})["encoder_reading"] == (
         "e: the state differed between the two contexts after 1 of its 2 layers and the prefix's keys in 1 of 2 "
         "layers (at the embeddings: 0)")
 
@@ -165,7 +166,7 @@ def _causal(new, cont, first, old, n_items=32):
 def test_from_depth_is_written_only_when_every_later_depth_is_above_chance(right, verdict):
     """'From depth k on' needs the exact binomial test against chance at k and at every later depth;
     a run a shade over 50 % (19, 18, 17 of 32) must say no detectable difference instead."""
-    from kvutils.report import senses as rs
+    from kvutils.report import sense_probes as rs
 
     model = _causal([100 * k / 32 for k in right], [0.5, 0.5], [0.1, 0.1], [0.1, 0.1])
     model["probe"]["new_position_right"] = [[1] * k + [0] * (32 - k) for k in right]
@@ -182,7 +183,7 @@ def test_from_depth_is_written_only_when_every_later_depth_is_above_chance(right
 
 
 def test_the_encoder_reading_is_tested_against_chance():
-    from kvutils.report import senses as rs
+    from kvutils.report import sense_probes as rs
 
     def encoder(pct):
         return {"e": {"family": "encoder", "layers": 2,
@@ -198,7 +199,7 @@ def test_the_encoder_reading_is_tested_against_chance():
 
 
 def test_the_attention_split_check_on_the_page_can_fail():
-    from kvutils.report import senses as rs
+    from kvutils.report import sense_probes as rs
 
     def numbers(rest):
         return {"m": {"family": "causal", "layers": 2, "first_token": "The",

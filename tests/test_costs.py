@@ -93,7 +93,7 @@ def test_times_are_printed_with_their_spread():
 def test_chapter4_speed_trend_needs_the_repeat_ranges_apart():
     """'The speed-up grew with context' was read from two medians; with repeats it needs every
     repeat pair at the longer context above every one at the shorter."""
-    from kvutils.report import costs as report_costs
+    from kvutils.report import cache_approximations as report_costs
 
     def numbers(short: list[float], long: list[float]) -> dict:
         steps = [{"context": c, "cached_ms": 1.0, "uncached_ms": statistics.median(v), "speedup": statistics.median(v),
@@ -110,7 +110,7 @@ def test_chapter4_speed_trend_needs_the_repeat_ranges_apart():
 
 
 def test_chapter4_setup_names_the_weights():
-    from kvutils.report import costs as report_costs
+    from kvutils.report import cache_approximations as report_costs
 
     run = {"documents": ["a"], "prefill": 8, "decode": 4, "exact_perplexity": 2.0, "ops": {}}
     glue = report_costs.chapter4_glue({"bandwidth_gb_s": 1.0, "decode": {}, "bytes": [],

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvutils.book import plotly_static
 from kvutils.report import interactive
 
 
@@ -66,8 +67,8 @@ def test_plotly_js_goes_only_to_pages_with_a_chart():
         def add_js_file(self, name):
             added.append(name)
 
-    interactive._plotly_where_used(App(), "a", "page.html", {"body": "<p>no chart</p>"}, None)
+    plotly_static.plotly_where_used(App(), "a", "page.html", {"body": "<p>no chart</p>"}, None)
     assert added == []
-    interactive._plotly_where_used(App(), "b", "page.html", {"body": f'<div class="{interactive.MARKER_CLASS}">'}, None)
+    plotly_static.plotly_where_used(App(), "b", "page.html", {"body": f'<div class="{interactive.MARKER_CLASS}">'}, None)
     assert added == [interactive.PLOTLY_JS]
     assert interactive.plotly_js_path().stat().st_size > 1_000_000  # the real bundle, shipped by the package

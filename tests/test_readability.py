@@ -7,8 +7,8 @@ import re
 import pandas as pd
 import pytest
 
+from kvutils.report import cache_approximations as report_costs
 from kvutils.report import common as report
-from kvutils.report import costs as report_costs
 from kvutils.report import interactive
 
 SPEC = "quantize_kivi:bits=4,group=32,residual=128"

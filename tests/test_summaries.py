@@ -141,7 +141,7 @@ def test_benchmark_targets_are_judged_from_the_ratios():
 def test_book_time_adds_set_up_chapters_and_benchmark(runs):
     table = ra.book_times_table(_bench(), runs)
     total = 200.0 + 100.0 + sum(r["wall_time_s"] for r in runs.values())
-    on_record = ra._book_time_rows(_bench(), runs)[-1]["seconds"]
+    on_record = ra.book_time_rows(_bench(), runs)[-1]["seconds"]
     assert on_record == pytest.approx(total, rel=1e-12)  # summed in another order: compare the floats, not their rounding
     assert table.loc["total on record", "seconds"] == ra.fmt(on_record, 4)
     assert ra.performance_glue(_bench(), runs)["within"] == ("within" if total <= 1800 else "over")
@@ -442,15 +442,17 @@ def test_figures_read_at_the_page_width(runs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from kvutils.report import bert_contrast as report_contrast
+    from kvutils.report import cache_approximations as report_costs
+    from kvutils.report import cache_exactness as report_exactness
     from kvutils.report import common as report
-    from kvutils.report import costs as report_costs
     from kvutils.report import frontier as report_frontier
-    from kvutils.report import senses as report_senses
-    from kvutils.report import switch as report_switch
+    from kvutils.report import qwen3_switch as report_switch
+    from kvutils.report import sense_probes as report_senses
 
     numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03", "04", "05")}
-    figures = {"chapter 1": report.plot_chapter1(numbers["01"]),
-               "chapter 2": report_senses.plot_chapter2(numbers["02"]),
+    figures = {"chapter 1": report_exactness.plot_chapter1(numbers["01"]),
+               "chapter 2": report_contrast.plot_chapter2(numbers["02"]),
                "chapter 3 probe": report_senses.plot_chapter3_probe(numbers["03"]),
                "chapter 3 attention": report_senses.plot_chapter3_attention(numbers["03"]),
                "decision guide": rc.plot_decision_guide(rc.decision_rows(runs), "tiny-llama"),

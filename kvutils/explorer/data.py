@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from kvutils.core import data
-from kvutils.models.loading import Loaded
+from kvutils.models.loading import Loaded, load
 from kvutils.studies.sense_probes import probes
 
 CONSTRUCTIONS = {"repeat": probes.DEFAULT_REPEAT_TEMPLATE, "context": probes.CONTEXT_TEMPLATE}
@@ -201,8 +201,6 @@ def record_study(models: Iterable[str], words: Iterable[data.Word], repeat_templ
     """The book's explorer data for chapter 3: every causal model x word x construction (the
     chapter's repeat template, and the context alone), each model loaded in float32 with eager
     attention, one at a time."""
-    from kvutils.models.loading import load
-
     loader = loader or load
     words, constructions = list(words), {"repeat": repeat_template, "context": probes.CONTEXT_TEMPLATE}
     parts = []

@@ -1,5 +1,5 @@
-// The offline attention explorer (kvutils/explorer_html.py writes this script into the page, after
-// its controls and its data). The data: kvutils/explorer_data.py; per model, word, construction and
+// The offline attention explorer (kvutils/explorer/html.py writes this script into the page, after
+// its controls and its data). The data: kvutils/explorer/data.py; per model, word, construction and
 // side, `offset` and `stored_n` locate one lower triangle of stored_n tokens per layer and head,
 // rows one after another, weights as round(w * levels) in one byte. unpack_matrix (Python) reads
 // the same bytes the same way; the browser test compares the two.

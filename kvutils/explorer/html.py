@@ -11,7 +11,7 @@ HTML is one element `id="attention-explorer"` holding
 - the recorded weights (8-bit, gzip'd) in a `<script type="application/json">`, unpacked by
   `explorer.js` with the browser's own DecompressionStream.
 
-The page needs plotly.js, which `kvutils.report.interactive` (a Sphinx extension) serves from `_static/`.
+The page needs plotly.js, which the Sphinx extension `kvutils.book.plotly_static` serves from `_static/`.
 """
 from __future__ import annotations
 

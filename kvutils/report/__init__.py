@@ -1,1 +1,24 @@
-"""report"""
+"""The report layer: what the book's pages show, built from the results files the studies write
+(never from a model): tables beside the article's figures, static and interactive charts, and the
+texts the prose glues in, each finding worded as its numbers say. It reads the layers below
+(`studies` for a few constants and verdicts); `explorer` and `book` build on it.
+
+Shared by every page:
+    common                numbers as the book prints them, bold key numbers for {glue:md}, the figure style
+                          and its legibility checks, page tables, where a model's weights come from
+    timing                timings with their repeats and spread; speed-ups against a published one
+    interactive           Plotly charts that draw offline in the static book (`scatter`, `Chart`)
+
+One module per page, named after its notebook (and study):
+    cache_exactness       chapter 1: cache vs no cache, per step and per layer (E1, E2)
+    bert_contrast         chapter 2: the same word in two contexts, causal models against an encoder
+    sense_probes          chapter 3: sense probes at the cached and a new position, and where attention goes
+    cache_approximations  chapter 4: decode-step cost, bytes per token and the approximation table (Table 2)
+    frontier              chapter 4's frontier: quality against bytes held for the methods people deploy
+    qwen3_switch          chapter 5: switching to a LoRA tail, its figures and tables
+    switch_verdicts       chapter 5's comparative clauses, each from a paired test
+    switch_glue           chapter 5's texts for the prose
+    conclusions           the conclusions page: the article's research questions answered from every chapter
+    guide                 the conclusions' decision guide: every scored cache operation, exact / near / costly
+    appendix              appendix A (how the pages were produced) and B (the benchmark, from bench.json)
+"""

@@ -233,7 +233,7 @@ def performance_table(bench: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("measure")
 
 
-def _book_time_rows(bench: dict, runs: dict) -> list[dict]:
+def book_time_rows(bench: dict, runs: dict) -> list[dict]:
     """Wall time of every step of `make book` on record, and the total. Chapters that ran in lanes
     side by side count once, as the lanes' wall time; their own times are shown beside it."""
     lanes = bench.get("chapter_lanes")
@@ -260,7 +260,7 @@ def _book_time_rows(bench: dict, runs: dict) -> list[dict]:
 
 
 def book_times_table(bench: dict, runs: dict) -> pd.DataFrame:
-    table = pd.DataFrame(_book_time_rows(bench, runs))
+    table = pd.DataFrame(book_time_rows(bench, runs))
     table["minutes"] = [fmt(s / 60, 3) for s in table["seconds"]]
     table["seconds"] = [fmt(s, 4) for s in table["seconds"]]
     table["in the total"] = ["yes" if c else "no (inside the lanes)" for c in table.pop("counted")]
@@ -292,7 +292,7 @@ def plot_performance(bench: dict):
 
 
 def performance_glue(bench: dict, runs: dict) -> dict[str, str]:
-    total_s = _book_time_rows(bench, runs)[-1]["seconds"]
+    total_s = book_time_rows(bench, runs)[-1]["seconds"]
     met = [r for r in performance_rows(bench) if r["met"] is not None]
     return {"model": bench["model"], "total_min": fmt(total_s / 60, 3), "step_agreement": step_agreement(bench, runs),
             "target_min": fmt(BOOK_TARGET_S / 60), "within": "within" if total_s <= BOOK_TARGET_S else "over",

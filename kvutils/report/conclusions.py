@@ -12,8 +12,9 @@ from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.compare import against_chance
 from kvutils.core.results import check_fields, load_results, results_path
-from kvutils.report.common import fmt, fraction, recompute_label, recompute_mode, rows_table, weights_note
-from kvutils.report.costs import article_rows_by_spec
+from kvutils.report.cache_approximations import article_rows_by_spec
+from kvutils.report.cache_exactness import recompute_label, recompute_mode
+from kvutils.report.common import fmt, fraction, rows_table, weights_note
 
 # the decision guide is its own module; the page (notebook 06) reads it through this one
 from kvutils.report.guide import (  # noqa: F401
@@ -31,6 +32,7 @@ from kvutils.report.guide import (  # noqa: F401
     guide_coverage,
     plot_decision_guide,
 )
+from kvutils.report.sense_probes import first_stays_at, peak_depths
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
 
 # our logit scale and the article model's are "near" within this factor: only then can its residue check ours
@@ -108,8 +110,6 @@ def rq1_table(runs: dict) -> pd.DataFrame:
 
 def rq2_table(runs: dict) -> pd.DataFrame:
     """RQ2: where is an earlier word re-interpreted, if its cached state never changes?"""
-    from kvutils.report.senses import _first_stays_at, _peak
-
     a = article()
     probe, attention = a["e3_probe"]["pythia"], a["e3_attention"]
     rows = {
@@ -129,13 +129,13 @@ def rq2_table(runs: dict) -> pd.DataFrame:
         old, new = r["probe"]["old_position_pct"], r["probe"]["new_position_pct"]
         rows["sense probe at the old (cached) position"][col] = (
             f"{fmt(old[0])}% at all {len(old)} depths" if len(set(old)) == 1 else f"{fmt(min(old))}–{fmt(max(old))}%")
-        best, where = _peak(new)
+        best, where = peak_depths(new)
         rows["sense probe at a new position: peak % [depths]"][col] = f"{fmt(best)} {where}"
         cont = r["attention"]["continuation"]
         rows["attention from the new position on the disambiguating text"][col] = f"{fmt(min(cont), 3)}–{fmt(max(cont), 3)}"
     for model, r in _encoders(numbers).items():
         old = r["probe"]["old_position_pct"]
-        full = _first_stays_at(old, 100.0)
+        full = first_stays_at(old, 100.0)
         rows["encoder: sense probe at the original position"][f"ours: {model}"] = (
             f"100% from depth {full}" if full is not None else f"peak {fmt(max(old))}%")
     return rows_table(rows, "finding")

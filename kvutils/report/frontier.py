@@ -8,6 +8,7 @@ import pandas as pd
 
 from kvutils.cache.ops import parse_op
 from kvutils.core import compare
+from kvutils.report import interactive
 from kvutils.report.common import fmt, page_table, styled
 
 EXACT_FLOOR = 1e-7  # where an exact row (KL 0) is drawn on the log axis
@@ -144,8 +145,6 @@ def frontier_chart(frontier: dict):
     model, every point's spec, KL, top-1 and bytes on hover. The legend has one entry per method
     (its colour) and one per model (its marker), not one per pair, so it fits the chart's height."""
     import plotly.express as px
-
-    from kvutils.report import interactive
 
     points = frontier_points(frontier)
     figure = px.scatter(points, x="held % of exact", y="plotted KL", color="method", symbol="model", log_y=True,

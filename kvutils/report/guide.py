@@ -11,8 +11,8 @@ import pandas as pd
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.checks import check_number
 from kvutils.core.compare import IDENTICAL, Paired
+from kvutils.report.cache_approximations import article_rows_by_spec
 from kvutils.report.common import fmt, styled
-from kvutils.report.costs import article_rows_by_spec
 
 ARTICLE_MODEL = "Pythia-160M"
 # |logit difference| below which fp64 decoding counts as equal up to rounding (the theorem's test)

@@ -2,23 +2,22 @@
 inside the `plotly` Python package, served from the book's own `_static/` (no CDN, no kernel; it
 works from `file://`).
 
-Two parts:
+`scatter(df, x, y, ...)` turns a DataFrame into an interactive scatter with hover text. A
+notebook cell that ends with the returned `Chart` shows it (text/html). Chapter 4's
+fidelity-vs-bytes chart, for example::
 
-- `scatter(df, x, y, ...)` turns a DataFrame into an interactive scatter with hover text. A
-  notebook cell that ends with the returned `Chart` shows it (text/html). Chapter 4's
-  fidelity-vs-bytes chart, for example::
+    from kvutils.report import interactive
+    interactive.scatter(table2, x="cache MB", y="KL (nats)", color="op", symbol="model",
+                        hover=["op spec", "KL (nats)", "top-1 (%)", "cache MB"], log_x=True,
+                        title="Fidelity against cache size (smollm2-135m, 16 documents)",
+                        x_label="cache size (MB)", y_label="mean KL from the exact cache (nats)")
 
-      from kvutils.report import interactive
-      interactive.scatter(table2, x="cache MB", y="KL (nats)", color="op", symbol="model",
-                          hover=["op spec", "KL (nats)", "top-1 (%)", "cache MB"], log_x=True,
-                          title="Fidelity against cache size (smollm2-135m, 16 documents)",
-                          x_label="cache size (MB)", y_label="mean KL from the exact cache (nats)")
+and chapter 5's quality-vs-cost chart the same way. Keep saving the static PNG (matplotlib)
+into the results folder for papers; the chart is for readers of the page.
 
-  and chapter 5's quality-vs-cost chart the same way. Keep saving the static PNG (matplotlib)
-  into the results folder for papers; the chart is for readers of the page.
-- a Sphinx extension (listed in `_config.yml`): it copies plotly.min.js into `_static/` once and
-  adds it to exactly the pages whose body holds a chart (`MARKER_CLASS`), so the other pages do
-  not carry its 4.8 MB.
+The Sphinx extension `kvutils.book.plotly_static` (listed in `_config.yml`) copies plotly.min.js
+into `_static/` once and adds it to exactly the pages whose body holds a chart (`MARKER_CLASS`),
+so the other pages do not carry its 4.8 MB.
 
 `Chart.html` is a `<div>` plus a small script; with no plotly.js on the page (a notebook opened
 in Jupyter, where this book's extension does not run) the div says so instead of failing.
@@ -153,22 +152,3 @@ def scatter(df, x: str, y: str, *, title: str, x_label: str, y_label: str, hover
                         title=title, labels={x: x_label, y: y_label}, height=height, template="plotly_white")
     figure.update_traces(marker={"size": 10, "line": {"width": 1, "color": "white"}})
     return chart(figure)
-
-
-# --------------------------------------------------------------------------- the Sphinx extension
-
-
-def _add_plotly_static(app, config) -> None:
-    config.html_static_path = [*config.html_static_path, str(plotly_js_path())]
-
-
-def _plotly_where_used(app, pagename, templatename, context, doctree) -> None:
-    if MARKER_CLASS in (context.get("body") or ""):
-        app.add_js_file(PLOTLY_JS)  # for this page only (Sphinx resets the list after each page)
-
-
-def setup(app):
-    app.connect("config-inited", _add_plotly_static)
-    # before kvutils.book.offline (500), which rebuilds the page's script list
-    app.connect("html-page-context", _plotly_where_used, priority=400)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,162 +1,23 @@
-"""What chapters 2 and 3 show: the article's figures beside ours, the per-layer charts, and the
-texts the prose glues in — all built from the results dicts of `senses_study`."""
+"""What chapter 3 shows: the sense probes at the old (cached) and a new position and where the new
+position's attention goes, beside the article's figures, as tables, per-depth charts and the texts
+the prose glues in (every verdict from `kvutils.core.compare`), all built from the results dict of
+`kvutils.studies.sense_probes.study`."""
 from __future__ import annotations
 
 import pandas as pd
 
 from kvutils.core import compare
 from kvutils.core.article import article
-from kvutils.report.common import fmt, rows_table, styled
+from kvutils.report.common import depth_fractions, fmt, rows_table, styled
 
 
-def _depth(values: list) -> list[float]:
-    """Depth of each entry of a per-depth list whose first entry is the embeddings (0) and last the
-    final layer (1), so models of 6, 18 and 30 layers share an axis."""
-    n = len(values) - 1
-    return [i / n for i in range(len(values))]
-
-
-def _key_depth(values: list) -> list[float]:
-    """Depth of per-layer key entries (layer 1 .. L) on the same axis as `_depth`."""
-    n = len(values)
-    return [(i + 1) / n for i in range(n)]
-
-
-# --------------------------------------------------------------------------- chapter 2
-
-
-def chapter2_table(numbers: dict) -> pd.DataFrame:
-    """Metric | article | this run (one column per model)."""
-    bert = article()["e2_bert"]
-    rows = {
-        "cosine distance, embeddings": {"article": "0 (identical, BERT-base)"},
-        "cosine distance after layer 1": {"article": f"{fmt(bert['cosine_distance']['layer_1'])} (BERT-base)"},
-        "cosine distance after the last layer": {"article": f"{fmt(bert['cosine_distance']['layer_12'])} (BERT-base, layer 12)"},
-        "‖ΔK‖/‖K‖ in layer 2": {"article": f"{fmt(bert['key_relative_diff']['layer_2'])} (BERT-base)"},
-        "‖ΔK‖/‖K‖ in the last layer": {"article": f"{fmt(bert['key_relative_diff']['layer_12'])} (BERT-base, layer 12)"},
-        "largest cosine distance, any layer": {
-            "article": f"< {fmt(bert['pythia_cosine_distance_bound']['max_below'])} (Pythia)"},
-        "words with bit-identical states in both contexts": {"article": "not reported"},
-    }
-    for model, r in numbers.items():
-        col = f"this run: {model} ({r['family']}, {r['layers']} layers)"
-        dist, keys = r["cosine_distance_mean"], r["key_relative_diff_mean"]
-        ours = {
-            "cosine distance, embeddings": fmt(dist[0]),
-            "cosine distance after layer 1": fmt(dist[1]),
-            "cosine distance after the last layer": fmt(dist[-1]),
-            "‖ΔK‖/‖K‖ in layer 2": fmt(keys[1]) if len(keys) > 1 else "n/a",
-            "‖ΔK‖/‖K‖ in the last layer": fmt(keys[-1]),
-            "largest cosine distance, any layer": fmt(max(r["cosine_distance_max"])),
-            "words with bit-identical states in both contexts": f"{r['states_bit_identical_words']}/{r['n_words']}",
-        }
-        for metric, value in ours.items():
-            rows[metric][col] = value
-    return rows_table(rows)
-
-
-@styled
-def plot_chapter2(numbers: dict):
-    """Chart 1: per layer, the word's cosine distance between its two contexts and the prefix's
-    relative key difference, causal models against the encoder(s)."""
-    import matplotlib.pyplot as plt
-
-    fig, (ax_state, ax_key) = plt.subplots(2, 1, figsize=(7.5, 8), sharey=False)
-    for model, r in numbers.items():
-        style = dict(marker="o", markersize=3, linestyle="--" if r["family"] == "causal" else "-")
-        label = f"{model} ({r['family']}, {r['layers']} layers)"
-        ax_state.plot(_depth(r["cosine_distance_mean"]), r["cosine_distance_mean"], label=label, **style)
-        ax_key.plot(_key_depth(r["key_relative_diff_mean"]), r["key_relative_diff_mean"], label=label, **style)
-    ax_state.set_title("The word's state: cosine distance between contexts")
-    ax_state.set_xlabel("depth (0 = embeddings, 1 = last layer)")
-    ax_state.set_ylabel("cosine distance (mean over words, unitless)")
-    ax_key.set_title("The prefix's keys: ‖K_a − K_b‖ / ‖K_a‖")
-    ax_key.set_xlabel("depth (layer / number of layers)")
-    ax_key.set_ylabel("relative key difference (mean over words, unitless)")
-    for ax in (ax_state, ax_key):
-        ax.set_xlim(-0.02, 1.02)
-        ax.set_ylim(bottom=-0.02)
-        ax.grid(alpha=0.3)
-    ax_key.legend(loc="upper left")
-    fig.suptitle(f"Same word, two contexts — models: {', '.join(numbers)}")
-    fig.tight_layout()
-    return fig
-
-
-def chapter2_glue(numbers: dict, batch_size: int | None = None) -> dict[str, str]:
-    causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
-    encoders = {m: r for m, r in numbers.items() if r["family"] == "encoder"}
-    out = {
-        "causal": "; ".join(
-            f"{m}: largest cosine distance {fmt(max(r['cosine_distance_max']))}, largest relative key "
-            f"difference {fmt(max(r['key_relative_diff_max']))}, states bit-identical for "
-            f"{r['states_bit_identical_words']} of {r['n_words']} words" for m, r in causal.items()) or "none run",
-        "encoder": "; ".join(
-            f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, {fmt(r['cosine_distance_mean'][1])} "
-            f"after layer 1 and {fmt(r['cosine_distance_mean'][-1])} after layer {r['layers']}; relative key "
-            f"difference {fmt(r['key_relative_diff_mean'][0])} in layer 1, {fmt(r['key_relative_diff_mean'][1])} "
-            f"in layer 2 and {fmt(r['key_relative_diff_mean'][-1])} in layer {r['layers']}"
-            for m, r in encoders.items()) or "none run",
-        "models": ", ".join(numbers),
-        "n_words": str(next(iter(numbers.values()))["n_words"]),
-        "encoder_reading": "; ".join(_encoder_reading(m, r) for m, r in encoders.items()) or "No encoder was run",
-        "causal_zero": _causal_zero(causal, batch_size),
-    }
-    return out
-
-
-def _causal_zero(causal: dict, batch_size: int | None) -> str:
-    """What an exact 0 between a causal model's two contexts shows. Each word's two contexts are
-    consecutive sentences; with an even batch size they share a right-padded batch, so the prefix is
-    computed on tensors of the same shape, and the zero is bit equality at equal shapes."""
-    if not causal:
-        return "No causal model was run"
-    same = [m for m, r in causal.items() if r["states_bit_identical_words"] == r["n_words"]]
-    paired = batch_size is not None and batch_size % 2 == 0
-    how = ("each word's two contexts went through the model side by side in one right-padded batch, so the word's "
-           "state was computed by the same kernels on tensors of the same shape: the causal mask kept the "
-           "continuation and the padding out of it, and with equal shapes nothing could even change its rounding"
-           if paired else
-           "the two contexts of a word did not always share a batch (odd batch_size), so the zero also held across "
-           "batches of different widths" if batch_size is not None else
-           "how the contexts were batched is not known here")
-    shapes = (". So the zero shows bit equality at equal shapes; it does not contradict chapter 1's non-zero fp32 "
-              "differences between a prefix computed alone and inside a longer sequence, which are tensors of different "
-              "shapes and so can be summed in a different order" if paired else "")
-    text = (f"On {', '.join(same)} the word's state was bit-identical in both contexts for every word: {how}{shapes}"
-            if same else "")
-    rest = [f"{m}: {r['states_bit_identical_words']} of {r['n_words']} words bit-identical, largest cosine distance "
-            f"{fmt(max(r['cosine_distance_max']))}" for m, r in causal.items() if m not in same]
-    if rest:
-        text += ("; not" if same else "Not") + " on every causal model (" + "; ".join(rest) + \
-            "): a non-zero distance here is not explained by this chapter"
-    return text
-
-
-def _encoder_reading(model: str, r: dict) -> str:
-    """What the encoder's per-layer distances show, in the words the numbers support."""
-    dist, keys = r["cosine_distance_mean"], r["key_relative_diff_mean"]
-    layers = len(dist) - 1
-    if dist[0] == 0 and all(d > 0 for d in dist[1:]) and keys[0] == 0 and all(k > 0 for k in keys[1:]):
-        return (f"{model}: the embeddings are identical (the same token at the same position); after every one of its "
-                f"{layers} layers the state has mixed in the continuation, and so have the keys a cache would hold "
-                "from layer 2 on (layer 1's keys are computed from the embeddings). A cache filled while reading "
-                "\"The bank\" would be wrong in every layer after the first once the continuation arrived, and only "
-                "recomputation would repair it")
-    return (f"{model}: the state differed between the two contexts after {sum(d > 0 for d in dist[1:])} of its "
-            f"{layers} layers and the prefix's keys in {sum(k > 0 for k in keys)} of {len(keys)} layers "
-            f"(at the embeddings: {fmt(dist[0])})")
-
-
-# --------------------------------------------------------------------------- chapter 3
-
-
-def _peak(values: list[float]) -> tuple[float, list[int]]:
+def peak_depths(values: list[float]) -> tuple[float, list[int]]:
+    """The largest value of a per-depth list and every depth that reaches it."""
     best = max(values)
     return best, [i for i, v in enumerate(values) if v == best]
 
 
-def _first_stays_at(values: list[float], target: float) -> int | None:
+def first_stays_at(values: list[float], target: float) -> int | None:
     """The first depth from which every later depth is `target`."""
     for i in range(len(values)):
         if all(v == target for v in values[i:]):
@@ -190,7 +51,7 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
         p = r["probe"]
         old = p["old_position_pct"]
         if r["family"] == "encoder":
-            stays = _first_stays_at(old, 100.0)
+            stays = first_stays_at(old, 100.0)
             rows["(c) encoder, original position: after layer 1 (%)"][col] = fmt(old[1])
             rows["(c) encoder: 100% from depth"][col] = "never" if stays is None else str(stays)
             continue
@@ -198,7 +59,7 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
         rows["(a) old position: accuracy at every depth (%)"][col] = (
             f"{fmt(distinct[0])} at all {len(old)} depths" if len(distinct) == 1 else ", ".join(map(fmt, old)))
         new_ours = p["new_position_pct"]
-        peak, where = _peak(new_ours)
+        peak, where = peak_depths(new_ours)
         rows["(b) new position: embeddings (%)"][col] = fmt(new_ours[0])
         rows["(b) new position: after layer 1 (%)"][col] = fmt(new_ours[1])
         rows["(b) new position: after layer 2 (%)"][col] = fmt(new_ours[2]) if len(new_ours) > 2 else "n/a"
@@ -224,12 +85,12 @@ def plot_chapter3_probe(numbers: dict):
     for model, r in numbers.items():
         p = r["probe"]
         if r["family"] == "causal":
-            ax.plot(_depth(p["new_position_pct"]), p["new_position_pct"], marker="o", markersize=3,
+            ax.plot(depth_fractions(p["new_position_pct"]), p["new_position_pct"], marker="o", markersize=3,
                     label=f"(b) {model}: word repeated at a new position")
-            ax.plot(_depth(p["old_position_pct"]), p["old_position_pct"], linestyle="--", marker="x", markersize=4,
+            ax.plot(depth_fractions(p["old_position_pct"]), p["old_position_pct"], linestyle="--", marker="x", markersize=4,
                     label=f"(a) {model}: old cached position")
         else:
-            ax.plot(_depth(p["old_position_pct"]), p["old_position_pct"], marker="s", markersize=3,
+            ax.plot(depth_fractions(p["old_position_pct"]), p["old_position_pct"], marker="s", markersize=3,
                     label=f"(c) {model}: encoder, original position")
     ax.axhline(50, color="grey", linewidth=1, linestyle=":", label="chance (50%)")
     ax.set_ylim(0, 105)
@@ -280,12 +141,13 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
         f"{m}: {', '.join(sorted({fmt(v) for v in r['probe']['old_position_pct']}))}% at all "
         f"{len(r['probe']['old_position_pct'])} depths" for m, r in causal.items()) or "no causal model run"
     out["new"] = "; ".join(
-        f"{m}: {fmt(r['probe']['new_position_pct'][1])}% after layer 1, peak {fmt(_peak(r['probe']['new_position_pct'])[0])}% "
-        f"(depths {', '.join(map(str, _peak(r['probe']['new_position_pct'])[1]))})"
+        f"{m}: {fmt(r['probe']['new_position_pct'][1])}% after layer 1, "
+        f"peak {fmt(peak_depths(r['probe']['new_position_pct'])[0])}% "
+        f"(depths {', '.join(map(str, peak_depths(r['probe']['new_position_pct'])[1]))})"
         for m, r in causal.items()) or "no causal model run"
     out["encoder"] = "; ".join(
         f"{m}: {fmt(r['probe']['old_position_pct'][1])}% after layer 1, "
-        + (f"100% from depth {s}" if (s := _first_stays_at(r['probe']['old_position_pct'], 100.0)) is not None
+        + (f"100% from depth {s}" if (s := first_stays_at(r['probe']['old_position_pct'], 100.0)) is not None
            else f"at most {fmt(max(r['probe']['old_position_pct']))}%")
         for m, r in encoders.items()) or "no encoder run"
     out["attention"] = "; ".join(

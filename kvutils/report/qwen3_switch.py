@@ -1,19 +1,14 @@
 """What chapter 5 shows: loss curves, accuracy against k, the cost and exactness of each switch
-policy, the patching map, the side-by-side table and the texts the prose glues in — all built
-from the results dict of `kvutils.studies.qwen3_switch.study.run`."""
+policy, the patching map and the tables, all built from the results dict of
+`kvutils.studies.qwen3_switch.study.run` (the texts the prose glues in: `kvutils.report.switch_glue`)."""
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 
-from kvutils.core import compare
 from kvutils.core.article import article
-from kvutils.lora.adapters import POLICY_TEXT, nan_max
-from kvutils.report import switch_verdicts as rsv
+from kvutils.lora.adapters import POLICY_TEXT
+from kvutils.report import interactive
 from kvutils.report.common import fmt, page_table, styled
-from kvutils.studies.qwen3_switch import tasks as switch_tasks
-from kvutils.studies.qwen3_switch.study import TOLERANCE
 
 POLICY_STYLE = {"recompute": ("tab:blue", "o"), "stale": ("tab:red", "X"),
                 "tail_patch": ("tab:green", "s"), "activated": ("tab:purple", "D")}
@@ -23,7 +18,8 @@ def _k_label(k: int, n_layers: int) -> str:
     return f"k = {k} (L)" if k == n_layers else f"k = {k}"
 
 
-def _adapter_label(r: dict, name: str) -> str:
+def adapter_label(r: dict, name: str) -> str:
+    """An adapter as the figures and texts name it: its kind and depth k."""
     a = r["training"]["adapters"][name]
     kind = "activated LoRA" if a["activated"] else "LoRA tail"
     return f"{kind}, {_k_label(a['k'], r['layers'])}"
@@ -45,7 +41,7 @@ def plot_losses(numbers: dict):
     for ax, (model, r) in zip(axes[:, 0], numbers.items()):
         for name, a in r["training"]["adapters"].items():
             ax.plot(range(1, len(a["losses"]) + 1), a["losses"], marker="." if len(a["losses"]) < 40 else None,
-                    linestyle="--" if a["activated"] else "-", label=_adapter_label(r, name))
+                    linestyle="--" if a["activated"] else "-", label=adapter_label(r, name))
         ax.set_xlabel("training step")
         ax.set_ylabel("cross-entropy of the label token (nats)")
         ax.set_ylim(bottom=0)
@@ -89,8 +85,6 @@ def quality_cost_chart(numbers: dict):
     """The quality-vs-cost curve as an interactive chart for the page (kvutils.report.interactive): every
     adapter and policy a point at its switch time (share of a full recompute) and held-out accuracy,
     with k, the 95 % interval, n, the FLOPs share and the extra memory on hover."""
-    from kvutils.report import interactive
-
     table = curve_table(numbers).assign(
         **{"switch time (% of recompute)": lambda t: 100 * t.switch_time_fraction,
            "switch FLOPs (% of recompute)": lambda t: 100 * t.switch_flops_fraction,
@@ -232,7 +226,7 @@ def plot_patch_map(numbers: dict):
             ax.axvline(len(pm["col_labels"]) - 1.5, color="white", linewidth=2)
             ax.set_xlabel("layers whose cached K/V are copied (1-based)")
             ax.set_ylabel("position copied (prefix rows = control)")
-        ax_flip.set_title(f"Answer flips — {_title_model(model, r)}\n{_adapter_label(r, pm['adapter'])}; n = "
+        ax_flip.set_title(f"Answer flips — {_title_model(model, r)}\n{adapter_label(r, pm['adapter'])}; n = "
                           f"{pm['n_clean_right']} pairs the clean adapter answers right")
         ax_delta.set_title(f"Log-odds change — {_title_model(model, r)}\nmean over all {pm['n_contexts']} pairs")
     fig.tight_layout()
@@ -308,142 +302,3 @@ def chapter5_table(numbers: dict) -> pd.DataFrame:
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.name = "metric"
     return page_table(table)
-
-
-def _stale_layers(n_layers: int, k: int, first: int) -> str:
-    """Which layers of the base cache stay exact for a tail of depth k (1-based layer numbers)."""
-    if first == 0:
-        return "every layer's entries stale"
-    if first >= n_layers:
-        return "every layer's entries exact"
-    def span(a: int, b: int) -> str:
-        return f"layer {a}" if a == b else f"layers {a}–{b}"
-    return f"{span(1, first)} exact, {span(first + 1, n_layers)} stale"
-
-
-def _pct(value) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{fmt(value, 4)}%"
-
-
-def _acc(a: dict) -> str:
-    low, high = a["ci95_pct"]
-    return f"{fmt(a['accuracy_pct'], 3)}% (95% interval {fmt(low, 3)}–{fmt(high, 3)}%, n = {a['n']})"
-
-
-def trend(values: list[float]) -> str:
-    """'rises', 'falls' or 'is not monotonic' — of a sequence (ordered by k)."""
-    pairs = list(zip(values, values[1:]))
-    if all(b > a for a, b in pairs):
-        return "rises"
-    if all(b < a for a, b in pairs):
-        return "falls"
-    return "is not monotonic"
-
-
-def _excess_per_repeat(row: dict, share: float) -> list[float]:
-    """Per timed repeat, the tail patch's time as a share of the recompute's, minus k/L."""
-    return [t / r - share for t, r in zip(row["tail_patch"]["seconds_repeats"], row["recompute"]["seconds_repeats"])]
-
-
-def _last_tenth(losses: list[float]) -> list[float]:
-    return losses[-max(1, len(losses) // 10):]
-
-
-def _final_loss(losses: list[float]) -> float:
-    tail = _last_tenth(losses)
-    return sum(tail) / len(tail)
-
-
-def _per_model_text(numbers: dict, parameters: dict, key: str) -> str:
-    """A per-model setting as the prose says it: one value, or each model's."""
-    values = {model: r.get(key, parameters[key]) for model, r in numbers.items()}
-    if len(set(values.values())) == 1:
-        return fmt(next(iter(values.values())))
-    return ", ".join(f"{fmt(value)} for {model}" for model, value in values.items())
-
-
-def _train_dtype_text(numbers: dict, parameters: dict) -> str:
-    """How the adapters were trained: one resolved precision per run (see `lora.resolve_train_dtype`)."""
-    used = {r["train_dtype"] for r in numbers.values()}
-    if used == {"bfloat16"}:
-        auto = " — train_dtype \"auto\" chose it: this machine multiplies bfloat16 natively" \
-            if parameters.get("train_dtype", "auto") == "auto" else ""
-        how = ("bfloat16 autocast (the matrix products in bfloat16; the LoRA weights, their gradients and "
-               f"AdamW in float32{auto})")
-    else:
-        how = " and ".join(sorted(used))
-    return f"{how}; every evaluation runs in {parameters['dtype']}"
-
-
-def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
-    """Every number and every finding the prose cites, as text; each finding's wording follows the numbers."""
-    task = parameters["task"]
-    out = {"models": ", ".join(numbers), "steps": _per_model_text(numbers, parameters, "steps"), "rank": str(parameters["rank"]),
-           "alpha": fmt(parameters["alpha"]), "lr": _per_model_text(numbers, parameters, "lr"), "targets": parameters["targets"],
-           "batch_size": str(parameters["batch_size"]), "task": task,
-           "marker": repr(parameters["marker"] or switch_tasks.MARKERS[task]), "dtype": parameters["dtype"],
-           "method": compare.METHOD, "exact_examples": str(parameters["exact_examples"]),
-           "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in {parameters['dtype']}",
-           "train_dtype": _train_dtype_text(numbers, parameters)}
-    if task == "senses":
-        out["data"] = (f"trained on the contexts and reference sentences of the words "
-                       f"{parameters['train_words'].replace(',', ', ')}, "
-                       f"held out: {parameters['heldout_words'].replace(',', ', ')}")
-    else:
-        held = parameters["eval_corpus"] or f"the held-out quarter (every 4th document) of {parameters['corpus']!r}"
-        out["data"] = (f"passages A of {parameters['passage_tokens']} tokens and B of {parameters['candidate_tokens']} "
-                       f"tokens, trained on documents of {parameters['corpus']!r}, scored on documents of {held}")
-    keys = ("setup", "zero_shot", "deepest", "knee", "fit", "stale_acc", "activated_acc", "exact", "stale",
-            "activated", "cost", "cost_trend", "memory", "patching", "patch_where", "control", "timings")
-    verdicts = {"zero_shot": rsv.zero_shot, "deepest": rsv.deepest, "knee": rsv.knee,
-                "patch_where": rsv.where, "control": rsv.controls}
-    parts: dict[str, list[str]] = {key: [] for key in keys}
-    for model, r in numbers.items():
-        tr, L, ks = r["training"], r["layers"], r["k_values"]
-        sc, layers = r["switch"]["scores"], r["switch"]["cache_layers"]
-        parts["setup"].append(f"{model}: L = {L} layers, k ∈ {{{', '.join(map(str, ks))}}}, {r['n_train_examples']} "
-                              f"training and {r['n_heldout_examples']} held-out examples")
-        for key, clause in verdicts.items():
-            parts[key].append(clause(model, r))
-        finals = [_final_loss(tr["adapters"][f"tail{k}"]["losses"]) for k in ks]
-        word, steps = rsv.tested_trend({k: _last_tenth(tr["adapters"][f"tail{k}"]["losses"]) for k in ks},
-                                       "training steps")
-        parts["fit"].append(f"{model}: the training loss at the end of training (mean of the last tenth of the steps; "
-                            f"every adapter sees the same batches in the same order) {word} with k: "
-                            + ", ".join(f"{fmt(v, 3)} (k = {k})" for k, v in zip(ks, finals)) + f" ({steps})")
-        parts["stale_acc"].append(rsv.against_tail(model, r, "tail", "stale", "stale reuse"))
-        parts["activated_acc"].append(rsv.against_tail(model, r, "activated", "activated", "the activated adapter"))
-        parts["exact"].append(f"{model}: largest |logit difference| of the tail patch "
-                              + ", ".join(f"{fmt(sc[f'tail{k}']['tail_patch']['max_abs_logit_diff'], 3)} (k = {k})" for k in ks)
-                              + f"; largest K/V difference {fmt(max(nan_max(layers[f'tail{k}']['tail_patch']) for k in ks), 3)}")
-        word, steps = rsv.tested_trend({k: sc[f"tail{k}"]["stale"]["kl_per_example"] for k in ks}, "examples")
-        parts["stale"].append(f"{model}: its mean KL from the recompute {word} with k ({steps}) — " + "; ".join(
-            f"k = {k}: max |Δlogit| {fmt(sc[f'tail{k}']['stale']['max_abs_logit_diff'], 3)}, mean KL "
-            f"{fmt(sc[f'tail{k}']['stale']['kl_mean'], 3)}, top-1 agreement {_pct(sc[f'tail{k}']['stale']['top1_agree_pct'])}; "
-            f"{_stale_layers(L, k, r['first_changed_layer'][str(k)])}" for k in ks))
-        prefix = nan_max(d for k in ks for d in layers[f"activated{k}"]["prefix_vs_base"])
-        worst = max(sc[f"activated{k}"]["activated"]["max_abs_logit_diff"] for k in ks)
-        parts["activated"].append(f"{model}: reusing the whole base cache, the activated adapters are at most "
-                                  f"{fmt(worst, 3)} from one pass over the whole sequence; their prefix K/V differ "
-                                  f"from the base's by {fmt(prefix, 3)}")
-        cost = r["cost"]
-        parts["cost"].append(f"{model} ({cost['prefix_tokens']}-token prefix): full recompute "
-                             f"{fmt(1000 * cost['per_k'][str(ks[0])]['recompute']['seconds'], 3)} ms; tail patch as a "
-                             "share of it: " + ", ".join(
-            f"k = {k}: {fmt(cost['per_k'][str(k)]['tail_time_fraction'], 3)} of the time and "
-            f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = {fmt(k / L, 3)})" for k in ks))
-        excess = [cost["per_k"][str(k)]["tail_time_fraction"] - k / L for k in ks]
-        shape, steps = rsv.tested_trend({k: _excess_per_repeat(cost["per_k"][str(k)], k / L) for k in ks}, "repeats")
-        reading = ("largest at the smallest k, as a fixed cost per forward makes it" if shape == "falls" else
-                   "the repeats do not show it largest at the smallest k, so this run cannot say whether a fixed cost "
-                   "per forward dominates it")
-        parts["cost_trend"].append(f"{model}: the measured share minus k/L {shape} with k (medians "
-                                   + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"; paired by repeat: {steps}): {reading}")
-        parts["memory"].append(f"{model}: {fmt(cost['boundary_bytes_per_token'] / 1024, 4)} KiB per token "
-                               f"({r['hidden_size']} numbers in {parameters['dtype']})")
-        parts["patching"].append(rsv.patching(model, r, _adapter_label(r, r["patching"]["adapter"])))
-        t = r["timings"]
-        parts["timings"].append(f"{model}: training {fmt(t['training_s'], 3)} s, switch {fmt(t['switch_s'], 3)} s, "
-                                f"cost benchmark {fmt(t['cost_s'], 3)} s, patching {fmt(t['patching_s'], 3)} s")
-    out.update({key: "; ".join(values) for key, values in parts.items()})
-    return out

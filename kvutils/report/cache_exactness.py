@@ -1,0 +1,229 @@
+"""What chapter 1 shows: the article's E1/E2 figures beside ours (Table 1 of the page), the per-step
+and per-layer figure, and the texts the prose glues in, all built from the results dict of
+`kvutils.studies.cache_exactness`."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from kvutils.core.article import article
+from kvutils.report.common import PageTable, fmt, fraction, page_table, styled, weights_note
+
+
+def recompute_mode(decode: dict) -> str:
+    """Which no-cache procedure a decode result comes from."""
+    return "per step (article's procedure)" if decode["recompute"] == "per_step" else "one pass"
+
+
+def recompute_label(decode: dict) -> str:
+    """The procedure and the number of prompts it decoded."""
+    n = decode["n_prompts"]
+    return f"{recompute_mode(decode)}, {n} prompt{'s' * (n != 1)}"
+
+
+def _decode_runs(by_dtype_result: dict) -> list[dict]:
+    """A dtype's decode comparisons: the main run, then the per-step subset where there is one."""
+    return [by_dtype_result[k] for k in ("decode", "decode_per_step") if k in by_dtype_result]
+
+
+def chapter1_table(numbers: dict) -> PageTable:
+    """Metric | article (Pythia) | this run (one column per model). Rows follow the article's E1/E2;
+    every decoding row names its no-cache procedure: the article's numbers are all per step, so they
+    sit beside our per-step rows only."""
+    a = article()
+    e1, e2 = a["e1_decode"], a["e2_prefix"]
+    art_mode = "per step (article's procedure)"
+    art_decode = {
+        f"prompts decoded [{art_mode}]": str(e1["fp32"]["pythia-160m"]["n"]),
+        f"fp32: identical sequences [{art_mode}]": ", ".join(
+            f"{fraction(v['identical'], v['n'])} ({m})" for m, v in e1["fp32"].items()),
+        f"fp32: max |logit diff| [{art_mode}]": ", ".join(
+            f"{fmt(v['max_logit_diff'])} ({m})" for m, v in e1["fp32"].items()),
+        f"fp64: identical sequences [{art_mode}]": fraction(e1["fp64"]["pythia-160m"]["identical"],
+                                                            e1["fp64"]["pythia-160m"]["n"]),
+        f"fp64: max |logit diff| [{art_mode}]": fmt(e1["fp64"]["pythia-160m"]["max_logit_diff"]),
+        f"argmax agreement (%), every generated step [{art_mode}]": fmt(e1["argmax_agreement_pct"]),
+    }
+    art_rest = {
+        "fp32: median logit std": ", ".join(f"{fmt(v['median_logit_std'])} ({m})" for m, v in e1["fp32"].items()),
+        "fp32: prefixes with bit-identical K/V": fraction(e2["fp32"]["bit_identical"], e2["n_prefixes"]),
+        "fp64: prefixes with bit-identical K/V": fraction(e2["fp64"]["bit_identical"], e2["n_prefixes"]),
+        "fp64: residue across continuations": fmt(e2["fp64"]["residue"]),
+        "fp32: max key diff, alone vs inside": fmt(e2["fp32"]["alone_vs_inside_max_key_diff"]),
+        "fp64: max key diff, alone vs inside": fmt(e2["fp64"]["alone_vs_inside_max_key_diff"]),
+    }
+    rows: dict[str, dict[str, str]] = {}
+    for model, by_dtype in numbers.items():
+        column = f"this run: {model}"
+        for dtype, r in by_dtype.items():
+            p = "fp32" if dtype == "float32" else "fp64"
+            for d in _decode_runs(r):
+                mode = recompute_mode(d)
+                rows.setdefault(f"prompts decoded [{mode}]", {})[column] = str(d["n_prompts"])
+                for metric, value in (
+                        (f"{p}: identical sequences [{mode}]", fraction(d["identical"], d["n_prompts"])),
+                        (f"{p}: max |logit diff| [{mode}]", fmt(d["max_logit_diff"])),
+                        (f"argmax agreement (%), steps before divergence [{mode}]", fmt(d["argmax_agreement_pct"])),
+                        (f"argmax agreement (%), every generated step [{mode}]",
+                         fmt(d["argmax_agreement_all_steps_pct"]))):
+                    if metric.startswith("argmax"):  # over both dtypes: the lower one
+                        value = min(rows.get(metric, {}).get(column, value), value, key=float)
+                    rows.setdefault(metric, {})[column] = value
+            x = r["prefixes"]
+            for metric, value in ((f"{p}: median logit std", fmt(r["decode"]["median_logit_std"])),
+                                  (f"{p}: prefixes with bit-identical K/V", fraction(x["bit_identical"], x["n_prefixes"])),
+                                  (f"{p}: residue across continuations", fmt(x["max_diff_across_continuations"])),
+                                  (f"{p}: max key diff, alone vs inside", fmt(x["max_key_diff_alone_vs_inside"]))):
+                rows.setdefault(metric, {})[column] = value
+    for metric, value in {**art_decode, **art_rest}.items():
+        rows.setdefault(metric, {})["article (Pythia)"] = value
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table["article (Pythia)"] = table["article (Pythia)"].fillna("—")  # the article ran per step only
+    table = table[["article (Pythia)"] + [c for c in table.columns if c != "article (Pythia)"]].fillna("not run")
+    table.index.name = "metric"
+    return page_table(table.sort_index(key=lambda idx: [_row_order(m) for m in idx]))
+
+
+def _row_order(metric: str) -> tuple:
+    """Decoding rows first (fp32, fp64, argmax), one-pass before per-step, then the prefix rows."""
+    prefix_rows = ("prefixes with", "residue", "key diff", "median logit std")
+    group = 1 if any(t in metric for t in prefix_rows) else 0
+    return (group, not metric.startswith("prompts"), "argmax" in metric, metric.split(" [")[0], "per step" in metric)
+
+
+@styled
+def plot_chapter1(numbers: dict):
+    """Top: per generated step, the largest |logit difference| between cached and no-cache decoding,
+    one line per model, dtype and no-cache procedure (the legend names it). Bottom: per layer, max
+    |Δkey| between a prefix computed alone and inside a longer sequence (depth normalised so models
+    of different depth share an axis)."""
+    import matplotlib.pyplot as plt
+
+    floor = 1e-18  # an exactly equal value (0) has no place on a log axis: drawn at the floor
+    fig, (ax_dec, ax) = plt.subplots(2, 1, figsize=(7.5, 8.5))
+    for model, by_dtype in numbers.items():
+        for dtype, r in by_dtype.items():
+            for d in _decode_runs(r):
+                steps = range(1, len(d["per_step_max_logit_diff"]) + 1)
+                ax_dec.plot(list(steps), [max(v, floor) for v in d["per_step_max_logit_diff"]],
+                            linestyle="-" if d["recompute"] == "one_pass" else ":",
+                            marker="." if dtype == "float32" else "x", markersize=4,
+                            label=f"{model}, {dtype}, {recompute_label(d)}")
+            per_layer = r["prefixes"]["per_layer_max_key_diff_alone_vs_inside"]
+            n = len(per_layer)
+            ax.plot([(i + 1) / n for i in range(n)], [max(v, floor) for v in per_layer], marker="o",
+                    markersize=3, linestyle="-" if dtype == "float32" else "--", label=f"{model}, {dtype}")
+    for a in (ax_dec, ax):
+        a.set_yscale("log")
+        a.set_ylim(bottom=5e-19)
+        a.axhline(floor, color="grey", linewidth=0.8, linestyle=":")
+        a.text(0.01, 1.6e-18, "exactly equal (0)", fontsize=9, color="grey", transform=a.get_yaxis_transform())
+    ax_dec.set_xlabel("generated step")
+    ax_dec.set_ylabel("max |logit diff| (logit units, log)")
+    ax_dec.set_title("Decoding: cache vs no cache, per step (up to the first divergence)")
+    ax_dec.legend(loc="center right")
+    ax.set_xlabel("layer depth (layer index / number of layers)")
+    ax.set_ylabel("max |Δ key|, alone vs inside (log)")
+    ax.set_title("Prefix keys alone vs inside a longer sequence, per layer")
+    ax.legend()
+    fig.suptitle(f"Chapter 1 — models: {', '.join(numbers)}")
+    fig.tight_layout()
+    return fig
+
+
+def chapter1_glue(numbers: dict) -> dict[str, str]:
+    """Short texts the chapter's prose glues in, each built from the results; a sentence that states
+    a finding takes the form the numbers support."""
+    out = {}
+    for dtype, tag in (("float32", "fp32"), ("float64", "fp64")):
+        decode, prefixes = [], []
+        for model, by_dtype in numbers.items():
+            if dtype not in by_dtype:
+                continue
+            d, x = by_dtype[dtype]["decode"], by_dtype[dtype]["prefixes"]
+            decode.append(f"{fraction(d['identical'], d['n_prompts'])} identical sequences on {model} "
+                          f"(max logit difference {fmt(d['max_logit_diff'])}; no-cache side: {recompute_label(d)})")
+            prefixes.append(f"{fraction(x['bit_identical'], x['n_prefixes'])} bit-identical on {model} "
+                            f"(largest difference {fmt(x['max_diff_across_continuations'])}; "
+                            f"alone vs inside: {fmt(x['max_key_diff_alone_vs_inside'])})")
+        out[f"{tag}_decode"] = "; ".join(decode) or f"not run ({dtype} not in dtypes)"
+        out[f"{tag}_prefixes"] = "; ".join(prefixes) or f"not run ({dtype} not in dtypes)"
+    runs = [r for m in numbers.values() for r in m.values()]
+    any_decode = runs[0]["decode"]
+    out["setup"] = (f"{any_decode['n_prompts']} prompts of {any_decode['prompt_tokens']} tokens, "
+                    f"{any_decode['new_tokens']} greedy tokens each")
+    out["mode"] = recompute_label(any_decode)
+    out["models"] = ", ".join(numbers)
+    out["weights"] = weights_note(numbers)
+    decodes = [d for r in runs for d in _decode_runs(r)]
+    ours = min(d["argmax_agreement_pct"] for d in decodes)
+    every = min(d["argmax_agreement_all_steps_pct"] for d in decodes)
+    out["argmax_agreement"] = fmt(ours)
+    out["argmax_article"] = (
+        "the same count holds over every generated step, as the article counts it" if every == ours else
+        f"counted as the article does, over every generated step whatever each side had read by then, "
+        f"it was {fmt(every)}%")
+    diverged = [f"{d['n_prompts'] - d['identical']} of {d['n_prompts']} ({m}, {dtype})"
+                for m, by in numbers.items() for dtype, r in by.items() for d in [r["decode"]]
+                if d["identical"] < d["n_prompts"]]
+    out["divergence"] = ("No sequence diverged in this run" if not diverged else
+                         "Sequences diverged in this run: " + ", ".join(diverged))
+    out["per_step"] = _per_step_glue(numbers)
+    out["per_step_cost"] = _per_step_cost(numbers)
+    out["fp64_shrink"] = _fp64_shrink(numbers)
+    return out
+
+
+def _per_step_glue(numbers: dict) -> str:
+    """The article's per-step procedure on the first prompts beside one pass on the same prompts."""
+    parts = []
+    for model, by_dtype in numbers.items():
+        for dtype, r in by_dtype.items():
+            if "decode_per_step" not in r:
+                continue
+            ps, main = r["decode_per_step"], r["decode"]
+            k = ps["n_prompts"]
+            same = ps["first_divergence"] == main["first_divergence"][:k]
+            parts.append(f"{model}, {dtype}: {fraction(ps['identical'], k)} identical (max logit difference "
+                         f"{fmt(ps['max_logit_diff'])}); "
+                         + ("the same sequences as one pass on those prompts" if same else
+                            "different divergences from one pass on those prompts"))
+    if not parts:
+        modes = {r["decode"]["recompute"] for m in numbers.values() for r in m.values()}
+        return ("Every prompt of this run was decoded with the article's per-step procedure" if modes == {"per_step"}
+                else "This run did not repeat any prompt with the article's per-step procedure (per_step_prompts = 0)")
+    k = next(r["decode_per_step"]["n_prompts"] for m in numbers.values() for r in m.values() if "decode_per_step" in r)
+    return f"On the first {k} prompts, the article's per-step procedure gave " + "; ".join(parts)
+
+
+def _per_step_cost(numbers: dict) -> str:
+    ratios = [r["decode_per_step"]["seconds_per_prompt"] / r["decode"]["seconds_per_prompt"]
+              for m in numbers.values() for r in m.values() if "decode_per_step" in r]
+    if not ratios:
+        return "this run did not time the two procedures side by side"
+    span = fmt(min(ratios), 2) if len(ratios) == 1 else f"{fmt(min(ratios), 2)}–{fmt(max(ratios), 2)}"
+    return (f"in this run it took {span} times as long per prompt as the one-pass comparison (one timing of each "
+            f"procedure per model and precision, {len(ratios)} in all; the range is over them, not over repeats)")
+
+
+def _fp64_shrink(numbers: dict) -> str:
+    """How the alone-vs-inside key residue changed from fp32 to fp64, per model, as measured."""
+    parts = []
+    for model, by_dtype in numbers.items():
+        if not {"float32", "float64"} <= set(by_dtype):
+            continue
+        a = by_dtype["float32"]["prefixes"]["max_key_diff_alone_vs_inside"]
+        b = by_dtype["float64"]["prefixes"]["max_key_diff_alone_vs_inside"]
+        zeros = sum(i["max_key_diff_alone_vs_inside"] == 0 for i in by_dtype["float32"]["prefixes"]["items"])
+        n = len(by_dtype["float32"]["prefixes"]["items"])
+        if a > 0 and b < a:
+            change = (f"fell from {fmt(a, 3)} in fp32 to {fmt(b, 3)} in fp64" + (
+                f", {fmt(math.log10(a / b), 2)} orders of magnitude" if b > 0 else ", to exactly 0"))
+        elif a == 0:
+            change = "was exactly 0 already in fp32"
+        else:
+            change = f"did not shrink: {fmt(a, 3)} in fp32, {fmt(b, 3)} in fp64"
+        parts.append(f"{model}: the largest key difference alone vs inside {change}; in fp32 it was exactly 0 "
+                     f"for {zeros} of {n} prefixes")
+    return "; ".join(parts) or "This run did not compute both precisions, so it cannot show the change"
