@@ -9,7 +9,7 @@ import pandas as pd
 
 from kvutils.core import compare
 from kvutils.core.article import article
-from kvutils.lora.adapters import POLICY_TEXT, nan_max
+from kvutils.lora.switching import POLICY_TEXT, nan_max
 from kvutils.report import switch_verdicts as rsv
 from kvutils.report.common import fmt, page_table, styled
 from kvutils.studies.qwen3_switch import tasks as switch_tasks

@@ -18,7 +18,20 @@ from dataclasses import dataclass
 import torch
 
 from kvutils.core import checks, data
-from kvutils.lora import adapters as lora
+from kvutils.lora.boundary import states_and_prefix_cache, tail_logits
+from kvutils.lora.families import family_of
+from kvutils.lora.switching import nan_max
+from kvutils.lora.tails import (
+    active_adapter,
+    adapter_parameters,
+    check_k,
+    check_marker,
+    first_changed_layer,
+    invocation_tokens,
+    lora_tail,
+    parse_targets,
+)
+from kvutils.lora.training import Batch, left_pad, resolve_train_dtype, train_adapter, training_precision
 from kvutils.models import registry as models
 from kvutils.models.checks import check_models
 from kvutils.models.registry import load, load_tokenizer
@@ -152,7 +165,7 @@ def parse_k(value, n_layers: int, name: str, parameter: str) -> int:
         return n_layers
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
-    return lora.check_k(value, n_layers, name, parameter)
+    return check_k(value, n_layers, name, parameter)
 
 
 def parse_k_values(text: str, n_layers: int, name: str) -> list[int]:
@@ -256,7 +269,7 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
         raise ValueError("device: 'auto' (a model spread over several devices) is not supported by chapter 5, "
                          "which trains and patches on one device; use 'cpu', 'cuda' or 'cuda:N'")
     checks.check_choice("dtype", dtype, list(TOLERANCE))
-    resolved_train_dtype = lora.resolve_train_dtype(train_dtype, device)
+    resolved_train_dtype = resolve_train_dtype(train_dtype, device)
     for name, value in (("rank", rank), ("batch_size", batch_size), ("patch_layer_groups",
                         patch_layer_groups), ("patch_pairs", patch_pairs), ("exact_examples", exact_examples),
                         ("timing_repeats", timing_repeats)):
@@ -265,7 +278,7 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
     checks.check_int("bench_tokens", bench_tokens, 8)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
         raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
-    target_list = lora.parse_targets(targets)
+    target_list = parse_targets(targets)
     resolved_models = check_models("models", models, family="causal")
     learning_rates = parse_per_model("lr", lr, [r.name for r in resolved_models])
     step_counts = parse_per_model("steps", steps, [r.name for r in resolved_models])
@@ -275,7 +288,7 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
     plans = []
     for r in resolved_models:
         config = model_config(r.name, r)
-        lora.family_of(config.model_type, r.name)  # an unknown architecture fails here
+        family_of(config.model_type, r.name)  # an unknown architecture fails here
         n_layers = config.num_hidden_layers
         ks = parse_k_values(k_values, n_layers, r.name)
         p_k = parse_k(patch_k, n_layers, r.name, "patch_k")
@@ -311,7 +324,7 @@ def _senses_plan(td: TaskData, tokenizer, name: str, **_):
     data.check_words_for_tokenizer(train + heldout, tokenizer, name)
     texts = [w.prefix + s.continuation for w in train + heldout for s in w.senses]
     texts += [ref for w in train + heldout for s in w.senses for ref in s.references]
-    marker_ids = lora.check_marker(tokenizer, texts, td.marker, name)
+    marker_ids = check_marker(tokenizer, texts, td.marker, name)
     prefix = tokenizer(train[0].prefix).input_ids
     tokens = [t.replace("Ġ", " ").replace("▁", " ") for t in tokenizer.convert_ids_to_tokens(prefix)]
     examples = {split: switch_tasks.senses_examples(tokenizer, ws, marker_ids, name)
@@ -328,7 +341,7 @@ def _senses_plan(td: TaskData, tokenizer, name: str, **_):
 
 def _continuation_plan(td: TaskData, tokenizer, name: str, *, seed: int, passage_tokens: int,
                        candidate_tokens: int, n_train: int, n_heldout: int):
-    marker_ids = lora.invocation_tokens(tokenizer, td.marker)
+    marker_ids = invocation_tokens(tokenizer, td.marker)
     if not marker_ids:
         raise ValueError("marker must give at least one token")
     train = switch_tasks.continuation_examples(tokenizer, list(td.train_docs), n_train, passage_tokens,
@@ -346,25 +359,25 @@ def _continuation_plan(td: TaskData, tokenizer, name: str, *, seed: int, passage
 # --------------------------------------------------------------------------- training and accuracy
 
 
-def _batch(examples: list[Example], pad_id: int, marker_len: int, device: str) -> tuple[lora.Batch, torch.Tensor]:
-    ids, mask = lora.left_pad([e.ids for e in examples], pad_id)
-    batch = lora.Batch(ids.to(device), mask.to(device), torch.tensor([e.target for e in examples], device=device),
+def _batch(examples: list[Example], pad_id: int, marker_len: int, device: str) -> tuple[Batch, torch.Tensor]:
+    ids, mask = left_pad([e.ids for e in examples], pad_id)
+    batch = Batch(ids.to(device), mask.to(device), torch.tensor([e.target for e in examples], device=device),
                        marker_len)
     return batch, torch.tensor([e.other for e in examples], device=device)
 
 
 @torch.no_grad()
-def accuracy(model, adapter: str | None, boundary: torch.Tensor, batch: lora.Batch, others: torch.Tensor,
+def accuracy(model, adapter: str | None, boundary: torch.Tensor, batch: Batch, others: torch.Tensor,
              start: int, activated: bool = False) -> dict:
     """Accuracy (the right answer's logit above the wrong one's: chance 50 %) and label top-1 (the
     right answer is the most likely token of the whole vocabulary), in %, from the hidden states at
     layer `start`. `adapter` None: the base model."""
     right, top1 = [], []
-    with lora.active_adapter(model, adapter):
+    with active_adapter(model, adapter):
         for a in range(0, len(others), EVAL_BATCH):
             rows = slice(a, a + EVAL_BATCH)
             offsets = [batch.marker_len] * len(others[rows]) if activated else None
-            logits = lora.tail_logits(model, boundary[rows], batch.mask[rows], start, offsets)
+            logits = tail_logits(model, boundary[rows], batch.mask[rows], start, offsets)
             target, other = batch.targets[rows], others[rows]
             right += (logits.gather(1, target[:, None]) > logits.gather(1, other[:, None]))[:, 0].tolist()
             top1 += (logits.argmax(-1) == target).tolist()
@@ -383,26 +396,26 @@ def _train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict
     train, train_other = _batch(mp.train, pad_id, marker_len, p.device)
     starts = sorted({mp.n_layers - k for k in mp.k_values})
     # one base pass: the boundaries every tail trains from, and the prefix's K/V the activated adapters read
-    with lora.training_precision(p.train_dtype, p.device):
-        boundary, prefix_cache = lora.states_and_prefix_cache(model, train.ids, train.mask, starts, marker_len)
+    with training_precision(p.train_dtype, p.device):
+        boundary, prefix_cache = states_and_prefix_cache(model, train.ids, train.mask, starts, marker_len)
     dtype = getattr(torch, p.dtype)
     boundary = {layer: states.to(dtype) for layer, states in boundary.items()}  # autocast may leave bfloat16
     fit = slice(0, TRAIN_ACCURACY_MAX)
-    fit_batch = lora.Batch(train.ids[fit], train.mask[fit], train.targets[fit], marker_len)
+    fit_batch = Batch(train.ids[fit], train.mask[fit], train.targets[fit], marker_len)
     out = {"zero_shot": {"train": accuracy(model, None, boundary[starts[0]][fit], fit_batch, train_other[fit],
                                            starts[0])},
            "adapters": {}}
     for name, k, activated in adapter_names(mp):  # each training has its own progress bar
         start = mp.n_layers - k
-        model = lora.lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
+        model = lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
                                invocation_tokens=mp.marker_ids if activated else None)
         began = time.perf_counter()
-        losses = lora.train_adapter(model, name, boundary[start], train, start, mp.steps, mp.lr, p.batch_size,
+        losses = train_adapter(model, name, boundary[start], train, start, mp.steps, mp.lr, p.batch_size,
                                     p.seed, activated=activated, prefix_cache=prefix_cache if activated else None,
                                     train_dtype=p.train_dtype)
         out["adapters"][name] = {
             "k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
-            "trainable_parameters": sum(t.numel() for t in lora.adapter_parameters(model, name)),
+            "trainable_parameters": sum(t.numel() for t in adapter_parameters(model, name)),
             "train": accuracy(model, name, boundary[start][fit], fit_batch, train_other[fit], start, activated)}
     return model, out
 
@@ -438,7 +451,7 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
             "task": p.task, "lr": mp.lr, "steps": mp.steps, "train_dtype": p.train_dtype, "layers": mp.n_layers,
             "model_type": mp.model_type, "k_values": mp.k_values,
             "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee["knee_k"], "knee": knee,
-            "first_changed_layer": {str(k): lora.first_changed_layer(mp.n_layers, k, p.targets, lora.family_of(mp.model_type))
+            "first_changed_layer": {str(k): first_changed_layer(mp.n_layers, k, p.targets, family_of(mp.model_type))
                                     for k in mp.k_values},
             "n_train_examples": len(mp.train), "n_heldout_examples": len(mp.heldout),
             "training": training, "switch": switch, "cost": cost, "patching": patching, "timings": timings}
@@ -458,8 +471,8 @@ def bench(model: str = "smollm2-135m", k_values: str = "1,2,4,L", tokens: int = 
     ids = data.prompts_from_corpus(loaded.tokenizer, data.load_corpus(), 1, tokens, parameter="tokens")
     peft_model = loaded.model
     for k in ks:
-        peft_model = lora.lora_tail(peft_model, k, 8, 16, "q,k,v,o,mlp", random_init=True)
-    peft_model = lora.lora_tail(peft_model, ks[0], 8, 16, "q,k,v,o,mlp", adapter_name=f"activated{ks[0]}",
+        peft_model = lora_tail(peft_model, k, 8, 16, "q,k,v,o,mlp", random_init=True)
+    peft_model = lora_tail(peft_model, ks[0], 8, 16, "q,k,v,o,mlp", adapter_name=f"activated{ks[0]}",
                                 invocation_tokens=[0], random_init=True)
     mp = ModelPlan(model, config.model_type, n_layers, ks, ks[0], [0], [], [], [], 0, [], ids)
     cost = switch_costs(mp, peft_model, device, repeats)
@@ -485,7 +498,7 @@ def check_exactness(numbers: dict, dtype: str) -> None:
         for k in r["k_values"]:
             adapter = f"tail{k}"
             layers = r["switch"]["cache_layers"][adapter]
-            patch_kv = lora.nan_max(layers["tail_patch"])
+            patch_kv = nan_max(layers["tail_patch"])
             patch_gap = r["switch"]["scores"][adapter]["tail_patch"]["max_abs_logit_diff"]
             if not (_within(patch_kv, tol) and _within(patch_gap, tol)):
                 problems.append(f"{model} k={k}: tail patch off the recompute by {patch_kv} (K/V), "
