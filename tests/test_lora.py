@@ -76,7 +76,7 @@ def test_tail_patch_equals_recompute_and_stale_differs_only_in_the_tail(name):
 def test_lower_layer_kv_bit_identical_between_base_and_tail_adapted(name):
     loaded, model = _adapted(name, k=1, dtype="float32")
     ids = _ids(loaded)
-    base = base_prefill(model, ids, []).cache
+    base = base_prefill(model, ids, []).kv
     adapted = switch_cache(model, "recompute", None, ids, "ad", 1)
     diffs = layer_differences(base, adapted, ids.shape[-1])
     assert diffs[:-1] == [0.0] * (loaded.n_layers - 1) and diffs[-1] > 0
@@ -88,7 +88,7 @@ def test_full_adapter_makes_every_layer_stale():
     base = base_prefill(model, ids, [0])
     recompute = switch_cache(model, "recompute", base, ids, "ad", 4)
     patch = switch_cache(model, "tail_patch", base, ids, "ad", 4)  # k = L: from the embeddings
-    assert all(d > 0 for d in layer_differences(base.cache, recompute, ids.shape[-1]))
+    assert all(d > 0 for d in layer_differences(base.kv, recompute, ids.shape[-1]))
     assert max(layer_differences(patch, recompute, ids.shape[-1])) <= 1e-9
 
 
@@ -96,7 +96,7 @@ def test_an_adapter_without_k_v_leaves_its_first_layer_exact():
     loaded, model = _adapted("tiny-qwen3", k=2, targets="q,o,mlp")
     ids = _ids(loaded)
     base = base_prefill(model, ids, [])
-    diffs = layer_differences(base.cache, switch_cache(model, "recompute", base, ids, "ad", 2), ids.shape[-1])
+    diffs = layer_differences(base.kv, switch_cache(model, "recompute", base, ids, "ad", 2), ids.shape[-1])
     first = first_changed_layer(4, 2, ["q", "o", "mlp"], families.FAMILIES["qwen3"])
     assert first == 3 and diffs[:first] == [0.0] * first and diffs[first] > 0
     assert first_changed_layer(4, 2, ["q"], families.FAMILIES["gpt_neox"]) == 2  # q, k, v fused
@@ -211,8 +211,8 @@ def test_nan_max_keeps_a_nan_wherever_it_stands_and_skips_none():
 def test_a_nan_in_a_cache_shows_in_its_layer_difference():
     loaded = _fresh("tiny-qwen3", "float32")
     ids = _ids(loaded)
-    base = base_prefill(loaded.model, ids, []).cache
-    broken = base_prefill(loaded.model, ids, []).cache
+    base = base_prefill(loaded.model, ids, []).kv
+    broken = base_prefill(loaded.model, ids, []).kv
     broken.layers[1].values[0, 0, -1, -1] = float("nan")  # after finite entries: max() over the layer would drop it
     diffs = layer_differences(base, broken, ids.shape[-1])
     assert diffs[0] == 0.0 and diffs[1] != diffs[1]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
+from kvutils.cache.prefilled import Prefilled
 from kvutils.lora.boundary import copy_cache, efficient_head, new_cache, skip_lower_layers
 from kvutils.lora.families import decoder, decoder_layers
 from kvutils.lora.tails import active_adapter
@@ -23,15 +23,6 @@ POLICY_TEXT = {
 }
 
 
-@dataclass
-class Prefilled:
-    """What the base model's prefill of the prefix leaves behind."""
-
-    cache: object  # transformers Cache, every layer's K/V of the prefix
-    boundary: dict[int, torch.Tensor]  # layer -> hidden states entering it, (1, prefix, hidden)
-    length: int
-
-
 def base_prefill(model, ids: torch.Tensor, boundary_layers: Sequence[int]) -> Prefilled:
     """Prefill `ids` (1, prefix) with the base model (adapters off), keeping the hidden states that
     enter each of `boundary_layers` — what a server would store to switch to a tail of that depth."""
@@ -39,7 +30,7 @@ def base_prefill(model, ids: torch.Tensor, boundary_layers: Sequence[int]) -> Pr
     with torch.no_grad(), active_adapter(model, None):
         out = decoder(model)(input_ids=ids, cache=cache, use_cache=True, output_hidden_states=True)
     boundary = {layer: out.hidden_states[layer] for layer in boundary_layers}
-    return Prefilled(cache, boundary, ids.shape[-1])
+    return Prefilled(kv=cache, boundary=boundary, length=ids.shape[-1])
 
 
 @torch.no_grad()
@@ -48,7 +39,7 @@ def switch_cache(model, policy: str, prefilled: Prefilled, ids: torch.Tensor, ad
     tokens (only `recompute` reads them)."""
     n_layers = len(decoder_layers(model))
     if policy in ("stale", "activated"):
-        return copy_cache(prefilled.cache)
+        return copy_cache(prefilled.kv)
     cache = new_cache(model)
     with active_adapter(model, adapter):
         if policy == "recompute":
@@ -60,7 +51,7 @@ def switch_cache(model, policy: str, prefilled: Prefilled, ids: torch.Tensor, ad
             with skip_lower_layers(model, start):
                 decoder(model)(inputs_embeds=prefilled.boundary[start], position_ids=positions,
                                cache=cache, use_cache=True)
-            kept = copy_cache(prefilled.cache).layers
+            kept = copy_cache(prefilled.kv).layers
             cache.layers[:start] = kept[:start]  # bit-identical by construction: the same tensors
             return cache
     raise ValueError(f"policy: {policy!r} unknown; choose one of {', '.join(POLICIES)}")

@@ -73,13 +73,12 @@ def heldout_accuracy(mp: ModelPlan, model, device: str) -> dict:
         ids = torch.tensor([e.ids[:-m] for e in group], device=device)  # (batch, prefix)
         marker = torch.tensor([mp.marker_ids] * len(group), device=device)  # (batch, m)
         pre = base_prefill(model, ids, starts)
-        answers = {("base", "zero_shot"): answer_logits(model, None, copy_cache(pre.cache), marker)}
+        answers = {("base", "zero_shot"): answer_logits(model, None, copy_cache(pre.kv), marker)}
         for k in mp.k_values:
             patch = switch_cache(model, "tail_patch", pre, ids, f"tail{k}", k)
             answers[(f"tail{k}", "tail_patch")] = answer_logits(model, f"tail{k}", patch, marker)
-            answers[(f"tail{k}", "stale")] = answer_logits(model, f"tail{k}", copy_cache(pre.cache), marker)
-            answers[(f"activated{k}", "activated")] = answer_logits(model, f"activated{k}",
-                                                                        copy_cache(pre.cache), marker)
+            answers[(f"tail{k}", "stale")] = answer_logits(model, f"tail{k}", copy_cache(pre.kv), marker)
+            answers[(f"activated{k}", "activated")] = answer_logits(model, f"activated{k}", copy_cache(pre.kv), marker)
         order += group
         for key, logits in answers.items():
             logodds.setdefault(key, []).extend(_logodds(logits, group))
@@ -167,7 +166,7 @@ def exactness(mp: ModelPlan, model, device: str, n: int) -> dict:
         for k in mp.k_values:
             name, cache = f"activated{k}", new_cache(model)
             one_pass = answer_logits(model, name, cache, whole)
-            scores.add(name, "activated", answer_logits(model, name, copy_cache(pre.cache), marker),
+            scores.add(name, "activated", answer_logits(model, name, copy_cache(pre.kv), marker),
                        one_pass, group)
             track((name, "prefix_vs_base"), layer_differences(base_pass, cache, pre.length))
     cache_layers: dict = {}
