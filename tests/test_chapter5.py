@@ -8,6 +8,10 @@ from conftest import run_failing_chapter
 
 from kvutils.models import registry as models
 from kvutils.studies.qwen3_switch import study as switch
+from kvutils.studies.qwen3_switch.bench import bench
+from kvutils.studies.qwen3_switch.exactness import check_exactness
+from kvutils.studies.qwen3_switch.policies import binomial_interval, scored
+from kvutils.studies.qwen3_switch.run import run
 
 GOOD = dict(models="tiny-qwen3", task="continuation", k_values="1,2,L", rank=4, alpha=8, targets="q,k,v,o,mlp",
             steps=2, lr=1e-2, batch_size=4, seed=0, marker="", corpus="pydoc", eval_corpus="", passage_tokens=16,
@@ -139,11 +143,11 @@ def test_no_continuation_names_its_words_labels():
 
 
 def test_accuracy_intervals_are_wilson_intervals():
-    low, high = switch.binomial_interval(50, 100)
+    low, high = binomial_interval(50, 100)
     assert (round(low, 2), round(high, 2)) == (40.38, 59.62)
-    assert switch.binomial_interval(0, 64)[0] == 0 and 0 < switch.binomial_interval(0, 64)[1] < 6
-    assert switch.scored([True, False, True, True]) == {"accuracy_pct": 75.0, "n": 4, "right": 3,
-                                                         "ci95_pct": list(switch.binomial_interval(3, 4))}
+    assert binomial_interval(0, 64)[0] == 0 and 0 < binomial_interval(0, 64)[1] < 6
+    assert scored([True, False, True, True]) == {"accuracy_pct": 75.0, "n": 4, "right": 3,
+                                                  "ci95_pct": list(binomial_interval(3, 4))}
 
 
 def _identities(n_layers: int = 2) -> dict:
@@ -159,7 +163,7 @@ def _identities(n_layers: int = 2) -> dict:
                                    "stale_below", "activated_prefix", "control_delta", "prefix_kv"])
 def test_every_identity_check_fails_on_nan(where):
     numbers = _identities()
-    switch.check_exactness(numbers, "float32")  # passes as built
+    check_exactness(numbers, "float32")  # passes as built
     r, nan = numbers["m"], float("nan")
     layers = r["switch"]["cache_layers"]
     if where == "tail_patch_kv_first":
@@ -179,7 +183,7 @@ def test_every_identity_check_fails_on_nan(where):
     else:
         r["patching"]["prefix_kv_max_diff"] = nan
     with pytest.raises(AssertionError, match="chapter 5 identities failed"):
-        switch.check_exactness(numbers, "float32")
+        check_exactness(numbers, "float32")
 
 
 def test_notebook_stops_in_its_first_cell_on_a_bad_k(tmp_path):
@@ -239,15 +243,15 @@ def test_chapter5_quick_results_hold_the_identities(quick_chapters):
 
 def test_the_senses_task_still_runs_and_holds_the_identities(tmp_path):
     p = switch.plan(**{**SENSES, "k_values": "1,L", "patch_k": 1, "exact_examples": 4})
-    numbers, _ = switch.run(p)
-    switch.check_exactness(numbers, "float32")
+    numbers, _ = run(p)
+    check_exactness(numbers, "float32")
     r = numbers["tiny-qwen3"]
     assert r["task"] == "senses" and r["patching"]["row_labels"][:2] == ["The", "⟨word⟩"]
     assert r["training"]["zero_shot"]["heldout"]["n"] == len(p.models[0].heldout) == 8
 
 
 def test_the_benchmark_reports_the_tail_patch_against_a_recompute():
-    fractions = switch.bench("tiny-qwen3", "1,L", tokens=16, repeats=1)
+    fractions = bench("tiny-qwen3", "1,L", tokens=16, repeats=1)
     assert list(fractions) == ["1", "4"]
     assert fractions["1"]["flops_fraction"] == pytest.approx(0.25, rel=0.2)
     assert fractions["4"]["flops_fraction"] == 1.0 and fractions["1"]["time_fraction"] > 0
@@ -255,7 +259,7 @@ def test_the_benchmark_reports_the_tail_patch_against_a_recompute():
 
 def _answers(logodds, labels):
     """One (adapter, policy)'s held-out record from its per-example log-odds."""
-    from kvutils.studies.qwen3_switch.policies import per_example, scored
+    from kvutils.studies.qwen3_switch.policies import per_example
 
     return {**scored([x > 0 for x in logodds]), **per_example(list(logodds), labels)}
 

@@ -202,15 +202,15 @@ def test_layer_differences_keep_a_nan_in_the_values():
     reach the result (max(key_gap, nan) in Python would have returned key_gap)."""
     import math
 
-    from kvutils.lora import adapters as lora
+    from kvutils.lora.switching import layer_differences
 
     loaded = load_cached("tiny-llama", "float64")
     ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
     a, b = (prefill_cache(loaded, ids) for _ in range(2))
-    assert max(lora.layer_differences(a, b, 6)) == 0.0
+    assert max(layer_differences(a, b, 6)) == 0.0
     with torch.inference_mode():
         b.layers[0].values[0, 0, 2, 0] = float("nan")
-    assert math.isnan(lora.layer_differences(a, b, 6)[0])
+    assert math.isnan(layer_differences(a, b, 6)[0])
 
 
 def prefill_cache(loaded, ids):

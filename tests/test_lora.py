@@ -14,7 +14,20 @@ import torch
 from conftest import load_cached
 
 import kvutils
-from kvutils.lora import adapters as lora
+from kvutils.lora import families
+from kvutils.lora.boundary import (
+    boundary_states,
+    copy_cache,
+    efficient_head,
+    marker_logits,
+    select_rows,
+    states_and_prefix_cache,
+    tail_logits,
+)
+from kvutils.lora.families import family_of
+from kvutils.lora.switching import answer_logits, base_prefill, layer_differences, nan_max, switch_cache
+from kvutils.lora.tails import active_adapter, adapter_parameters, check_marker, first_changed_layer, invocation_tokens, lora_tail
+from kvutils.lora.training import Batch, left_pad, resolve_train_dtype, train_adapter
 
 FAMILIES = ["tiny-qwen3", "tiny-llama", "tiny-gemma3"]
 TEXT = "The bank of the river was muddy after the heavy storm."
@@ -30,8 +43,8 @@ def _fresh(name: str, dtype: str):
 def _adapted(name: str, k: int, dtype: str = "float64", targets: str = "q,k,v,o,mlp", activated: bool = False):
     """A fresh model with one random tail adapter."""
     loaded = _fresh(name, dtype)
-    marker = lora.invocation_tokens(loaded.tokenizer, MARKER) if activated else None
-    model = lora.lora_tail(loaded.model, k, 4, 8, targets, adapter_name="ad", invocation_tokens=marker,
+    marker = invocation_tokens(loaded.tokenizer, MARKER) if activated else None
+    model = lora_tail(loaded.model, k, 4, 8, targets, adapter_name="ad", invocation_tokens=marker,
                            random_init=True, seed=1)
     return loaded, model
 
@@ -45,16 +58,16 @@ def test_tail_patch_equals_recompute_and_stale_differs_only_in_the_tail(name):
     loaded, model = _adapted(name, k=2)
     n_layers = loaded.n_layers
     ids = _ids(loaded)
-    marker = _ids(loaded, MARKER)[:, -len(lora.invocation_tokens(loaded.tokenizer, MARKER)):]
-    prefilled = lora.base_prefill(model, ids, [n_layers - 2])
-    caches = {p: lora.switch_cache(model, p, prefilled, ids, "ad", 2) for p in ("recompute", "stale", "tail_patch")}
+    marker = _ids(loaded, MARKER)[:, -len(invocation_tokens(loaded.tokenizer, MARKER)):]
+    prefilled = base_prefill(model, ids, [n_layers - 2])
+    caches = {p: switch_cache(model, p, prefilled, ids, "ad", 2) for p in ("recompute", "stale", "tail_patch")}
     length = ids.shape[-1]
-    stale = lora.layer_differences(caches["stale"], caches["recompute"], length)
-    patch = lora.layer_differences(caches["tail_patch"], caches["recompute"], length)
+    stale = layer_differences(caches["stale"], caches["recompute"], length)
+    patch = layer_differences(caches["tail_patch"], caches["recompute"], length)
     assert stale[:n_layers - 2] == [0.0] * (n_layers - 2)  # lower layers: bit-identical to the base cache
     assert all(d > 1e-3 for d in stale[n_layers - 2:])  # the tail: stale
     assert max(patch) <= 1e-9
-    logits = {p: lora.answer_logits(model, "ad", lora.copy_cache(c), marker) for p, c in caches.items()}
+    logits = {p: answer_logits(model, "ad", copy_cache(c), marker) for p, c in caches.items()}
     assert (logits["tail_patch"] - logits["recompute"]).abs().max() <= 1e-9
     assert (logits["stale"] - logits["recompute"]).abs().max() > 1e-3
 
@@ -63,30 +76,30 @@ def test_tail_patch_equals_recompute_and_stale_differs_only_in_the_tail(name):
 def test_lower_layer_kv_bit_identical_between_base_and_tail_adapted(name):
     loaded, model = _adapted(name, k=1, dtype="float32")
     ids = _ids(loaded)
-    base = lora.base_prefill(model, ids, []).cache
-    adapted = lora.switch_cache(model, "recompute", None, ids, "ad", 1)
-    diffs = lora.layer_differences(base, adapted, ids.shape[-1])
+    base = base_prefill(model, ids, []).kv
+    adapted = switch_cache(model, "recompute", None, ids, "ad", 1)
+    diffs = layer_differences(base, adapted, ids.shape[-1])
     assert diffs[:-1] == [0.0] * (loaded.n_layers - 1) and diffs[-1] > 0
 
 
 def test_full_adapter_makes_every_layer_stale():
     loaded, model = _adapted("tiny-qwen3", k=4)
     ids = _ids(loaded)
-    base = lora.base_prefill(model, ids, [0])
-    recompute = lora.switch_cache(model, "recompute", base, ids, "ad", 4)
-    patch = lora.switch_cache(model, "tail_patch", base, ids, "ad", 4)  # k = L: from the embeddings
-    assert all(d > 0 for d in lora.layer_differences(base.cache, recompute, ids.shape[-1]))
-    assert max(lora.layer_differences(patch, recompute, ids.shape[-1])) <= 1e-9
+    base = base_prefill(model, ids, [0])
+    recompute = switch_cache(model, "recompute", base, ids, "ad", 4)
+    patch = switch_cache(model, "tail_patch", base, ids, "ad", 4)  # k = L: from the embeddings
+    assert all(d > 0 for d in layer_differences(base.kv, recompute, ids.shape[-1]))
+    assert max(layer_differences(patch, recompute, ids.shape[-1])) <= 1e-9
 
 
 def test_an_adapter_without_k_v_leaves_its_first_layer_exact():
     loaded, model = _adapted("tiny-qwen3", k=2, targets="q,o,mlp")
     ids = _ids(loaded)
-    base = lora.base_prefill(model, ids, [])
-    diffs = lora.layer_differences(base.cache, lora.switch_cache(model, "recompute", base, ids, "ad", 2), ids.shape[-1])
-    first = lora.first_changed_layer(4, 2, ["q", "o", "mlp"], lora.FAMILIES["qwen3"])
+    base = base_prefill(model, ids, [])
+    diffs = layer_differences(base.kv, switch_cache(model, "recompute", base, ids, "ad", 2), ids.shape[-1])
+    first = first_changed_layer(4, 2, ["q", "o", "mlp"], families.FAMILIES["qwen3"])
     assert first == 3 and diffs[:first] == [0.0] * first and diffs[first] > 0
-    assert lora.first_changed_layer(4, 2, ["q"], lora.FAMILIES["gpt_neox"]) == 2  # q, k, v fused
+    assert first_changed_layer(4, 2, ["q"], families.FAMILIES["gpt_neox"]) == 2  # q, k, v fused
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -99,12 +112,12 @@ def test_activated_adapter_leaves_the_prefix_kv_of_the_base(name):
     caches = {}
     for adapter in (None, "ad"):
         cache = DynamicCache(config=model.config)
-        with lora.active_adapter(model, adapter), torch.no_grad():
+        with active_adapter(model, adapter), torch.no_grad():
             model(input_ids=full, cache=cache, use_cache=True)
         caches[adapter] = cache
-    prefix = lora.layer_differences(caches[None], caches["ad"], prefix_len)
+    prefix = layer_differences(caches[None], caches["ad"], prefix_len)
     assert prefix == [0.0] * loaded.n_layers
-    whole = lora.layer_differences(caches[None], caches["ad"], full.shape[-1])
+    whole = layer_differences(caches[None], caches["ad"], full.shape[-1])
     assert whole[-1] > 0  # the marker's own entries do see the adapter
 
 
@@ -114,11 +127,11 @@ def loaded_layers(name):
 
 def test_skipping_lower_layers_from_the_boundary_gives_the_same_logits():
     loaded, model = _adapted("tiny-gemma3", k=3)
-    ids, mask = lora.left_pad([[5, 6, 7, 8, 9], [11, 12, 13]], 0)
-    full = lora.tail_logits(model, model.get_input_embeddings()(ids), mask, 0)
-    boundary = lora.boundary_states(model, ids, mask, [3])[3]
+    ids, mask = left_pad([[5, 6, 7, 8, 9], [11, 12, 13]], 0)
+    full = tail_logits(model, model.get_input_embeddings()(ids), mask, 0)
+    boundary = boundary_states(model, ids, mask, [3])[3]
     model.set_adapter("ad")
-    tail = lora.tail_logits(model, boundary, mask, 3)
+    tail = tail_logits(model, boundary, mask, 3)
     assert (tail - full).abs().max() <= 1e-9
 
 
@@ -127,14 +140,14 @@ def test_training_the_tail_reduces_the_loss(train_dtype):
     """A toy task on the tiny Qwen3, fixed seed: only the tail runs, the loss falls — in float32 and
     under bfloat16 autocast, whose LoRA weights stay float32."""
     loaded = _fresh("tiny-qwen3", "float32")
-    model = lora.lora_tail(loaded.model, 2, 4, 8, "q,k,v,o,mlp", adapter_name="t", seed=0)
+    model = lora_tail(loaded.model, 2, 4, 8, "q,k,v,o,mlp", adapter_name="t", seed=0)
     rows = [[10 + i, 20 + i, 30 + i, 7, 8] for i in range(8)]
-    ids, mask = lora.left_pad(rows, 0)
-    batch = lora.Batch(ids, mask, torch.tensor([100 + i % 2 for i in range(8)]), 2)
-    boundary = lora.boundary_states(model, ids, mask, [2])[2]
-    losses = lora.train_adapter(model, "t", boundary, batch, 2, steps=15, lr=3e-2, batch_size=4, seed=3,
+    ids, mask = left_pad(rows, 0)
+    batch = Batch(ids, mask, torch.tensor([100 + i % 2 for i in range(8)]), 2)
+    boundary = boundary_states(model, ids, mask, [2])[2]
+    losses = train_adapter(model, "t", boundary, batch, 2, steps=15, lr=3e-2, batch_size=4, seed=3,
                                 train_dtype=train_dtype)
-    assert {p.dtype for p in lora.adapter_parameters(model, "t")} == {torch.float32}
+    assert {p.dtype for p in adapter_parameters(model, "t")} == {torch.float32}
     weights = {n: p for n, p in model.named_parameters() if "lora_" not in n}
     assert {p.dtype for p in weights.values()} == {torch.float32}
     base = dict(load_cached("tiny-qwen3", "float32").model.named_parameters())  # what _fresh copied
@@ -150,58 +163,58 @@ def test_training_the_tail_reduces_the_loss(train_dtype):
 def test_training_is_seeded():
     def run():
         loaded = _fresh("tiny-llama", "float32")
-        model = lora.lora_tail(loaded.model, 1, 2, 4, "q,v", adapter_name="t", seed=0)
-        ids, mask = lora.left_pad([[3, 4, 5], [6, 7, 8, 9]], 0)
-        boundary = lora.boundary_states(model, ids, mask, [1])[1]
-        return lora.train_adapter(model, "t", boundary, lora.Batch(ids, mask, torch.tensor([1, 2]), 1), 1,
+        model = lora_tail(loaded.model, 1, 2, 4, "q,v", adapter_name="t", seed=0)
+        ids, mask = left_pad([[3, 4, 5], [6, 7, 8, 9]], 0)
+        boundary = boundary_states(model, ids, mask, [1])[1]
+        return train_adapter(model, "t", boundary, Batch(ids, mask, torch.tensor([1, 2]), 1), 1,
                                   steps=3, lr=1e-2, batch_size=1, seed=5)
     assert run() == run()
 
 
 def test_family_mapping_covers_neox_and_names_unknown_architectures():
     loaded = _fresh("tiny-neox", "float32")
-    model = lora.lora_tail(loaded.model, 1, 2, 4, "k,o", adapter_name="t")
+    model = lora_tail(loaded.model, 1, 2, 4, "k,o", adapter_name="t")
     wrapped = [n for n, _ in model.named_modules() if n.endswith("lora_A.t")]
     assert wrapped and all(".layers.1." in n for n in wrapped)
     assert {n.split(".")[-3] for n in wrapped} == {"query_key_value", "dense"}
     with pytest.raises(ValueError, match=r"architecture 'mamba'.*known architectures: llama, qwen3"):
-        lora.family_of("mamba", "state-spaces/mamba-130m")
+        family_of("mamba", "state-spaces/mamba-130m")
 
 
 @pytest.mark.parametrize("k", [0, 5])
 def test_k_outside_the_layers_is_refused(k):
     loaded = _fresh("tiny-qwen3", "float32")
     with pytest.raises(ValueError, match=rf"k={k} is not allowed .* 4 layers; k must be an integer from 1 to 4"):
-        lora.lora_tail(loaded.model, k, 4, 8)
+        lora_tail(loaded.model, k, 4, 8)
 
 
 def test_rank_below_one_is_refused():
     loaded = _fresh("tiny-qwen3", "float32")
     with pytest.raises(ValueError, match=r"rank: r=0 is not allowed"):
-        lora.lora_tail(loaded.model, 1, 0, 8)
+        lora_tail(loaded.model, 1, 0, 8)
 
 
 def test_a_marker_that_merges_with_the_text_is_explained():
     tokenizer = kvutils.models.loading.load_tokenizer("tiny-qwen3")
-    assert lora.check_marker(tokenizer, [TEXT], MARKER) == lora.invocation_tokens(tokenizer, MARKER)
+    assert check_marker(tokenizer, [TEXT], MARKER) == invocation_tokens(tokenizer, MARKER)
     with pytest.raises(ValueError, match=r"marker: '\.\.Sense:' tokenises differently .* never find its invocation"):
-        lora.check_marker(tokenizer, [TEXT], "..Sense:")
+        check_marker(tokenizer, [TEXT], "..Sense:")
 
 
 def test_nan_max_keeps_a_nan_wherever_it_stands_and_skips_none():
     import math
 
-    assert math.isnan(lora.nan_max([float("nan"), 1.0])) and math.isnan(lora.nan_max([1.0, float("nan")]))
-    assert lora.nan_max([None, 2.0, 1.0]) == 2.0 and lora.nan_max([None]) is None
+    assert math.isnan(nan_max([float("nan"), 1.0])) and math.isnan(nan_max([1.0, float("nan")]))
+    assert nan_max([None, 2.0, 1.0]) == 2.0 and nan_max([None]) is None
 
 
 def test_a_nan_in_a_cache_shows_in_its_layer_difference():
     loaded = _fresh("tiny-qwen3", "float32")
     ids = _ids(loaded)
-    base = lora.base_prefill(loaded.model, ids, []).cache
-    broken = lora.base_prefill(loaded.model, ids, []).cache
+    base = base_prefill(loaded.model, ids, []).kv
+    broken = base_prefill(loaded.model, ids, []).kv
     broken.layers[1].values[0, 0, -1, -1] = float("nan")  # after finite entries: max() over the layer would drop it
-    diffs = lora.layer_differences(base, broken, ids.shape[-1])
+    diffs = layer_differences(base, broken, ids.shape[-1])
     assert diffs[0] == 0.0 and diffs[1] != diffs[1]
 
 
@@ -210,13 +223,13 @@ def test_an_activated_adapter_trained_on_the_marker_alone_gets_the_full_pass_log
     """`marker_logits` on the base cache of the prefix == `tail_logits` over the whole left-padded
     sequence with the invocation offsets, in value and in every LoRA weight's gradient (float64)."""
     loaded, model = _adapted(name, k=2, activated=True)
-    marker = lora.invocation_tokens(loaded.tokenizer, MARKER)
+    marker = invocation_tokens(loaded.tokenizer, MARKER)
     m, start = len(marker), loaded.n_layers - 2
     rows = [[5, 6, 7, 8, 9, 10] + marker, [11, 12, 13, 14] + marker, [21, 22, 23, 24, 25] + marker]
-    ids, mask = lora.left_pad(rows, 0)
-    states, cache = lora.states_and_prefix_cache(model, ids, mask, [start], m)
+    ids, mask = left_pad(rows, 0)
+    states, cache = states_and_prefix_cache(model, ids, mask, [start], m)
     boundary = states[start]
-    params = lora.adapter_parameters(model, "ad")
+    params = adapter_parameters(model, "ad")
     model.set_adapter("ad")
     grads = {}
     for path in ("whole", "marker"):
@@ -225,9 +238,9 @@ def test_an_activated_adapter_trained_on_the_marker_alone_gets_the_full_pass_log
             p.grad = None
         chosen = [2, 0]  # rows out of order: the cache's rows must follow
         if path == "whole":
-            logits = lora.tail_logits(model, boundary[chosen], mask[chosen], start, [m] * 2)
+            logits = tail_logits(model, boundary[chosen], mask[chosen], start, [m] * 2)
         else:
-            logits = lora.marker_logits(model, boundary[chosen], mask[chosen], start, m, lora.select_rows(cache, chosen))
+            logits = marker_logits(model, boundary[chosen], mask[chosen], start, m, select_rows(cache, chosen))
         logits.sum().backward()
         grads[path] = (logits.detach(), [p.grad.clone() for p in params])
     assert cache.get_seq_length() == ids.shape[-1] - m  # select_rows left the stored cache as it was
@@ -238,21 +251,21 @@ def test_an_activated_adapter_trained_on_the_marker_alone_gets_the_full_pass_log
 
 def test_a_prefix_cache_is_refused_for_a_lora_tail():
     loaded, model = _adapted("tiny-llama", k=1)
-    ids, mask = lora.left_pad([[3, 4, 5]], 0)
+    ids, mask = left_pad([[3, 4, 5]], 0)
     with pytest.raises(ValueError, match="prefix_cache is for an activated adapter only"):
-        lora.train_adapter(model, "ad", ids, lora.Batch(ids, mask, torch.tensor([1]), 1), 1, steps=1, lr=1e-3,
+        train_adapter(model, "ad", ids, Batch(ids, mask, torch.tensor([1]), 1), 1, steps=1, lr=1e-3,
                            batch_size=1, seed=0, prefix_cache=object())
 
 
 def test_auto_training_precision_is_bfloat16_only_where_it_is_native(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    assert lora.resolve_train_dtype("auto", "cpu") == "float32"
+    assert resolve_train_dtype("auto", "cpu") == "float32"
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
-    assert lora.resolve_train_dtype("auto", "cpu") == "bfloat16"
-    assert lora.resolve_train_dtype("float32", "cpu") == "float32"  # an explicit choice is kept
+    assert resolve_train_dtype("auto", "cpu") == "bfloat16"
+    assert resolve_train_dtype("float32", "cpu") == "float32"  # an explicit choice is kept
     with pytest.raises(ValueError, match="train_dtype: 'half' is not allowed"):
-        lora.resolve_train_dtype("half", "cpu")
+        resolve_train_dtype("half", "cpu")
 
 
 def test_the_head_under_autocast_multiplies_by_one_cast_it_keeps_and_equals_autocast():
@@ -263,12 +276,12 @@ def test_the_head_under_autocast_multiplies_by_one_cast_it_keeps_and_equals_auto
     hidden = torch.randn(3, 5, head.in_features)[:, -1:]  # a strided view, as logits_to_keep=1 gives
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = head(hidden)
-        with lora.efficient_head(loaded.model):
+        with efficient_head(loaded.model):
             first = head(hidden)
             kept = head._kvutils_cast[1]
             second = head(hidden)
             assert head._kvutils_cast[1] is kept
     assert first.dtype == torch.bfloat16 and torch.equal(first, expected) and torch.equal(second, expected)
-    with lora.efficient_head(loaded.model):
+    with efficient_head(loaded.model):
         assert head(hidden).dtype == torch.float32  # outside autocast the head is left as it is
     assert "forward" not in vars(head)  # the class's forward is back

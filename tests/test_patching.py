@@ -7,8 +7,10 @@ import torch
 from conftest import load_cached
 from transformers import DynamicCache
 
-from kvutils.lora import adapters as lora
 from kvutils.lora import patching
+from kvutils.lora.boundary import copy_cache
+from kvutils.lora.switching import answer_logits
+from kvutils.lora.tails import invocation_tokens, lora_tail
 
 A = "The bank of the river was muddy after the heavy storm."
 B = "The bank approved the loan for the new house last week."
@@ -35,7 +37,7 @@ def _prefill_sharing_the_prefix(loaded, prefix, texts):
         for text in texts:
             ids = loaded.tokenizer(text, return_tensors="pt").input_ids
             assert torch.equal(ids[:, :prefix_ids.shape[1]], prefix_ids)
-            cache = lora.copy_cache(shared)
+            cache = copy_cache(shared)
             loaded.model(input_ids=ids[:, prefix_ids.shape[1]:], cache=cache, use_cache=True)
             caches.append(cache)
     return caches
@@ -51,7 +53,7 @@ def _same(cache, snapshot):
 
 
 def _marker(loaded):
-    return torch.tensor([lora.invocation_tokens(loaded.tokenizer, MARKER)])
+    return torch.tensor([invocation_tokens(loaded.tokenizer, MARKER)])
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-gemma3"])
@@ -63,7 +65,7 @@ def test_patching_the_shared_prefix_changes_nothing(name):
              patching.Patch(layers=(0,), positions=(prefix_len,))]  # a continuation token: changes
     before = _snapshot(target)
     out, clean = patching.patch_grid(
-        target, source, cells, lambda cache, n: lora.answer_logits(loaded.model, None, cache, _marker(loaded).repeat(n, 1)))
+        target, source, cells, lambda cache, n: answer_logits(loaded.model, None, cache, _marker(loaded).repeat(n, 1)))
     # the control copies bit-identical entries: the answer moves at most by the rounding of a batch
     # row (multi-threaded CPU kernels need not round every row of a batch the same way)
     assert (out[0] - clean[0]).abs().max() <= 1e-5
@@ -132,11 +134,11 @@ def test_the_answer_map_control_is_measured_from_each_contexts_own_pass(monkeypa
     shared prefix's entries do not depend on what follows; a cache whose prefix entries differ is
     reported, not assumed away."""
     loaded = load_cached("tiny-qwen3", "float32")
-    model = lora.lora_tail(copy.deepcopy(loaded.model), 2, 4, 8, adapter_name="t", random_init=True, seed=1)
+    model = lora_tail(copy.deepcopy(loaded.model), 2, 4, 8, adapter_name="t", random_init=True, seed=1)
     tok = loaded.tokenizer
     a, b = tok(A).input_ids, tok(B).input_ids
     prefix_len = len(tok("The bank").input_ids)
-    marker = lora.invocation_tokens(tok, MARKER)
+    marker = invocation_tokens(tok, MARKER)
     own, other = tok(" river", add_special_tokens=False).input_ids[0], tok(" finance", add_special_tokens=False).input_ids[0]
     cols = [(0, 1), (2, 3), (0, 1, 2, 3)]
     out = patching.answer_map(model, "t", [(a, b, own, other)], marker, prefix_len, cols, 4, 2)

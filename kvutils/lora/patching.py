@@ -21,6 +21,11 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+from kvutils.lora.boundary import copy_cache, efficient_head, new_cache, skip_lower_layers
+from kvutils.lora.families import decoder
+from kvutils.lora.switching import layer_differences, nan_max
+from kvutils.lora.tails import active_adapter
+
 PARTS = ("keys", "values")
 
 # A setter gets the current slice and the source's slice (None without a source), both
@@ -202,8 +207,6 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
     A patch in layers >= s cannot change the marker's states below layer s, so each column runs the
     marker from its first patched layer, starting from the clean run's hidden states there.
     """
-    from kvutils.lora import adapters as lora
-
     m = len(marker_ids)
     marker = torch.tensor([list(marker_ids)], device=device)  # (1, m)
     controls = runs(range(prefix_len), min(prefix_len, control_bins))
@@ -217,9 +220,9 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
             raise ValueError("the two contexts do not share their first prefix_len tokens")
         caches = [own_cache(model, adapter, ids, device) for ids in (target_ids, source_ids)]
         length, n = len(target_ids), min(len(target_ids), len(source_ids))
-        prefix_gap = lora.nan_max([prefix_gap, *lora.layer_differences(caches[0], caches[1], prefix_len)])
-        with lora.active_adapter(model, adapter):
-            clean = model(input_ids=marker, cache=lora.copy_cache(caches[0]), use_cache=True, output_hidden_states=True)
+        prefix_gap = nan_max([prefix_gap, *layer_differences(caches[0], caches[1], prefix_len)])
+        with active_adapter(model, adapter):
+            clean = model(input_ids=marker, cache=copy_cache(caches[0]), use_cache=True, output_hidden_states=True)
         per_pair["clean"].append((clean.logits[0, -1, own] - clean.logits[0, -1, other]).item())
         marker_positions = torch.arange(length, length + m, device=device)[None]  # (1, m)
         spans = [tuple(c) for c in controls] + [tuple(r) for r in runs(range(prefix_len, n), bins)]
@@ -231,8 +234,8 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
             states = clean.hidden_states[start]  # (1, m, hidden) entering the first patched layer
 
             def answer(cache, rows, start=start, states=states, positions=marker_positions, own=own, other=other):
-                with lora.active_adapter(model, adapter), lora.skip_lower_layers(model, start), \
-                        lora.efficient_head(model):
+                with active_adapter(model, adapter), skip_lower_layers(model, start), \
+                        efficient_head(model):
                     out = model(inputs_embeds=states.expand(rows, -1, -1), cache=cache, use_cache=True,
                                 position_ids=positions.expand(rows, -1), logits_to_keep=1)
                 logits = out.logits[:, -1]
@@ -302,9 +305,7 @@ def foreign_summary(per_pair: dict, right: list[bool], control_rows: int, n_cols
 
 def own_cache(model, adapter: str, ids: Sequence[int], device: str):
     """The adapter's cache of one context, from one forward pass over all of it."""
-    from kvutils.lora import adapters as lora
-
-    cache = lora.new_cache(model)
-    with lora.active_adapter(model, adapter):
-        lora.decoder(model)(input_ids=torch.tensor([list(ids)], device=device), cache=cache, use_cache=True)
+    cache = new_cache(model)
+    with active_adapter(model, adapter):
+        decoder(model)(input_ids=torch.tensor([list(ids)], device=device), cache=cache, use_cache=True)
     return cache

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kvutils.core.article import article
-from kvutils.lora.adapters import POLICY_TEXT
+from kvutils.lora.switching import POLICY_TEXT
 from kvutils.report import interactive
 from kvutils.report.common import fmt, page_table, styled
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from kvutils.core import compare
-from kvutils.lora.adapters import nan_max
+from kvutils.lora.switching import nan_max
 from kvutils.report import switch_verdicts as rsv
 from kvutils.report.common import fmt
 from kvutils.report.qwen3_switch import adapter_label

@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     report["step_2000"] = bench_step_at(loaded, context, args.repeats, bandwidth)
     report["step_path"] = bench_step_path(loaded, prefill, decode, bandwidth)
     del loaded
-    from kvutils.studies.qwen3_switch.study import bench as switch_bench
+    from kvutils.studies.qwen3_switch.bench import bench as switch_bench
 
     report["switch"] = switch_bench(args.model, "1,2,4,L" if not args.quick else "1,L", switch_tokens, args.repeats)
     report.update(earlier)

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 import torch
 from tqdm import tqdm
 
-from kvutils.lora import adapters as lora
+from kvutils.lora.boundary import copy_cache, new_cache
+from kvutils.lora.patching import answer_map, runs
+from kvutils.lora.switching import answer_logits, base_prefill, compare_logits, layer_differences, nan_max, switch_cache
 from kvutils.studies.qwen3_switch.verdicts import auc, balanced_accuracy
 
 if TYPE_CHECKING:
@@ -70,14 +72,13 @@ def heldout_accuracy(mp: ModelPlan, model, device: str) -> dict:
     for group in tqdm(by_length(mp.heldout, m), desc=f"{mp.name} held-out switch", unit="batch"):
         ids = torch.tensor([e.ids[:-m] for e in group], device=device)  # (batch, prefix)
         marker = torch.tensor([mp.marker_ids] * len(group), device=device)  # (batch, m)
-        pre = lora.base_prefill(model, ids, starts)
-        answers = {("base", "zero_shot"): lora.answer_logits(model, None, lora.copy_cache(pre.cache), marker)}
+        pre = base_prefill(model, ids, starts)
+        answers = {("base", "zero_shot"): answer_logits(model, None, copy_cache(pre.kv), marker)}
         for k in mp.k_values:
-            patch = lora.switch_cache(model, "tail_patch", pre, ids, f"tail{k}", k)
-            answers[(f"tail{k}", "tail_patch")] = lora.answer_logits(model, f"tail{k}", patch, marker)
-            answers[(f"tail{k}", "stale")] = lora.answer_logits(model, f"tail{k}", lora.copy_cache(pre.cache), marker)
-            answers[(f"activated{k}", "activated")] = lora.answer_logits(model, f"activated{k}",
-                                                                        lora.copy_cache(pre.cache), marker)
+            patch = switch_cache(model, "tail_patch", pre, ids, f"tail{k}", k)
+            answers[(f"tail{k}", "tail_patch")] = answer_logits(model, f"tail{k}", patch, marker)
+            answers[(f"tail{k}", "stale")] = answer_logits(model, f"tail{k}", copy_cache(pre.kv), marker)
+            answers[(f"activated{k}", "activated")] = answer_logits(model, f"activated{k}", copy_cache(pre.kv), marker)
         order += group
         for key, logits in answers.items():
             logodds.setdefault(key, []).extend(_logodds(logits, group))
@@ -109,7 +110,7 @@ class _Scores:
     def add(self, adapter: str, policy: str, logits: torch.Tensor, reference: torch.Tensor,
             examples: list[Example]) -> None:
         """`logits` and `reference`: (batch, vocab), one row per example."""
-        gap = lora.compare_logits(reference, logits)
+        gap = compare_logits(reference, logits)
         for i, e in enumerate(examples):
             self.rows.setdefault((adapter, policy), []).append({
                 "max_abs_logit_diff": gap["max_abs_logit_diff"][i].item(), "kl": gap["kl"][i].item(),
@@ -119,8 +120,8 @@ class _Scores:
         out: dict = {}
         for (adapter, policy), rows in self.rows.items():
             out.setdefault(adapter, {})[policy] = {
-                "max_abs_logit_diff": lora.nan_max(r["max_abs_logit_diff"] for r in rows),
-                "kl_mean": statistics.fmean(r["kl"] for r in rows), "kl_max": lora.nan_max(r["kl"] for r in rows),
+                "max_abs_logit_diff": nan_max(r["max_abs_logit_diff"] for r in rows),
+                "kl_mean": statistics.fmean(r["kl"] for r in rows), "kl_max": nan_max(r["kl"] for r in rows),
                 "top1_agree_pct": 100 * statistics.fmean(r["top1_agree"] for r in rows),
                 "accuracy_pct": 100 * statistics.fmean(r["right"] for r in rows), "n": len(rows),
                 "kl_per_example": [r["kl"] for r in rows]}
@@ -131,7 +132,7 @@ def _max_layers(current: list | None, new: list) -> list:
     """Element-wise max of two per-layer lists: None (a layer not compared) yields to a number, NaN wins."""
     if current is None:
         return new
-    return [lora.nan_max([a, b]) for a, b in zip(current, new)]
+    return [nan_max([a, b]) for a, b in zip(current, new)]
 
 
 @torch.no_grad()
@@ -149,25 +150,25 @@ def exactness(mp: ModelPlan, model, device: str, n: int) -> dict:
     for group in tqdm(by_length(chosen, m), desc=f"{mp.name} switch exactness", unit="batch"):
         ids = torch.tensor([e.ids[:-m] for e in group], device=device)  # (batch, prefix)
         marker = torch.tensor([mp.marker_ids] * len(group), device=device)  # (batch, m)
-        pre = lora.base_prefill(model, ids, starts)
+        pre = base_prefill(model, ids, starts)
         for k in mp.k_values:
             adapter = f"tail{k}"
-            caches = {p: lora.switch_cache(model, p, pre, ids, adapter, k) for p in ("recompute", "stale", "tail_patch")}
-            logits = {p: lora.answer_logits(model, adapter, lora.copy_cache(c), marker) for p, c in caches.items()}
+            caches = {p: switch_cache(model, p, pre, ids, adapter, k) for p in ("recompute", "stale", "tail_patch")}
+            logits = {p: answer_logits(model, adapter, copy_cache(c), marker) for p, c in caches.items()}
             for policy, value in logits.items():
                 scores.add(adapter, policy, value, logits["recompute"], group)
             for policy in ("stale", "tail_patch"):
-                track((adapter, policy), lora.layer_differences(caches[policy], caches["recompute"], pre.length))
+                track((adapter, policy), layer_differences(caches[policy], caches["recompute"], pre.length))
         # each activated adapter: the base cache reused whole, against one pass over the whole sequence
         whole = torch.cat([ids, marker], -1)
-        base_pass = lora.new_cache(model)
-        lora.answer_logits(model, None, base_pass, whole)
+        base_pass = new_cache(model)
+        answer_logits(model, None, base_pass, whole)
         for k in mp.k_values:
-            name, cache = f"activated{k}", lora.new_cache(model)
-            one_pass = lora.answer_logits(model, name, cache, whole)
-            scores.add(name, "activated", lora.answer_logits(model, name, lora.copy_cache(pre.cache), marker),
+            name, cache = f"activated{k}", new_cache(model)
+            one_pass = answer_logits(model, name, cache, whole)
+            scores.add(name, "activated", answer_logits(model, name, copy_cache(pre.kv), marker),
                        one_pass, group)
-            track((name, "prefix_vs_base"), lora.layer_differences(base_pass, cache, pre.length))
+            track((name, "prefix_vs_base"), layer_differences(base_pass, cache, pre.length))
     cache_layers: dict = {}
     for (adapter, what), values in layers.items():
         cache_layers.setdefault(adapter, {})[what] = values
@@ -205,7 +206,7 @@ def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
     ids = mp.bench_ids.to(device)
     tokens = ids.shape[-1]
     starts = sorted({mp.n_layers - k for k in mp.k_values})
-    pre = lora.base_prefill(model, ids, starts)
+    pre = base_prefill(model, ids, starts)
     hidden = pre.boundary[starts[0]]
     boundary_bytes = hidden.shape[-1] * hidden.element_size() * tokens
     per_k = {}
@@ -213,7 +214,7 @@ def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
         adapter, row = f"tail{k}", {}
         for policy in ("recompute", "tail_patch", "stale"):
             def build(policy=policy, adapter=adapter, k=k):
-                return lora.switch_cache(model, policy, pre, ids, adapter, k)
+                return switch_cache(model, policy, pre, ids, adapter, k)
             row[policy] = {"flops": _flops(build), **_timed(build, repeats),
                            "extra_bytes": boundary_bytes if policy == "tail_patch" else 0}
         row["tail_time_fraction"] = row["tail_patch"]["seconds"] / row["recompute"]["seconds"]
@@ -222,7 +223,7 @@ def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
         per_k[str(k)] = row
 
     def reuse():
-        return lora.switch_cache(model, "activated", pre, ids, f"activated{mp.k_values[0]}", mp.k_values[0])
+        return switch_cache(model, "activated", pre, ids, f"activated{mp.k_values[0]}", mp.k_values[0])
     activated = {"flops": _flops(reuse), **_timed(reuse, repeats), "extra_bytes": 0}
     return {"prefix_tokens": tokens, "per_k": per_k, "activated": activated,
             "boundary_bytes_per_token": boundary_bytes // tokens}
@@ -233,8 +234,6 @@ def switch_costs(mp: ModelPlan, model, device: str, repeats: int) -> dict:
 
 def layer_groups(n_layers: int, groups: int) -> list[tuple[int, ...]]:
     """`groups` contiguous runs of layers, as even as possible."""
-    from kvutils.lora.patching import runs
-
     return [tuple(b) for b in runs(range(n_layers), groups)]
 
 
@@ -255,8 +254,6 @@ def patch_map(mp: ModelPlan, model, device: str, groups: int, task: str) -> dict
     it in quarters, all of what follows; columns: layer groups, all layers. Beside the shared
     prefix's control (a zero by construction), the same prefix cells patched from another pair's
     context (a control that can fail)."""
-    from kvutils.lora.patching import answer_map
-
     m = len(mp.marker_ids)
     pairs = [(a.ids[:-m], b.ids[:-m], a.target, a.other) for a, b in mp.patch_pairs]
     cols = layer_groups(mp.n_layers, groups) + [tuple(range(mp.n_layers))]

@@ -4,46 +4,35 @@ and patch the cache to see where the adapter reads its answer.
 The task after the marker is one of `kvutils.studies.qwen3_switch.tasks` (`continuation`: does passage B continue
 passage A?, or `senses`: name the sense of an ambiguous word). For every k of the sweep a LoRA tail
 and an activated LoRA of that depth are trained from cached boundary states, and scored on held-out
-examples under each switch policy. `plan()` checks every parameter and tokenises everything before
-any model loads (L and the architecture come from the model's config); `run(plan)` returns
-(numbers, described).
+examples under each switch policy.
+
+This file is the plan: `plan()` checks every parameter and tokenises everything before any model
+loads (L and the architecture come from the model's config). `run.run(plan)` returns (numbers,
+described): `train` trains the adapters, `policies` measures the switch, and
+`exactness.check_exactness` asserts the chapter's identities on the numbers.
 """
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 
 from kvutils.core import checks, data
-from kvutils.lora import adapters as lora
+from kvutils.lora.families import family_of
+from kvutils.lora.tails import check_k, check_marker, invocation_tokens, parse_targets
+from kvutils.lora.training import resolve_train_dtype
 from kvutils.models import registry as models
-from kvutils.models.checks import check_models, resolve
+from kvutils.models.checks import check_models
 from kvutils.models.converted import converted_dir
-from kvutils.models.loading import load, load_tokenizer
+from kvutils.models.loading import load_tokenizer
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
-from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
-from kvutils.studies.qwen3_switch.policies import (  # noqa: F401
-    CONTINUATION_BINS,
-    CONTROL_BINS,
-    EVAL_BATCH,
-    binomial_interval,
-    by_length,
-    exactness,
-    heldout_accuracy,
-    layer_groups,
-    patch_map,
-    scored,
-    switch_costs,
-)
+from kvutils.studies.qwen3_switch.policies import CONTINUATION_BINS, CONTROL_BINS
 from kvutils.studies.qwen3_switch.tasks import Example
 
 DEFAULT_TRAIN_WORDS = "bank,bat,pitcher,mouse,spring,seal,plant,match,organ,pen,bark,palm"
 DEFAULT_HELDOUT_WORDS = "key,cell,club,fan"
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # tail patch vs recompute: logits and K/V
-TRAIN_ACCURACY_MAX = 64  # training examples scored per adapter (the fit, not the skill)
 
 
 @dataclass
@@ -153,7 +142,7 @@ def parse_k(value, n_layers: int, name: str, parameter: str) -> int:
         return n_layers
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
-    return lora.check_k(value, n_layers, name, parameter)
+    return check_k(value, n_layers, name, parameter)
 
 
 def parse_k_values(text: str, n_layers: int, name: str) -> list[int]:
@@ -257,7 +246,7 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
         raise ValueError("device: 'auto' (a model spread over several devices) is not supported by chapter 5, "
                          "which trains and patches on one device; use 'cpu', 'cuda' or 'cuda:N'")
     checks.check_choice("dtype", dtype, list(TOLERANCE))
-    resolved_train_dtype = lora.resolve_train_dtype(train_dtype, device)
+    resolved_train_dtype = resolve_train_dtype(train_dtype, device)
     for name, value in (("rank", rank), ("batch_size", batch_size), ("patch_layer_groups",
                         patch_layer_groups), ("patch_pairs", patch_pairs), ("exact_examples", exact_examples),
                         ("timing_repeats", timing_repeats)):
@@ -266,7 +255,7 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
     checks.check_int("bench_tokens", bench_tokens, 8)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
         raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
-    target_list = lora.parse_targets(targets)
+    target_list = parse_targets(targets)
     resolved_models = check_models("models", models, family="causal")
     learning_rates = parse_per_model("lr", lr, [r.name for r in resolved_models])
     step_counts = parse_per_model("steps", steps, [r.name for r in resolved_models])
@@ -276,7 +265,7 @@ def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, step
     plans = []
     for r in resolved_models:
         config = model_config(r.name, r)
-        lora.family_of(config.model_type, r.name)  # an unknown architecture fails here
+        family_of(config.model_type, r.name)  # an unknown architecture fails here
         n_layers = config.num_hidden_layers
         ks = parse_k_values(k_values, n_layers, r.name)
         p_k = parse_k(patch_k, n_layers, r.name, "patch_k")
@@ -312,7 +301,7 @@ def _senses_plan(td: TaskData, tokenizer, name: str, **_):
     data.check_words_for_tokenizer(train + heldout, tokenizer, name)
     texts = [w.prefix + s.continuation for w in train + heldout for s in w.senses]
     texts += [ref for w in train + heldout for s in w.senses for ref in s.references]
-    marker_ids = lora.check_marker(tokenizer, texts, td.marker, name)
+    marker_ids = check_marker(tokenizer, texts, td.marker, name)
     prefix = tokenizer(train[0].prefix).input_ids
     tokens = [t.replace("Ġ", " ").replace("▁", " ") for t in tokenizer.convert_ids_to_tokens(prefix)]
     examples = {split: switch_tasks.senses_examples(tokenizer, ws, marker_ids, name)
@@ -329,7 +318,7 @@ def _senses_plan(td: TaskData, tokenizer, name: str, **_):
 
 def _continuation_plan(td: TaskData, tokenizer, name: str, *, seed: int, passage_tokens: int,
                        candidate_tokens: int, n_train: int, n_heldout: int):
-    marker_ids = lora.invocation_tokens(tokenizer, td.marker)
+    marker_ids = invocation_tokens(tokenizer, td.marker)
     if not marker_ids:
         raise ValueError("marker must give at least one token")
     train = switch_tasks.continuation_examples(tokenizer, list(td.train_docs), n_train, passage_tokens,
@@ -342,168 +331,3 @@ def _continuation_plan(td: TaskData, tokenizer, name: str, *, seed: int, passage
     pairs = [(heldout[i], heldout[i + 1]) for i in range(0, len(heldout), 2)]  # the same A, true / foreign B
     bins = min(prefix_len, CONTROL_BINS)
     return marker_ids, train, heldout, pairs, prefix_len, [f"passage A {i}/{bins}" for i in range(1, bins + 1)]
-
-
-# --------------------------------------------------------------------------- training and accuracy
-
-
-def _batch(examples: list[Example], pad_id: int, marker_len: int, device: str) -> tuple[lora.Batch, torch.Tensor]:
-    ids, mask = lora.left_pad([e.ids for e in examples], pad_id)
-    batch = lora.Batch(ids.to(device), mask.to(device), torch.tensor([e.target for e in examples], device=device),
-                       marker_len)
-    return batch, torch.tensor([e.other for e in examples], device=device)
-
-
-@torch.no_grad()
-def accuracy(model, adapter: str | None, boundary: torch.Tensor, batch: lora.Batch, others: torch.Tensor,
-             start: int, activated: bool = False) -> dict:
-    """Accuracy (the right answer's logit above the wrong one's: chance 50 %) and label top-1 (the
-    right answer is the most likely token of the whole vocabulary), in %, from the hidden states at
-    layer `start`. `adapter` None: the base model."""
-    right, top1 = [], []
-    with lora.active_adapter(model, adapter):
-        for a in range(0, len(others), EVAL_BATCH):
-            rows = slice(a, a + EVAL_BATCH)
-            offsets = [batch.marker_len] * len(others[rows]) if activated else None
-            logits = lora.tail_logits(model, boundary[rows], batch.mask[rows], start, offsets)
-            target, other = batch.targets[rows], others[rows]
-            right += (logits.gather(1, target[:, None]) > logits.gather(1, other[:, None]))[:, 0].tolist()
-            top1 += (logits.argmax(-1) == target).tolist()
-    return {**scored(right), "label_top1_pct": 100 * statistics.fmean(top1)}
-
-
-def adapter_names(mp: ModelPlan) -> list[tuple[str, int, bool]]:
-    """(name, k, activated) of every adapter: a LoRA tail and an activated LoRA per k."""
-    return [(f"tail{k}", k, False) for k in mp.k_values] + [(f"activated{k}", k, True) for k in mp.k_values]
-
-
-def _train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict]:
-    """Every adapter, trained from the boundary states of the training set (computed once); their
-    fit on (at most TRAIN_ACCURACY_MAX) training examples. Held-out accuracy comes from the switch."""
-    marker_len = len(mp.marker_ids)
-    train, train_other = _batch(mp.train, pad_id, marker_len, p.device)
-    starts = sorted({mp.n_layers - k for k in mp.k_values})
-    # one base pass: the boundaries every tail trains from, and the prefix's K/V the activated adapters read
-    with lora.training_precision(p.train_dtype, p.device):
-        boundary, prefix_cache = lora.states_and_prefix_cache(model, train.ids, train.mask, starts, marker_len)
-    dtype = getattr(torch, p.dtype)
-    boundary = {layer: states.to(dtype) for layer, states in boundary.items()}  # autocast may leave bfloat16
-    fit = slice(0, TRAIN_ACCURACY_MAX)
-    fit_batch = lora.Batch(train.ids[fit], train.mask[fit], train.targets[fit], marker_len)
-    out = {"zero_shot": {"train": accuracy(model, None, boundary[starts[0]][fit], fit_batch, train_other[fit],
-                                           starts[0])},
-           "adapters": {}}
-    for name, k, activated in adapter_names(mp):  # each training has its own progress bar
-        start = mp.n_layers - k
-        model = lora.lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
-                               invocation_tokens=mp.marker_ids if activated else None)
-        began = time.perf_counter()
-        losses = lora.train_adapter(model, name, boundary[start], train, start, mp.steps, mp.lr, p.batch_size,
-                                    p.seed, activated=activated, prefix_cache=prefix_cache if activated else None,
-                                    train_dtype=p.train_dtype)
-        out["adapters"][name] = {
-            "k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
-            "trainable_parameters": sum(t.numel() for t in lora.adapter_parameters(model, name)),
-            "train": accuracy(model, name, boundary[start][fit], fit_batch, train_other[fit], start, activated)}
-    return model, out
-
-
-# --------------------------------------------------------------------------- the chapter
-
-
-def run(p: Plan) -> tuple[dict, list[dict]]:
-    """Chapter 5 for every model: train the adapters, switch under every policy, measure the cost,
-    patch the cache. Returns (numbers per model, described models)."""
-    numbers, described = {}, []
-    for mp in p.models:
-        began = time.perf_counter()
-        loaded = load(mp.name, p.dtype, device=p.device)
-        described.append(loaded.describe())
-        pad_id = loaded.tokenizer.pad_token_id or 0
-        timings = {}
-        model, training = _train_all(p, mp, loaded.model, pad_id)
-        timings["training_s"] = time.perf_counter() - began
-        heldout = heldout_accuracy(mp, model, p.device)
-        examples = heldout.pop("examples")  # the labels, in the order of every per-example list
-        training["zero_shot"]["heldout"] = heldout["base"]["zero_shot"]
-        for name, _, activated in adapter_names(mp):
-            training["adapters"][name]["heldout"] = heldout[name]["activated" if activated else "tail_patch"]
-        switch = {"heldout": heldout, "heldout_examples": examples, **exactness(mp, model, p.device, p.exact_examples)}
-        timings["switch_s"] = time.perf_counter() - began - sum(timings.values())
-        cost = switch_costs(mp, model, p.device, p.timing_repeats)
-        timings["cost_s"] = time.perf_counter() - began - sum(timings.values())
-        patching = patch_map(mp, model, p.device, p.patch_layer_groups, p.task)
-        timings["patching_s"] = time.perf_counter() - began - sum(timings.values())
-        knee = switch_verdicts.knee(heldout, mp.k_values)
-        numbers[mp.name] = {
-            "task": p.task, "lr": mp.lr, "steps": mp.steps, "train_dtype": p.train_dtype, "layers": mp.n_layers,
-            "model_type": mp.model_type, "k_values": mp.k_values,
-            "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee["knee_k"], "knee": knee,
-            "first_changed_layer": {str(k): lora.first_changed_layer(mp.n_layers, k, p.targets, lora.family_of(mp.model_type))
-                                    for k in mp.k_values},
-            "n_train_examples": len(mp.train), "n_heldout_examples": len(mp.heldout),
-            "training": training, "switch": switch, "cost": cost, "patching": patching, "timings": timings}
-        del model, loaded
-    return numbers, described
-
-
-def bench(model: str = "smollm2-135m", k_values: str = "1,2,4,L", tokens: int = 256, repeats: int = 3,
-          device: str = "cpu") -> dict:
-    """For `python -m kvutils.bench`: the tail patch's switch time and FLOPs as a fraction of a
-    full recompute, per k, on `tokens` tokens of the default corpus (untrained random adapters: the
-    cost does not depend on what the adapter learned)."""
-    config = model_config(model, resolve(model))
-    n_layers = config.num_hidden_layers
-    ks = parse_k_values(k_values, n_layers, model)
-    loaded = load(model, "float32", device=device)
-    ids = data.prompts_from_corpus(loaded.tokenizer, data.load_corpus(), 1, tokens, parameter="tokens")
-    peft_model = loaded.model
-    for k in ks:
-        peft_model = lora.lora_tail(peft_model, k, 8, 16, "q,k,v,o,mlp", random_init=True)
-    peft_model = lora.lora_tail(peft_model, ks[0], 8, 16, "q,k,v,o,mlp", adapter_name=f"activated{ks[0]}",
-                                invocation_tokens=[0], random_init=True)
-    mp = ModelPlan(model, config.model_type, n_layers, ks, ks[0], [0], [], [], [], 0, [], ids)
-    cost = switch_costs(mp, peft_model, device, repeats)
-    return {str(k): {"k_over_L": row["k_over_L"], "time_fraction": row["tail_time_fraction"],
-                     "flops_fraction": row["tail_flops_fraction"],
-                     "recompute_ms": 1000 * row["recompute"]["seconds"], "tail_patch_ms": 1000 * row["tail_patch"]["seconds"]}
-            for k, row in cost["per_k"].items()}
-
-
-def _within(value, tol: float) -> bool:
-    """value <= tol, False for NaN (a NaN compares False with everything, so `NaN > tol` would pass)."""
-    return value is not None and value <= tol
-
-
-def check_exactness(numbers: dict, dtype: str) -> None:
-    """The chapter's theorems, asserted on the run's numbers, failing on NaN: tail patch ==
-    recompute within the dtype's tolerance; stale reuse exact below the tail and off inside it; each
-    activated adapter's prefix K/V identical to the base's; in the patch map, the shared prefix's
-    entries bit-identical although each context was computed in its own forward pass, so copying
-    them moves the answer only by the rounding of a batch row."""
-    tol, problems = TOLERANCE[dtype], []
-    for model, r in numbers.items():
-        for k in r["k_values"]:
-            adapter = f"tail{k}"
-            layers = r["switch"]["cache_layers"][adapter]
-            patch_kv = lora.nan_max(layers["tail_patch"])
-            patch_gap = r["switch"]["scores"][adapter]["tail_patch"]["max_abs_logit_diff"]
-            if not (_within(patch_kv, tol) and _within(patch_gap, tol)):
-                problems.append(f"{model} k={k}: tail patch off the recompute by {patch_kv} (K/V), "
-                                f"{patch_gap} (logits); allowed {tol}")
-            first = r["first_changed_layer"][str(k)]
-            if not all(d == 0 for d in layers["stale"][:r["layers"] - k]):
-                problems.append(f"{model} k={k}: stale cache differs below the tail: {layers['stale']}")
-            if not all(d is not None and d > 0 for d in layers["stale"][first:]):
-                problems.append(f"{model} k={k}: stale cache equals the recompute inside the tail: {layers['stale']}")
-            prefix = r["switch"]["cache_layers"][f"activated{k}"]["prefix_vs_base"]
-            if not all(d is None or d == 0 for d in prefix) or all(d is None for d in prefix):
-                problems.append(f"{model} k={k}: the activated adapter changed the prefix's K/V: {prefix}")
-        patch = r["patching"]
-        # the control copies bit-identical entries; the answer may still move by rounding, because a
-        # batched forward need not round every batch row the same way on multi-threaded CPUs
-        if not (patch["prefix_kv_max_diff"] == 0 and _within(patch["control_max_abs_delta"], tol)):
-            problems.append(f"{model}: patching the shared prefix moved the answer by "
-                            f"{patch['control_max_abs_delta']} (its entries differ by {patch['prefix_kv_max_diff']})")
-    if problems:
-        raise AssertionError("chapter 5 identities failed:\n  " + "\n  ".join(problems))

@@ -1,0 +1,130 @@
+"""Training one adapter from the boundary states: AdamW on next-token cross-entropy at the last
+position, through the tail's layers only, in float32 or under bfloat16 autocast."""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from kvutils.lora.boundary import marker_logits, select_rows, tail_logits
+from kvutils.lora.tails import adapter_parameters
+
+TRAIN_DTYPES = ("auto", "float32", "bfloat16")
+
+
+def resolve_train_dtype(train_dtype: str, device: str) -> str:
+    """"auto": bfloat16 where the device multiplies bfloat16 natively (a CPU with AVX512-BF16 or AMX
+    — there bfloat16 autocast trains a tail about twice as fast — or a CUDA GPU that supports it),
+    float32 elsewhere (emulated bfloat16 would be slower than float32)."""
+    if train_dtype not in TRAIN_DTYPES:
+        raise ValueError(f"train_dtype: {train_dtype!r} is not allowed; choose one of {', '.join(TRAIN_DTYPES)}")
+    if train_dtype != "auto":
+        return train_dtype
+    kind = torch.device(device).type
+    if kind == "cpu":
+        native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    else:
+        native = kind == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return "bfloat16" if native else "float32"
+
+
+def training_precision(train_dtype: str, device: str | torch.device):
+    """The context a training forward runs in: autocast to bfloat16 (the matrix products in
+    bfloat16; the LoRA weights, their gradients and AdamW stay float32), or nothing for float32.
+    Open it around a forward, never around optimizer steps (autocast keeps its casts of trainable
+    weights until it closes). Evaluation runs outside it, in the model's own dtype."""
+    if train_dtype == "float32":
+        return nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, train_dtype))
+
+
+@dataclass
+class Batch:
+    """A left-padded batch: every row ends with the marker, the answer is read at the last position."""
+
+    ids: torch.Tensor  # (batch, seq)
+    mask: torch.Tensor  # (batch, seq) 1 on real tokens
+    targets: torch.Tensor  # (batch,) the answer token
+    marker_len: int  # tokens of the marker (the activated adapter's offset from the end)
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r)
+        mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int,
+                  lr: float, batch_size: int, seed: int, activated: bool = False,
+                  on_step: Callable[[int, float], None] | None = None, prefix_cache=None,
+                  train_dtype: str = "float32") -> list[float]:
+    """Train one adapter with AdamW on next-token cross-entropy at the last position; return the
+    loss of every step.
+
+    `boundary` (examples, seq, hidden) holds the frozen base layers' output at layer `start` for the
+    whole training set, computed once: each step runs forward and backward through layers
+    start … L−1 only. Only the adapter's LoRA weights have gradients. Seeded: the same arguments
+    give the same losses. An activated adapter given `prefix_cache` (the base model's K/V of every
+    example before its marker, see `marker_logits`) runs only the marker's tokens. `train_dtype`
+    "bfloat16" runs each step's forward under autocast (see `training_precision`).
+    """
+    if prefix_cache is not None and not activated:
+        raise ValueError("prefix_cache is for an activated adapter only: a LoRA tail changes the prefix's K/V")
+    model.set_adapter(adapter_name)
+    params = adapter_parameters(model, adapter_name)
+    if not params:
+        raise ValueError(f"adapter {adapter_name!r} has no LoRA weights")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    try:
+        return _train_steps(model, adapter_name, boundary, batch, start, steps, optimizer, batch_size, seed,
+                            activated, on_step, prefix_cache, train_dtype)
+    finally:
+        for p in params:
+            p.requires_grad_(False)
+
+
+def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int, optimizer,
+                 batch_size: int, seed: int, activated: bool, on_step, prefix_cache, train_dtype: str) -> list[float]:
+    order = random.Random(seed)
+    n = boundary.shape[0]
+    queue: list[int] = []
+    losses = []
+    for step in tqdm(range(steps), desc=f"train {adapter_name}", unit="step"):
+        if len(queue) < batch_size:  # epochs of a seeded permutation
+            perm = list(range(n))
+            order.shuffle(perm)
+            queue += perm
+        rows, queue = queue[:batch_size], queue[batch_size:]
+        mask = batch.mask[rows]
+        # autocast around the forward only: it caches the low-precision copy of each trainable
+        # weight for as long as it is open, so around the loop the optimizer's steps would go unseen
+        with training_precision(train_dtype, boundary.device):
+            if prefix_cache is not None:
+                logits = marker_logits(model, boundary[rows], mask, start, batch.marker_len,
+                                       select_rows(prefix_cache, rows))
+            else:
+                offsets = [batch.marker_len] * len(rows) if activated else None
+                logits = tail_logits(model, boundary[rows], mask, start, offsets)
+        loss = torch.nn.functional.cross_entropy(logits.float(), batch.targets[rows])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if on_step:
+            on_step(step, losses[-1])
+        if not math.isfinite(losses[-1]):
+            raise FloatingPointError(f"training {adapter_name}: loss became {losses[-1]} at step {step}")
+    return losses

@@ -1,0 +1,79 @@
+"""Chapter 5's adapters: a LoRA tail and an activated LoRA per k, each trained from the boundary
+states of the training set (one base pass for all of them), and their accuracy read from those
+states."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from kvutils.lora.boundary import states_and_prefix_cache, tail_logits
+from kvutils.lora.tails import active_adapter, adapter_parameters, lora_tail
+from kvutils.lora.training import Batch, left_pad, train_adapter, training_precision
+from kvutils.studies.qwen3_switch.policies import EVAL_BATCH, scored
+from kvutils.studies.qwen3_switch.study import ModelPlan, Plan
+from kvutils.studies.qwen3_switch.tasks import Example
+
+TRAIN_ACCURACY_MAX = 64  # training examples scored per adapter (the fit, not the skill)
+
+
+def _batch(examples: list[Example], pad_id: int, marker_len: int, device: str) -> tuple[Batch, torch.Tensor]:
+    ids, mask = left_pad([e.ids for e in examples], pad_id)
+    batch = Batch(ids.to(device), mask.to(device), torch.tensor([e.target for e in examples], device=device),
+                  marker_len)
+    return batch, torch.tensor([e.other for e in examples], device=device)
+
+
+@torch.no_grad()
+def accuracy(model, adapter: str | None, boundary: torch.Tensor, batch: Batch, others: torch.Tensor,
+             start: int, activated: bool = False) -> dict:
+    """Accuracy (the right answer's logit above the wrong one's: chance 50 %) and label top-1 (the
+    right answer is the most likely token of the whole vocabulary), in %, from the hidden states at
+    layer `start`. `adapter` None: the base model."""
+    right, top1 = [], []
+    with active_adapter(model, adapter):
+        for a in range(0, len(others), EVAL_BATCH):
+            rows = slice(a, a + EVAL_BATCH)
+            offsets = [batch.marker_len] * len(others[rows]) if activated else None
+            logits = tail_logits(model, boundary[rows], batch.mask[rows], start, offsets)
+            target, other = batch.targets[rows], others[rows]
+            right += (logits.gather(1, target[:, None]) > logits.gather(1, other[:, None]))[:, 0].tolist()
+            top1 += (logits.argmax(-1) == target).tolist()
+    return {**scored(right), "label_top1_pct": 100 * statistics.fmean(top1)}
+
+
+def adapter_names(mp: ModelPlan) -> list[tuple[str, int, bool]]:
+    """(name, k, activated) of every adapter: a LoRA tail and an activated LoRA per k."""
+    return [(f"tail{k}", k, False) for k in mp.k_values] + [(f"activated{k}", k, True) for k in mp.k_values]
+
+
+def train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict]:
+    """Every adapter, trained from the boundary states of the training set (computed once); their
+    fit on (at most TRAIN_ACCURACY_MAX) training examples. Held-out accuracy comes from the switch."""
+    marker_len = len(mp.marker_ids)
+    train, train_other = _batch(mp.train, pad_id, marker_len, p.device)
+    starts = sorted({mp.n_layers - k for k in mp.k_values})
+    # one base pass: the boundaries every tail trains from, and the prefix's K/V the activated adapters read
+    with training_precision(p.train_dtype, p.device):
+        boundary, prefix_cache = states_and_prefix_cache(model, train.ids, train.mask, starts, marker_len)
+    dtype = getattr(torch, p.dtype)
+    boundary = {layer: states.to(dtype) for layer, states in boundary.items()}  # autocast may leave bfloat16
+    fit = slice(0, TRAIN_ACCURACY_MAX)
+    fit_batch = Batch(train.ids[fit], train.mask[fit], train.targets[fit], marker_len)
+    out = {"zero_shot": {"train": accuracy(model, None, boundary[starts[0]][fit], fit_batch, train_other[fit],
+                                           starts[0])},
+           "adapters": {}}
+    for name, k, activated in adapter_names(mp):  # each training has its own progress bar
+        start = mp.n_layers - k
+        model = lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
+                          invocation_tokens=mp.marker_ids if activated else None)
+        began = time.perf_counter()
+        losses = train_adapter(model, name, boundary[start], train, start, mp.steps, mp.lr, p.batch_size,
+                               p.seed, activated=activated, prefix_cache=prefix_cache if activated else None,
+                               train_dtype=p.train_dtype)
+        out["adapters"][name] = {
+            "k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
+            "trainable_parameters": sum(t.numel() for t in adapter_parameters(model, name)),
+            "train": accuracy(model, name, boundary[start][fit], fit_batch, train_other[fit], start, activated)}
+    return model, out
