@@ -24,9 +24,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from kvutils.cache.hf_caches import refusal
-from kvutils.cache.ops import OPS, CacheOp, Exact, cache_bytes, held_bytes, parse_op, parse_ops
-from kvutils.cache.scoring import PATHS, STEP_BATCH, batched_step, exact_prefill, score_step_many, step_start
+from kvutils.cache.base import CacheOp
+from kvutils.cache.methods.exact import Exact
+from kvutils.cache.methods.hf_quantized import refusal
+from kvutils.cache.prefilled import exact_prefill
+from kvutils.cache.registry import OPS, parse_op, parse_ops
+from kvutils.cache.scoring import PATHS, STEP_BATCH, batched_step, score_step_many, step_start
+from kvutils.cache.sizes import cache_bytes, held_bytes
 from kvutils.core import checks, data, results
 from kvutils.core.interrupt import OUT_OF_MEMORY
 from kvutils.models import registry as models

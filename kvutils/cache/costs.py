@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from kvutils.cache.ops import Exact, kv_shape
-from kvutils.cache.ops import cache_bytes as op_cache_bytes
+from kvutils.cache.base import kv_shape
+from kvutils.cache.methods.exact import Exact
+from kvutils.cache.sizes import cache_bytes as op_cache_bytes
 from kvutils.models.registry import Loaded
 
 KIB, GIB = 1024, 1024 ** 3

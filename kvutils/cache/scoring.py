@@ -1,8 +1,9 @@
 """Teacher-forced scoring with a modified KV cache: one fast forward, and a step-by-step reference.
 
 A document's first `prefill` tokens are run once and their cache is handed to a cache operation
-(`kvutils.cache.ops`); then the next `decode` tokens are fed (teacher forcing, the document's own
-tokens rather than the model's choices), and the logits after each fed token are returned.
+(`kvutils.cache.base`; the methods are in `kvutils.cache.methods`); then the next `decode` tokens
+are fed (teacher forcing, the document's own tokens rather than the model's choices), and the
+logits after each fed token are returned.
 
 What a query at position n reads, in both paths (the operation supplies three rules):
 - its own key/value, fresh, always;
@@ -27,56 +28,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.cache_utils import Cache, DynamicLayer
 
-from kvutils.cache.prefilled import KV, LayerView, Prefilled
+from kvutils.cache.forward import ComputedLayer, attention_masks, forward_logits
+from kvutils.cache.methods.hf_quantized import cache_object_bytes
+from kvutils.cache.prefilled import KV, Prefilled, prefill_for
 from kvutils.models import attention
 from kvutils.models.registry import Loaded
-from kvutils.models.rotary import rotary_cos_sin, rotate_keys
+from kvutils.models.rotary import rotate_keys
 
 STEP_BATCH = 8  # documents a caller decodes together on the step path (their caches and logits held at once)
-
-
-def attention_masks(loaded: Loaded, visible: torch.Tensor, query_slots: torch.Tensor,
-                    key_slots: torch.Tensor):
-    """The `attention_mask` argument for a forward whose queries at document positions
-    `query_slots` (q,) may read the keys at `key_slots` (k,) where `visible` (q, k) is True.
-    Adds the model's own sliding window (by document position) for sliding layers. Returns one
-    additive (1, 1, q, k) mask, or a dict per layer type, which is what the models take."""
-    config = loaded.config
-    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
-    if kinds - {"full_attention", "sliding_attention"}:
-        raise ValueError(f"{loaded.name}: layer types {sorted(kinds)} are not supported")
-    blocked = torch.finfo(loaded.dtype).min
-
-    def additive(allowed: torch.Tensor) -> torch.Tensor:
-        mask = torch.zeros(allowed.shape, dtype=loaded.dtype)
-        return mask.masked_fill(~allowed, blocked)[None, None].to(loaded.device)
-
-    if "sliding_attention" not in kinds:
-        return additive(visible)
-    near = (query_slots[:, None] - key_slots[None, :]) < config.sliding_window
-    return {"full_attention": additive(visible), "sliding_attention": additive(visible & near)}
-
-
-class ComputedLayer(DynamicLayer):
-    """A cache layer whose `update` hands attention a computed key/value set instead of appending:
-    `assemble(new_keys, new_values) -> (keys, values)`. Lets one forward read, per query, different
-    versions of the same entry (selected by a 4-D mask)."""
-
-    def __init__(self, assemble: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]):
-        super().__init__()
-        self.assemble = assemble
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        self.keys, self.values = self.assemble(key_states, value_states)
-        return self.keys, self.values
 
 
 def _held_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
@@ -84,82 +48,6 @@ def _held_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
     layer.lazy_initialization(keys, values)
     layer.keys, layer.values = keys, values
     return layer
-
-
-def _run(loaded: Loaded, ids: torch.Tensor, positions: torch.Tensor, masks, layers: list,
-         logits_to_keep: int = 0) -> torch.Tensor:
-    out = loaded.model(input_ids=ids.to(loaded.device), position_ids=positions.view(1, -1).to(loaded.device),
-                       attention_mask=masks, cache=Cache(layers=layers), use_cache=True,
-                       logits_to_keep=logits_to_keep)
-    return out.logits[0]  # (kept positions, vocab)
-
-
-@torch.inference_mode()
-def kv_forward(loaded: Loaded, ids: torch.Tensor, positions: torch.Tensor | None = None) -> KV:
-    """Every layer's K/V for `ids` (1, seq) run with no past, at `positions` (default 0..seq-1).
-    Sliding layers keep every entry too (their window is applied by the masks), so all layers are
-    indexed alike by document position."""
-    seq = ids.shape[-1]
-    positions = torch.arange(seq) if positions is None else positions
-    slots = torch.arange(seq)
-    masks = attention_masks(loaded, slots[None, :] <= slots[:, None], slots, slots)
-    cache = DynamicCache()
-    loaded.model(input_ids=ids.to(loaded.device), position_ids=positions.view(1, -1).to(loaded.device),
-                 attention_mask=masks, cache=cache, use_cache=True, logits_to_keep=1)
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-@torch.inference_mode()
-def recompute_selected(loaded: Loaded, ids: torch.Tensor, kv: KV, selected: torch.Tensor) -> KV:
-    """CacheBlend's partial prefill: the tokens at `selected` (sorted document positions) are run
-    again, reading the cache `kv` (all positions of `ids` (1, seq)) in which each layer's entries
-    for those tokens are replaced by the recomputed ones before attention reads them. Returns the
-    blended cache. With every position selected this is an ordinary in-context prefill."""
-    slots = torch.arange(ids.shape[-1])
-
-    def assemble_into(keys, values):
-        def assemble(new_keys, new_values):
-            keys_out, values_out = keys.clone(), values.clone()
-            keys_out[..., selected, :], values_out[..., selected, :] = new_keys, new_values
-            return keys_out, values_out
-        return assemble
-
-    layers = [ComputedLayer(assemble_into(k, v)) for k, v in kv]
-    masks = attention_masks(loaded, slots[None, :] <= selected[:, None], selected, slots)
-    _run(loaded, ids[:, selected], selected, masks, layers, logits_to_keep=1)
-    return [(layer.keys, layer.values) for layer in layers]
-
-
-@torch.inference_mode()
-def exact_prefill(loaded: Loaded, ids: torch.Tensor, views: bool = False) -> Prefilled:
-    """`kv_forward` of `ids` (1, seq), and with `views` each layer's queries and attention too."""
-    if not views:
-        return Prefilled(kv_forward(loaded, ids))
-    seen = {}
-
-    def record(layer, query, key, value, weights, scale):
-        seen[layer] = (query, weights, scale)
-
-    with attention.session(loaded, record=record):
-        kv = kv_forward(loaded, ids)
-    out = []
-    for i, (k, v) in enumerate(kv):
-        query, weights, scale = seen[i]
-        out.append(LayerView(i, len(kv), k, v, query, scale, weights,
-                             lambda positions, i=i, like=k: rotary_cos_sin(loaded, i, like, positions)))
-    return Prefilled(kv, out)
-
-
-def _prefilled(loaded: Loaded, op, ids: torch.Tensor, prefill: int, exact_kv) -> Prefilled:
-    """The cache the operation starts from; `exact_kv` (a KV list or a Prefilled) is the shared
-    exact prefill, reused where the operation starts from it."""
-    if isinstance(exact_kv, list):
-        exact_kv = Prefilled(exact_kv)
-    if not op.exact_prefill:
-        return Prefilled(op.prefill(loaded, ids[None, :prefill]))
-    if exact_kv is not None and (exact_kv.views is not None or not op.needs_views):
-        return exact_kv
-    return exact_prefill(loaded, ids[None, :prefill], views=op.needs_views)
 
 
 # --------------------------------------------------------------------------- fast path
@@ -176,7 +64,7 @@ def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
     if not op.has_fast_path:
         raise ValueError(f"{op.spec}: what it keeps changes with each decoded token's attention, so only the "
                          "step path scores it (path='step')")
-    pre = _prefilled(loaded, op, ids, prefill, exact_kv)
+    pre = prefill_for(loaded, op, ids, prefill, exact_kv)
     kv = pre.kv
     queries = torch.arange(prefill, prefill + decode)  # (decode,)
     slots = torch.arange(prefill + decode)  # every entry that will exist, prefill then decode
@@ -242,7 +130,7 @@ def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
         full = [torch.cat([k, torch.ones(k.shape[0], decode, dtype=torch.bool)], -1) for k in kept]
         per_head = attention.session(loaded, masks={i: f[:, key_slots] for i, f in enumerate(full)})
     with per_head:
-        return _run(loaded, ids[None, prefill:prefill + decode], queries, masks, layers)
+        return forward_logits(loaded, ids[None, prefill:prefill + decode], queries, masks, layers)
 
 
 # --------------------------------------------------------------------------- step-by-step reference
@@ -301,7 +189,7 @@ def score_step(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
 def _score_held_step(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int, exact_kv) -> torch.Tensor:
     """`score_step` for an operation that decides from positions alone (a window, a quantiser, a
     chunk): one document, the cache held literally as the operation keeps it."""
-    kv = _prefilled(loaded, op, ids, prefill, exact_kv).kv
+    kv = prefill_for(loaded, op, ids, prefill, exact_kv).kv
     states = [_Held(k, v, torch.arange(prefill)) for k, v in kv]
     for i, state in enumerate(states):
         state.settle(loaded, i, op, prefill)
@@ -312,7 +200,7 @@ def _score_held_step(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode
         coord = held if getattr(op, "reindex", False) else n
         key_slots = torch.cat([states[0].slots, torch.tensor([n])])
         masks = attention_masks(loaded, torch.ones(1, held + 1, dtype=torch.bool), torch.tensor([n]), key_slots)
-        logits.append(_run(loaded, ids[None, n:n + 1], torch.tensor([coord]), masks, layers)[-1])
+        logits.append(forward_logits(loaded, ids[None, n:n + 1], torch.tensor([coord]), masks, layers)[-1])
         for i, (state, layer) in enumerate(zip(states, layers)):
             state.extend(layer.keys, layer.values, n, coord)
             state.settle(loaded, i, op, n + 1)
@@ -343,9 +231,7 @@ def step_start(loaded: Loaded, op, ids: torch.Tensor, prefill: int, exact_kv: KV
                stats: dict | None = None) -> StepStart:
     """What the step path starts from for one document `ids` (seq,); fills `stats` as `score_step`
     does. Holds no layer views, so many documents' starts fit where their views would not."""
-    from kvutils.cache.hf_caches import cache_object_bytes
-
-    pre = _prefilled(loaded, op, ids, prefill, exact_kv)
+    pre = prefill_for(loaded, op, ids, prefill, exact_kv)
     if hasattr(op, "make_cache"):
         cache = op.make_cache(loaded.model.config)
         for i, (k, v) in enumerate(pre.kv):

@@ -141,7 +141,7 @@ def plot_bytes(bytes_rows: list[dict]):
 def article_rows_by_spec() -> dict[str, dict]:
     """The article's Table 2 rows keyed by our spec of the same operation (ARTICLE_OPS is in the
     article's order)."""
-    from kvutils.cache.ops import ARTICLE_OPS, parse_op
+    from kvutils.cache.registry import ARTICLE_OPS, parse_op
 
     rows = article()["table2_approximations"]
     return {parse_op(spec).spec: row for spec, row in zip(ARTICLE_OPS, rows)}

@@ -16,23 +16,15 @@ from types import SimpleNamespace
 
 import torch
 
-from kvutils.cache.ops import (
-    FRONTIER_OPS,
-    FRONTIER_RATIOS,
-    CacheOp,
-    Window,
-    cache_bytes,
-    kv_shape,
-    parse_op,
-)
-from kvutils.cache.presses import (
-    AdaKVPress,
-    DecodePolicy,
-    Press,
-    PyramidKVPress,
-    SnapKVPress,
-    kept_per_head,
-)
+from kvutils.cache.base import CacheOp, kv_shape
+from kvutils.cache.methods.adakv import AdaKVPress
+from kvutils.cache.methods.policy import DecodePolicy
+from kvutils.cache.methods.press import Press, kept_per_head
+from kvutils.cache.methods.pyramidkv import PyramidKVPress
+from kvutils.cache.methods.snapkv import SnapKVPress
+from kvutils.cache.methods.window import Window
+from kvutils.cache.registry import FRONTIER_OPS, FRONTIER_RATIOS, parse_op
+from kvutils.cache.sizes import cache_bytes
 from kvutils.core import compare
 
 MATCH_ENTRIES = 1.0  # a fixed budget matches a press level when the mean held entries differ by at most this

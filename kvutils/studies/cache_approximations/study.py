@@ -28,7 +28,10 @@ import torch
 
 from kvutils.cache import costs
 from kvutils.cache.accept import accept_many, tokenize_documents
-from kvutils.cache.ops import ARTICLE_OPS, EXTRA_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
+from kvutils.cache.base import CacheOp
+from kvutils.cache.methods.chunk_blend import ChunkBlend
+from kvutils.cache.methods.chunk_reuse import ChunkReuse
+from kvutils.cache.registry import ARTICLE_OPS, EXTRA_OPS, parse_ops
 from kvutils.core import checks, data
 from kvutils.core.article import article
 from kvutils.models.checks import check_models

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import torch
 
-from kvutils.cache.ops import CacheOp, _check_int, _fail, register
+from kvutils.cache.base import CacheOp, check_field_int, reject
 
 BACKENDS = ("fp8", "quanto", "hqq")
 _PACKAGES = {"quanto": "optimum.quanto", "hqq": "hqq"}
@@ -37,7 +37,6 @@ def refusal(config, op: HFQuantized) -> str | None:
     return backend_missing(op.backend)
 
 
-@register
 @dataclass(frozen=True)
 class HFQuantized(CacheOp):
     """transformers' QuantizedCache, the real object: `fp8` stores keys and values as float8_e4m3
@@ -58,10 +57,10 @@ class HFQuantized(CacheOp):
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
-            _fail(self.name, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
-        _check_int(self.name, "nbits", self.nbits, 1)
-        _check_int(self.name, "group", self.group, 1)
-        _check_int(self.name, "residual", self.residual, 1)
+            reject(self.name, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
+        check_field_int(self.name, "nbits", self.nbits, 1)
+        check_field_int(self.name, "group", self.group, 1)
+        check_field_int(self.name, "residual", self.residual, 1)
         missing = backend_missing(self.backend)  # when the op is parsed, not after a model loaded
         if missing:
             raise ValueError(missing)
