@@ -28,9 +28,9 @@ def reject(op: str, field: str, value, allowed: str) -> NoReturn:
     raise ValueError(f"{op}: {field}={value!r} is not allowed; {field} must be {allowed}")
 
 
-def check_field_int(op: str, field: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        reject(op, field, value, f"an integer >= {low}")
+def check_fraction(op: str, field: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        reject(op, field, value, "a number between 0 and 1")
 
 
 @dataclass(frozen=True)

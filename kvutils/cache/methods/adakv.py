@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import torch
 
-from kvutils.cache.base import reject
+from kvutils.cache.base import check_fraction
 from kvutils.cache.methods.press import Press, kept_per_head, top_mask
 from kvutils.cache.methods.snapkv import SnapKVPress
 
@@ -27,9 +27,7 @@ class AdaKVPress(Press):
     def __post_init__(self):
         super().__post_init__()
         SnapKVPress(self.compression_ratio, self.window, self.kernel)  # same checks
-        f = self.safeguard
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
-            reject(self.name, "safeguard", f, "a number between 0 and 1")
+        check_fraction(self.name, "safeguard", self.safeguard)
 
     def check_lengths(self, prefill, decode):
         SnapKVPress(self.compression_ratio, self.window, self.kernel).check_lengths(prefill, decode)

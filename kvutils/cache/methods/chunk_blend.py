@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.base import check_field_int, reject
+from kvutils.cache.base import check_fraction
 from kvutils.cache.methods.chunk_reuse import Chunk, ChunkReuse
 from kvutils.cache.prefilled import kv_forward, recompute_selected
+from kvutils.core import checks
 
 
 @dataclass(frozen=True)
@@ -21,10 +22,8 @@ class ChunkBlend(Chunk):
     examples: ClassVar[tuple[str, ...]] = ("chunk_blend:recompute_fraction=0.25,chunk=8",)
 
     def __post_init__(self):
-        f = self.recompute_fraction
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
-            reject(self.name, "recompute_fraction", f, "a number between 0 and 1")
-        check_field_int(self.name, "chunk", self.chunk, 1)
+        check_fraction(self.name, "recompute_fraction", self.recompute_fraction)
+        checks.check_int(f"{self.name}: chunk", self.chunk, 1)
 
     def prefill(self, loaded, ids):
         reused = ChunkReuse("reindexed", self.chunk).prefill(loaded, ids)

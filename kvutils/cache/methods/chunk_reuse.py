@@ -6,8 +6,9 @@ from typing import ClassVar
 
 import torch
 
-from kvutils.cache.base import CacheOp, check_field_int, reject
+from kvutils.cache.base import CacheOp, reject
 from kvutils.cache.prefilled import kv_forward
+from kvutils.core import checks
 from kvutils.models.rotary import rotate_keys
 
 
@@ -42,7 +43,7 @@ class ChunkReuse(Chunk):
     def __post_init__(self):
         if self.positions not in ("original", "reindexed"):
             reject(self.name, "positions", self.positions, "'original' or 'reindexed'")
-        check_field_int(self.name, "chunk", self.chunk, 1)
+        checks.check_int(f"{self.name}: chunk", self.chunk, 1)
 
     def prefill(self, loaded, ids):
         context, alone = self._alone(loaded, ids)

@@ -7,8 +7,9 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from kvutils.cache.base import check_field_int, reject
+from kvutils.cache.base import reject
 from kvutils.cache.methods.press import Press
+from kvutils.core import checks
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,8 @@ class ExpectedAttentionPress(Press):
 
     def __post_init__(self):
         super().__post_init__()
-        check_field_int(self.name, "future", self.future, 1)
-        check_field_int(self.name, "sinks", self.sinks, 0)
+        checks.check_int(f"{self.name}: future", self.future, 1)
+        checks.check_int(f"{self.name}: sinks", self.sinks, 0)
 
     def check_lengths(self, prefill, decode):
         if self.sinks >= prefill - 1:

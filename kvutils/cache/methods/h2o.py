@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import torch
 
-from kvutils.cache.base import reject
+from kvutils.cache.base import check_fraction
 from kvutils.cache.methods.policy import DecodePolicy
 from kvutils.cache.methods.press import kept_per_head, top_mask
 
@@ -25,9 +25,7 @@ class H2O(DecodePolicy):
 
     def __post_init__(self):
         super().__post_init__()
-        f = self.recent
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
-            reject(self.name, "recent", f, "a number between 0 and 1")
+        check_fraction(self.name, "recent", self.recent)
 
     def start(self, view):
         P = view.keys.shape[-2]

@@ -9,7 +9,8 @@ from typing import ClassVar
 
 import torch
 
-from kvutils.cache.base import CacheOp, check_field_int, reject
+from kvutils.cache.base import CacheOp, reject
+from kvutils.core import checks
 
 BACKENDS = ("fp8", "quanto", "hqq")
 _PACKAGES = {"quanto": "optimum.quanto", "hqq": "hqq"}
@@ -58,9 +59,9 @@ class HFQuantized(CacheOp):
     def __post_init__(self):
         if self.backend not in BACKENDS:
             reject(self.name, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
-        check_field_int(self.name, "nbits", self.nbits, 1)
-        check_field_int(self.name, "group", self.group, 1)
-        check_field_int(self.name, "residual", self.residual, 1)
+        checks.check_int(f"{self.name}: nbits", self.nbits, 1)
+        checks.check_int(f"{self.name}: group", self.group, 1)
+        checks.check_int(f"{self.name}: residual", self.residual, 1)
         missing = backend_missing(self.backend)  # when the op is parsed, not after a model loaded
         if missing:
             raise ValueError(missing)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.base import check_field_int
 from kvutils.cache.methods.snapkv import SnapKVPress
+from kvutils.core import checks
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class PyramidKVPress(SnapKVPress):
 
     def __post_init__(self):
         super().__post_init__()
-        check_field_int(self.name, "beta", self.beta, 1)
+        checks.check_int(f"{self.name}: beta", self.beta, 1)
 
     def budget(self, view):
         q_len, w = view.keys.shape[-2], self.window

@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import torch
 
-from kvutils.cache.base import SCALE_BYTES, CacheOp, check_bits, check_field_int, kv_shape, quantize_asymmetric, reject
+from kvutils.cache.base import SCALE_BYTES, CacheOp, check_bits, kv_shape, quantize_asymmetric, reject
+from kvutils.core import checks
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,8 @@ class QuantizeKivi(CacheOp):
 
     def __post_init__(self):
         check_bits(self.name, self.bits)
-        check_field_int(self.name, "group", self.group, 1)
-        check_field_int(self.name, "residual", self.residual, 1)
+        checks.check_int(f"{self.name}: group", self.group, 1)
+        checks.check_int(f"{self.name}: residual", self.residual, 1)
         if self.residual % self.group:
             reject(self.name, "residual", self.residual, f"a multiple of group={self.group}")
 

@@ -6,8 +6,8 @@ from typing import ClassVar
 
 import torch
 
-from kvutils.cache.base import check_field_int
 from kvutils.cache.methods.press import Press
+from kvutils.core import checks
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class RandomPress(Press):
 
     def __post_init__(self):
         super().__post_init__()
-        check_field_int(self.name, "seed", self.seed, 0)
+        checks.check_int(f"{self.name}: seed", self.seed, 0)
 
     def score(self, view):
         g = torch.Generator().manual_seed(self.seed * 100_003 + view.layer)

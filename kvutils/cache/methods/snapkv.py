@@ -6,8 +6,9 @@ from typing import ClassVar
 
 import torch.nn.functional as F
 
-from kvutils.cache.base import check_field_int, reject
+from kvutils.cache.base import reject
 from kvutils.cache.methods.press import Press
+from kvutils.core import checks
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,8 @@ class SnapKVPress(Press):
 
     def __post_init__(self):
         super().__post_init__()
-        check_field_int(self.name, "window", self.window, 1)
-        check_field_int(self.name, "kernel", self.kernel, 1)
+        checks.check_int(f"{self.name}: window", self.window, 1)
+        checks.check_int(f"{self.name}: kernel", self.kernel, 1)
         if self.kernel % 2 == 0:
             reject(self.name, "kernel", self.kernel, "an odd integer (the pool is centred)")
 

@@ -5,7 +5,8 @@ import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.base import CacheOp, check_field_int, reject
+from kvutils.cache.base import CacheOp, reject
+from kvutils.core import checks
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,8 @@ class Window(CacheOp):
                                            "window:size=10,sinks=2,reindex=true")
 
     def __post_init__(self):
-        check_field_int(self.name, "size", self.size, 1)
-        check_field_int(self.name, "sinks", self.sinks, 0)
+        checks.check_int(f"{self.name}: size", self.size, 1)
+        checks.check_int(f"{self.name}: sinks", self.sinks, 0)
         if self.sinks >= self.size:
             reject(self.name, "sinks", self.sinks, f"smaller than size={self.size}")
         if not isinstance(self.reindex, bool):
