@@ -16,9 +16,9 @@ from kvutils.cache import accept as acceptance
 from kvutils.cache import scoring as teacher
 from kvutils.cache.forward import attention_masks
 from kvutils.cache.methods.exact import Exact
-from kvutils.cache.methods.hf_quantized import cache_object_bytes
 from kvutils.cache.prefilled import exact_prefill, kv_forward
 from kvutils.cache.registry import parse_op
+from kvutils.cache.sizes import cache_object_bytes
 from kvutils.core import data
 from kvutils.models import attention
 

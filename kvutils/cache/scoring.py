@@ -34,8 +34,8 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from kvutils.cache.forward import ComputedLayer, attention_masks, forward_logits
-from kvutils.cache.methods.hf_quantized import cache_object_bytes
 from kvutils.cache.prefilled import KV, Prefilled, prefill_for
+from kvutils.cache.sizes import cache_object_bytes
 from kvutils.models import attention
 from kvutils.models.registry import Loaded
 from kvutils.models.rotary import rotate_keys

@@ -7,8 +7,6 @@ import importlib.util
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from kvutils.cache.base import CacheOp, reject
 from kvutils.core import checks
 
@@ -83,20 +81,3 @@ class HFQuantized(CacheOp):
         return QuantizedCache(self.backend, config, nbits=self.nbits, q_group_size=self.group,
                               residual_length=self.residual)
 
-
-def _tensor_bytes(x) -> int:
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    if isinstance(x, (tuple, list)):
-        return sum(_tensor_bytes(t) for t in x)
-    inner = [getattr(x, a) for a in ("_data", "_scale", "_shift", "W_q", "meta") if hasattr(x, a)]
-    return sum(_tensor_bytes(t) for t in inner)
-
-
-def cache_object_bytes(cache) -> int:
-    """Bytes a transformers cache object holds: quantised tensors (with scales) and residuals."""
-    total = 0
-    for layer in cache.layers:
-        for attr in ("_quantized_keys", "_quantized_values", "keys", "values"):
-            total += _tensor_bytes(getattr(layer, attr, None))
-    return total
