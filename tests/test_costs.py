@@ -8,6 +8,7 @@ from conftest import CAUSAL_TINY, load_cached
 
 from kvutils.cache import costs, sizes
 from kvutils.core.article import article
+from kvutils.models import layers
 
 
 @pytest.mark.parametrize("row", article()["table1_bytes_per_token"], ids=lambda r: r["model"])
@@ -46,7 +47,7 @@ def test_step_flops_by_hand_for_tiny_llama():
 def test_sliding_layers_attend_to_at_most_their_window():
     loaded = load_cached("tiny-gemma3", "float32")
     far, farther = (costs.step_flops(loaded, n, cached=True) for n in (100, 200))
-    windows = sizes.layer_windows(loaded.config)
+    windows = layers.layer_windows(loaded.config)
     global_layers = sum(w is None for w in windows)
     attn_width = loaded.config.num_attention_heads * loaded.config.head_dim
     assert farther - far == 2 * 2 * attn_width * 100 * global_layers  # only global layers grow

@@ -126,11 +126,3 @@ def quantize_asymmetric(x: torch.Tensor, bits: int, dim: int = -1) -> torch.Tens
     low, high = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
     scale = ((high - low) / (2 ** bits - 1)).clamp_min(torch.finfo(x.dtype).tiny)
     return ((x - low) / scale).round() * scale + low
-
-
-def kv_shape(config) -> tuple[int, int]:
-    """(kv_heads, head_dim) of a model config."""
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return kv_heads, head_dim

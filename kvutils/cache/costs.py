@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from kvutils.cache.base import kv_shape
-from kvutils.cache.sizes import cache_object_bytes, layer_windows, model_cache_bytes
+from kvutils.cache.sizes import cache_object_bytes, model_cache_bytes
+from kvutils.models.layers import kv_shape, layer_windows
 from kvutils.models.registry import Loaded
 
 # --------------------------------------------------------------------------- compute

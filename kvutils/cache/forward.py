@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from kvutils.models.layers import layer_types
 from kvutils.models.registry import Loaded
 
 
@@ -22,7 +23,7 @@ def attention_masks(loaded: Loaded, visible: torch.Tensor, query_slots: torch.Te
     Adds the model's own sliding window (by document position) for sliding layers. Returns one
     additive (1, 1, q, k) mask, or a dict per layer type, which is what the models take."""
     config = loaded.config
-    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+    kinds = set(layer_types(config))
     if kinds - {"full_attention", "sliding_attention"}:
         raise ValueError(f"{loaded.name}: layer types {sorted(kinds)} are not supported")
     blocked = torch.finfo(loaded.dtype).min

@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from kvutils.cache.base import CacheOp, kv_shape
+from kvutils.cache.base import CacheOp
 from kvutils.cache.methods.exact import Exact
+from kvutils.models.layers import kv_shape, layer_types, layer_windows
 from kvutils.models.registry import Loaded
 
 KIB, GIB = 1024, 1024 ** 3
@@ -38,14 +39,6 @@ def published_bytes(row: dict, bytes_per_value: int = 2) -> int:
     if row["attention"] == "MLA":
         return mla_bytes_per_token(row["layers"], row["latent_dim"], row["rope_key_dim"], bytes_per_value)
     return kv_bytes_per_token(row["layers"], row["kv_heads"], row["head_dim"], bytes_per_value)
-
-
-def layer_windows(config) -> list[int | None]:
-    """Per layer, the attention window (None: the layer attends to every earlier token)."""
-    n = config.num_hidden_layers
-    types = getattr(config, "layer_types", None) or ["full_attention"] * n
-    window = getattr(config, "sliding_window", None)
-    return [window if t == "sliding_attention" and window else None for t in types]
 
 
 def model_cache_bytes(config, seq_len: int, dtype: torch.dtype = torch.float32) -> dict:
@@ -78,7 +71,7 @@ def cache_bytes(config, op: CacheOp, prefill: int, dtype: torch.dtype) -> float:
     value_done = (op.values_stored_after(slots) < prefill) if op.transforms_storage else none
     base, e = Exact(), dtype.itemsize
     total = 0.0
-    for kind in getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers:
+    for kind in layer_types(config):
         h = held & ((prefill - slots) < config.sliding_window) if kind == "sliding_attention" else held
         total += op.stored_key_bytes(int((h & key_done).sum()), kv_heads, head_dim, e)
         total += op.stored_value_bytes(int((h & value_done).sum()), kv_heads, head_dim, e)
@@ -94,9 +87,8 @@ def kept_bytes(config, kept: list[torch.Tensor], dtype: torch.dtype) -> float:
     """Bytes of the entries a data-dependent method holds: `kept` per layer (kv_heads, n) bool over
     the document's positions 0..n-1 (sliding-window layers: only the last window - 1 count)."""
     _, head_dim = kv_shape(config)
-    kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
     total = 0
-    for kind, k in zip(kinds, kept):
+    for kind, k in zip(layer_types(config), kept):
         n = k.shape[-1]
         if kind == "sliding_attention":
             k = k & ((n - torch.arange(n)) < config.sliding_window)

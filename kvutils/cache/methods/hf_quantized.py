@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from kvutils.cache.base import CacheOp, reject
 from kvutils.core import checks
+from kvutils.models.layers import layer_types
 
 BACKENDS = ("fp8", "quanto", "hqq")
 _PACKAGES = {"quanto": "optimum.quanto", "hqq": "hqq"}
@@ -29,7 +30,7 @@ def backend_missing(backend: str) -> str | None:
 
 def refusal(config, op: HFQuantized) -> str | None:
     """Why transformers' QuantizedCache refuses this model (it takes only full-attention layers)."""
-    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+    kinds = set(layer_types(config))
     if kinds - {"full_attention"}:
         return (f"transformers' QuantizedCache refuses models with {sorted(kinds - {'full_attention'})} layers "
                 "(only full attention is supported)")

@@ -7,8 +7,9 @@ from typing import ClassVar
 
 import torch
 
-from kvutils.cache.base import SCALE_BYTES, CacheOp, check_bits, kv_shape, quantize_asymmetric, reject
+from kvutils.cache.base import SCALE_BYTES, CacheOp, check_bits, quantize_asymmetric, reject
 from kvutils.core import checks
+from kvutils.models.layers import kv_shape
 
 
 @dataclass(frozen=True)

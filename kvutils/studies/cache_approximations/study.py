@@ -28,13 +28,14 @@ import torch
 
 from kvutils.cache import costs, sizes
 from kvutils.cache.accept import accept_many, tokenize_documents
-from kvutils.cache.base import CacheOp, kv_shape
+from kvutils.cache.base import CacheOp
 from kvutils.cache.methods.chunk_blend import ChunkBlend
 from kvutils.cache.methods.chunk_reuse import ChunkReuse
 from kvutils.cache.registry import ARTICLE_OPS, EXTRA_OPS, parse_ops
 from kvutils.core import checks, data
 from kvutils.core.article import article
 from kvutils.models.checks import check_models
+from kvutils.models.layers import kv_shape
 from kvutils.models.registry import load, load_tokenizer
 from kvutils.studies.cache_approximations import frontier
 
