@@ -18,13 +18,14 @@ from conftest import CAUSAL_TINY, load_cached
 
 from kvutils.cache import accept as acceptance
 from kvutils.cache import registry
+from kvutils.cache.fast_path import score_fast
 from kvutils.cache.methods.cast import Cast
 from kvutils.cache.methods.chunk_blend import ChunkBlend
 from kvutils.cache.methods.chunk_reuse import ChunkReuse
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.window import Window
 from kvutils.cache.prefilled import exact_prefill
-from kvutils.cache.scoring import score_fast, score_step
+from kvutils.cache.scoring import score_step
 from kvutils.core import data
 from kvutils.models import registry as models
 

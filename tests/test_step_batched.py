@@ -14,11 +14,13 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from kvutils.cache import accept as acceptance
 from kvutils.cache import scoring as teacher
+from kvutils.cache.fast_path import score_fast
 from kvutils.cache.forward import attention_masks
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.prefilled import exact_prefill, kv_forward
 from kvutils.cache.registry import parse_op
 from kvutils.cache.sizes import cache_object_bytes
+from kvutils.cache.step_batched import StepStart
 from kvutils.core import data
 from kvutils.models import attention
 
@@ -96,7 +98,7 @@ def test_batched_presses_and_policies_equal_each_document_alone(name, spec, text
         assert (teacher.score_step(loaded, op, ids[d], PREFILL, DECODE) - alone).abs().max() <= TOL
     # not blind: the documents differ, and the operation changes the logits
     assert (batched[0] - batched[1]).abs().max() > 1e-3
-    exact = teacher.score_fast(loaded, Exact(), ids[0], PREFILL, DECODE)
+    exact = score_fast(loaded, Exact(), ids[0], PREFILL, DECODE)
     assert (batched[0] - exact).abs().max() > 1e-5
 
 
@@ -111,7 +113,7 @@ def test_batched_fp8_cache_object_keeps_each_documents_scale(name, texts):
         alone, held = _reference_cache_object(loaded, op, ids[d])
         assert (batched[d] - alone).abs().max() <= TOL, f"document {d}"
         assert stats[d]["cache_bytes"] == held
-    exact = teacher.score_fast(loaded, Exact(), ids[2], PREFILL, DECODE)
+    exact = score_fast(loaded, Exact(), ids[2], PREFILL, DECODE)
     assert (batched[2] - exact).abs().max() > 1e-5  # fp8 rounding shows
 
 
@@ -127,7 +129,7 @@ def test_one_fp8_scale_per_document_not_per_batch():
         qc = op.make_cache(loaded.model.config)
         for i, (k, v) in enumerate(layers):
             qc.update(k, v, i)
-        starts.append(teacher.StepStart(layers, cache=qc))
+        starts.append(StepStart(layers, cache=qc))
     ids = torch.arange(10, 10 + PREFILL + 2).repeat(2, 1)
     both = teacher.score_step_many(loaded, op, ids, PREFILL, 2, starts)
     alone = _reference_small(loaded, op, small, ids[1])
@@ -149,7 +151,7 @@ def test_operations_deciding_by_position_keep_their_own_step_path(spec, texts):
     ids = _batch(loaded, texts[:2])
     many = teacher.score_step_many(loaded, op, ids, PREFILL, DECODE)
     for d in range(2):  # against the fast path: re-rotation takes transformers' fp32 rotary angles
-        fast = teacher.score_fast(loaded, op, ids[d], PREFILL, DECODE)
+        fast = score_fast(loaded, op, ids[d], PREFILL, DECODE)
         assert (many[d] - fast).abs().max() <= 1e-7
 
 

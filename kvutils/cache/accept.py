@@ -29,8 +29,9 @@ from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.hf_quantized import refusal
 from kvutils.cache.prefilled import exact_prefill
 from kvutils.cache.registry import OPS, parse_op, parse_ops
-from kvutils.cache.scoring import PATHS, STEP_BATCH, batched_step, score_step_many, step_start
+from kvutils.cache.scoring import PATHS, STEP_BATCH, score_step_many
 from kvutils.cache.sizes import cache_bytes, kept_bytes
+from kvutils.cache.step_batched import batched_step, step_start
 from kvutils.core import checks, data, results
 from kvutils.core.interrupt import OUT_OF_MEMORY
 from kvutils.models import registry as models
