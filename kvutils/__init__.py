@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 
 _PUBLIC = {  # name -> the module that defines it
-    "OPS": "kvutils.cache.ops", "parse_op": "kvutils.cache.ops",
+    "OPS": "kvutils.cache.registry", "parse_op": "kvutils.cache.registry",
     "cache_layers": "kvutils.models.greedy", "greedy": "kvutils.models.greedy", "prefill": "kvutils.models.greedy",
     "Loaded": "kvutils.models.loading", "ModelNotAvailable": "kvutils.models.registry", "load": "kvutils.models.loading",
 }

@@ -17,10 +17,15 @@ import torch
 from conftest import CAUSAL_TINY, load_cached
 
 from kvutils.cache import accept as acceptance
-from kvutils.cache import ops as cache
-from kvutils.cache import scoring as teacher
-from kvutils.cache.ops import Cast, ChunkBlend, Exact, Window
-from kvutils.cache.scoring import score_fast, score_step
+from kvutils.cache import registry
+from kvutils.cache.fast_path import score_fast
+from kvutils.cache.methods.cast import Cast
+from kvutils.cache.methods.chunk_blend import ChunkBlend
+from kvutils.cache.methods.chunk_reuse import ChunkReuse
+from kvutils.cache.methods.exact import Exact
+from kvutils.cache.methods.window import Window
+from kvutils.cache.prefilled import exact_prefill
+from kvutils.cache.scoring import score_step
 from kvutils.core import data
 from kvutils.models import loading as models
 
@@ -46,8 +51,8 @@ def _exact(loaded, ids):
 
 
 FAST_STEP_TOL_FP64 = 1e-9
-WITH_FAST = [op for op in cache.example_ops() if op.has_fast_path]
-STEP_ONLY = [op for op in cache.example_ops() if not op.has_fast_path]
+WITH_FAST = [op for op in registry.example_ops() if op.has_fast_path]
+STEP_ONLY = [op for op in registry.example_ops() if not op.has_fast_path]
 
 
 @pytest.mark.parametrize("op", WITH_FAST, ids=lambda op: op.spec)
@@ -92,8 +97,8 @@ def test_decode_time_policies_hold_their_budget_while_decoding(spec, texts):
     """After every decoded token each KV head holds exactly (1 - ratio) x prefill entries."""
     loaded = load_cached("tiny-llama", "float32")
     ids = _ids(loaded, texts[1])
-    op = cache.parse_op(spec)
-    pre = teacher.exact_prefill(loaded, ids[None, :PREFILL], views=True)
+    op = registry.parse_op(spec)
+    pre = exact_prefill(loaded, ids[None, :PREFILL], views=True)
     states = [op.start(v) for v in pre.views]
     budget = int(PREFILL * 0.5)
     assert all((s["held"].sum(-1) == budget).all() for s in states)
@@ -114,8 +119,8 @@ def test_decode_time_policies_hold_their_budget_while_decoding(spec, texts):
 def test_tova_evicts_the_entry_the_current_query_attends_least(texts):
     loaded = load_cached("tiny-llama", "float32")
     ids = _ids(loaded, texts[1])
-    op = cache.parse_op("tova:compression_ratio=0.5")
-    state = op.start(teacher.exact_prefill(loaded, ids[None, :PREFILL], views=True).views[0])
+    op = registry.parse_op("tova:compression_ratio=0.5")
+    state = op.start(exact_prefill(loaded, ids[None, :PREFILL], views=True).views[0])
     before = state["held"][0].clone()
     w = torch.full((1, loaded.config.num_attention_heads, 1, PREFILL + 1), 1.0)
     victim = int(before.nonzero()[3])
@@ -160,7 +165,7 @@ def test_chunk_blend_recomputing_everything_is_exact(name, texts):
     torch.testing.assert_close(score_fast(loaded, ChunkBlend(1.0, 8), ids, PREFILL, DECODE), exact,
                                rtol=0, atol=EXACT_TOL)
     partial = score_fast(loaded, ChunkBlend(0.5, 8), ids, PREFILL, DECODE)
-    reused = score_fast(loaded, cache.ChunkReuse("reindexed", 8), ids, PREFILL, DECODE)
+    reused = score_fast(loaded, ChunkReuse("reindexed", 8), ids, PREFILL, DECODE)
     assert (partial - exact).abs().max() > 1e-4 and (partial - reused).abs().max() > 1e-4
 
 
@@ -190,7 +195,7 @@ def test_accept_numbers_are_those_of_the_logits(texts):
     kl, agree, nll = [], [], []
     for text in texts[:2]:
         ids = _ids(loaded, text)
-        exact, approx = _exact(loaded, ids), score_fast(loaded, cache.parse_op(op), ids, PREFILL, DECODE)
+        exact, approx = _exact(loaded, ids), score_fast(loaded, registry.parse_op(op), ids, PREFILL, DECODE)
         p, q = torch.log_softmax(exact.double(), -1), torch.log_softmax(approx.double(), -1)
         kl.append((p.exp() * (p - q)).sum(-1))
         agree.append(exact.argmax(-1) == approx.argmax(-1))
@@ -281,7 +286,7 @@ def test_cli_help_lists_every_operation_with_its_fields(capsys):
     with pytest.raises(SystemExit):
         acceptance.main(["--help"])
     text = capsys.readouterr().out
-    for name, cls in cache.OPS.items():
+    for name, cls in registry.OPS.items():
         line = next(line for line in text.splitlines()
                     if line.strip().startswith(f"{name} (") or line.strip().startswith(f"{name}:"))
         assert all(f"{f.name}=" in line for f in dataclasses.fields(cls)), line

@@ -8,24 +8,22 @@ import pytest
 import torch
 from conftest import CAUSAL_TINY, load_cached
 
-from kvutils.cache import ops as cache
-from kvutils.cache import presses
-from kvutils.cache.ops import (
-    ARTICLE_OPS,
-    EXTRA_OPS,
-    OPS,
-    Cast,
-    ChunkBlend,
-    ChunkReuse,
-    Exact,
-    QuantizeKivi,
-    QuantizeNaive,
-    Window,
-    parse_op,
-    parse_ops,
-    quantize_asymmetric,
-)
-from kvutils.cache.scoring import exact_prefill, kv_forward
+from kvutils.cache import sizes
+from kvutils.cache.base import quantize_asymmetric
+from kvutils.cache.methods.adakv import AdaKVPress
+from kvutils.cache.methods.cast import Cast
+from kvutils.cache.methods.chunk_blend import ChunkBlend
+from kvutils.cache.methods.chunk_reuse import ChunkReuse
+from kvutils.cache.methods.exact import Exact
+from kvutils.cache.methods.expected_attention import ExpectedAttentionPress, rotate, rotation_matrix
+from kvutils.cache.methods.knorm import KnormPress
+from kvutils.cache.methods.pyramidkv import PyramidKVPress
+from kvutils.cache.methods.quantize_kivi import QuantizeKivi
+from kvutils.cache.methods.quantize_naive import QuantizeNaive
+from kvutils.cache.methods.snapkv import SnapKVPress
+from kvutils.cache.methods.window import Window
+from kvutils.cache.prefilled import exact_prefill, kv_forward
+from kvutils.cache.registry import ARTICLE_OPS, EXTRA_OPS, OPS, parse_op, parse_ops
 from kvutils.models import greedy as engines
 from kvutils.models.rotary import rotary_cos_sin, rotate_keys
 
@@ -273,19 +271,19 @@ def test_exact_cache_bytes_match_a_real_cache(name):
     loaded = load_cached(name, "float32")
     prefill = 24
     real = sum(2 * layer.keys.numel() * layer.keys.element_size() for layer in engines.prefill(loaded, _ids(prefill)))
-    assert cache.cache_bytes(loaded.config, Exact(), prefill, loaded.dtype) == real
+    assert sizes.cache_bytes(loaded.config, Exact(), prefill, loaded.dtype) == real
 
 
 def test_cache_bytes_follow_each_operation():
     config = load_cached("tiny-llama", "float32").config  # 2 layers, 2 KV heads, head_dim 16
-    exact = cache.cache_bytes(config, Exact(), 64, torch.float32)
+    exact = sizes.cache_bytes(config, Exact(), 64, torch.float32)
     assert exact == 2 * 2 * 64 * 2 * 16 * 4
-    assert cache.cache_bytes(config, Cast("float16"), 64, torch.float32) == exact / 2
-    assert cache.cache_bytes(config, Window(16, 4), 64, torch.float32) == exact / 4
-    naive4 = cache.cache_bytes(config, QuantizeNaive(4), 64, torch.float32)
+    assert sizes.cache_bytes(config, Cast("float16"), 64, torch.float32) == exact / 2
+    assert sizes.cache_bytes(config, Window(16, 4), 64, torch.float32) == exact / 4
+    naive4 = sizes.cache_bytes(config, QuantizeNaive(4), 64, torch.float32)
     assert naive4 == 2 * 2 * 64 * 2 * (16 * 4 / 8 + 2)  # 4 bits a channel + an fp16 scale per token and head
     # KIVI keeps the unfinished residual block (here 64 - 48 = 16 tokens) in full precision
-    kivi = cache.cache_bytes(config, QuantizeKivi(4, group=16, residual=48), 64, torch.float32)
+    kivi = sizes.cache_bytes(config, QuantizeKivi(4, group=16, residual=48), 64, torch.float32)
     assert naive4 < kivi < exact
     # KIVI at 64 tokens, residual 48: keys 0-47 stored (one block), values 0-15 stored (the last 48 fresh)
     per_head_layer = 2 * 2  # layers x KV heads
@@ -312,14 +310,14 @@ def test_presses_keep_kvpress_budget_per_head(views, ratio, kept):
 
 
 def test_knorm_keeps_the_smallest_keys(views):
-    mask = presses.KnormPress(0.5).decide(views)[0]
+    mask = KnormPress(0.5).decide(views)[0]
     norms = views[0].keys[0].norm(dim=-1)
     for h in range(2):
         assert norms[h][mask[h]].max() <= norms[h][~mask[h]].min()
 
 
 def test_snapkv_keeps_its_window_and_scores_by_the_windows_attention(views):
-    op = presses.SnapKVPress(0.5, window=6, kernel=1)
+    op = SnapKVPress(0.5, window=6, kernel=1)
     v = views[1]
     mask = op.decide(views)[1]
     assert mask[:, -6:].all()
@@ -332,22 +330,22 @@ def test_snapkv_keeps_its_window_and_scores_by_the_windows_attention(views):
 
 
 def test_pyramidkv_budgets_fall_with_depth_and_keep_the_mean(views):
-    masks = presses.PyramidKVPress(0.5, window=2, beta=2).decide(views)
+    masks = PyramidKVPress(0.5, window=2, beta=2).decide(views)
     counts = [int(m[0].sum()) for m in masks]
     assert counts[0] > counts[-1] and counts == sorted(counts, reverse=True)
     assert sum(counts) == pytest.approx(20 * len(counts), abs=len(counts))
 
 
 def test_adakv_moves_budget_between_heads_with_a_safeguard(views):
-    masks = presses.AdaKVPress(0.5, window=4, safeguard=0.5).decide(views)
+    masks = AdaKVPress(0.5, window=4, safeguard=0.5).decide(views)
     for m in masks:
         assert int(m.sum()) == 2 * 20 and (m.sum(-1) >= 10).all()
     assert any((m.sum(-1) != 20).any() for m in masks)  # not the uniform split
 
 
 def test_expected_attention_keeps_its_sinks_and_uses_future_positions(views):
-    near = presses.ExpectedAttentionPress(0.5, future=1, sinks=3).decide(views)
-    far = presses.ExpectedAttentionPress(0.5, future=512, sinks=3).decide(views)
+    near = ExpectedAttentionPress(0.5, future=1, sinks=3).decide(views)
+    far = ExpectedAttentionPress(0.5, future=512, sinks=3).decide(views)
     assert all(m[:, :3].all() for m in near + far)
     assert any(not torch.equal(a, b) for a, b in zip(near, far))
 
@@ -356,5 +354,5 @@ def test_rotation_matrix_is_the_rotary_rotation():
     d = 8
     cos, sin = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
     x = torch.randn(3, d, dtype=torch.float64)
-    rotated = torch.cat([presses._rotate(x[:, :4], cos, sin), x[:, 4:]], -1)
-    torch.testing.assert_close(x @ presses._rotation_matrix(cos, sin, d).T, rotated)
+    rotated = torch.cat([rotate(x[:, :4], cos, sin), x[:, 4:]], -1)
+    torch.testing.assert_close(x @ rotation_matrix(cos, sin, d).T, rotated)

@@ -7,6 +7,7 @@ import pytest
 from conftest import run_failing_chapter
 
 from kvutils.models import registry as models
+from kvutils.models.loading import load_tokenizer
 from kvutils.studies.qwen3_switch import study as switch
 from kvutils.studies.qwen3_switch.bench import bench
 from kvutils.studies.qwen3_switch.exactness import check_exactness
@@ -106,12 +107,11 @@ def test_the_plan_knows_l_from_the_config():
 
 def test_continuation_examples_are_balanced_split_by_document_and_cut_at_words():
     from kvutils.core import data
-    from kvutils.models import loading as models
     from kvutils.studies.qwen3_switch import tasks as switch_tasks
 
     p = switch.plan(**{**GOOD, "n_train": 40, "n_heldout": 24})
     mp = p.models[0]
-    tokenizer = models.load_tokenizer("tiny-qwen3")
+    tokenizer = load_tokenizer("tiny-qwen3")
     docs = {d.id: d for d in data.load_corpus()}
     assert {e.group for e in mp.train}.isdisjoint({e.group for e in mp.heldout})
     assert len({e.group for e in mp.train}) > 4  # drawn round-robin over the documents

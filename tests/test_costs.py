@@ -6,15 +6,16 @@ import pytest
 import torch
 from conftest import CAUSAL_TINY, load_cached
 
-from kvutils.cache import costs
+from kvutils.cache import costs, sizes
 from kvutils.core.article import article
+from kvutils.models import layers
 
 
 @pytest.mark.parametrize("row", article()["table1_bytes_per_token"], ids=lambda r: r["model"])
 def test_the_formula_reproduces_the_articles_table_1(row):
-    per_token = costs.published_bytes(row)
-    assert per_token / costs.KIB == row["kib_per_token"]
-    assert per_token * costs.SEQUENCE_128K / costs.GIB == pytest.approx(row["gib_per_128k"], abs=5e-6)
+    per_token = sizes.published_bytes(row)
+    assert per_token / sizes.KIB == row["kib_per_token"]
+    assert per_token * sizes.SEQUENCE_128K / sizes.GIB == pytest.approx(row["gib_per_128k"], abs=5e-6)
 
 
 @pytest.mark.parametrize("name", CAUSAL_TINY)
@@ -22,8 +23,8 @@ def test_the_formula_reproduces_the_articles_table_1(row):
 def test_formula_equals_the_bytes_of_a_real_cache(name, seq_len):
     loaded = load_cached(name, "float32")
     ids = torch.arange(1000, 1000 + seq_len)[None]
-    expected = costs.cache_bytes(loaded.config, seq_len, torch.float32)
-    assert costs.real_cache_bytes(loaded, ids) == expected["held"]
+    expected = sizes.model_cache_bytes(loaded.config, seq_len, torch.float32)
+    assert sizes.real_cache_bytes(loaded, ids) == expected["held"]
     if expected["sliding_layers"] and seq_len > loaded.config.sliding_window:
         assert expected["held"] < expected["full_model_formula"]
     else:
@@ -46,7 +47,7 @@ def test_step_flops_by_hand_for_tiny_llama():
 def test_sliding_layers_attend_to_at_most_their_window():
     loaded = load_cached("tiny-gemma3", "float32")
     far, farther = (costs.step_flops(loaded, n, cached=True) for n in (100, 200))
-    windows = costs._layer_windows(loaded.config)
+    windows = layers.layer_windows(loaded.config)
     global_layers = sum(w is None for w in windows)
     attn_width = loaded.config.num_attention_heads * loaded.config.head_dim
     assert farther - far == 2 * 2 * attn_width * 100 * global_layers  # only global layers grow
@@ -62,12 +63,12 @@ def test_decode_step_times_and_the_bandwidth_bound_are_measured():
     assert times.cached_ms == statistics.median(times.cached_repeats_ms)
     assert times.uncached_ms == statistics.median(times.uncached_repeats_ms)
     assert times.speedups == [u / c for u, c in zip(times.uncached_repeats_ms, times.cached_repeats_ms)]
-    assert times.cache_bytes == costs.cache_bytes(loaded.config, 64)["held"]
+    assert times.cache_bytes == sizes.model_cache_bytes(loaded.config, 64)["held"]
     bandwidth = costs.memory_bandwidth(megabytes=64, repeats=2)
     assert 1e8 < bandwidth < 1e13  # bytes per second, anything from a slow VM to HBM
     bound = costs.bandwidth_bound_ms(loaded, 64, bandwidth)
-    weights = sum(costs._matmul_weights(loaded)) * 4
-    assert bound == pytest.approx(1e3 * (weights + costs.cache_bytes(loaded.config, 64)["held"]) / bandwidth)
+    weights = sum(costs.matmul_weights(loaded)) * 4
+    assert bound == pytest.approx(1e3 * (weights + sizes.model_cache_bytes(loaded.config, 64)["held"]) / bandwidth)
 
 
 def test_times_are_printed_with_their_spread():

@@ -7,7 +7,7 @@ import pytest
 from transformers import LlamaConfig
 
 from kvutils.book import chapters
-from kvutils.cache.ops import parse_op, parse_ops
+from kvutils.cache.registry import parse_op, parse_ops
 from kvutils.report import common as report
 from kvutils.report import frontier as report_frontier
 from kvutils.studies.cache_approximations import frontier

@@ -21,8 +21,8 @@ from conftest import load_cached
 
 from kvutils.book import chapters
 from kvutils.cache import accept as acceptance
-from kvutils.cache import hf_caches
-from kvutils.cache.ops import parse_op
+from kvutils.cache.methods.hf_quantized import backend_missing
+from kvutils.cache.registry import parse_op
 from kvutils.core import data, interrupt, params, results
 from kvutils.core.paths import REPO_ROOT
 from kvutils.models import converted
@@ -250,7 +250,7 @@ def test_run_cli_reports_out_of_memory_not_interrupted(capsys):
 
 @pytest.mark.parametrize("backend", ["quanto", "hqq"])
 def test_an_absent_backend_is_refused_when_the_op_is_parsed(backend, capsys, no_model_loads):
-    if hf_caches.backend_missing(backend) is None:
+    if backend_missing(backend) is None:
         pytest.skip(f"{backend} is installed here")
     with pytest.raises(ValueError, match=rf"backend={backend} needs the"):
         parse_op(f"hf_quantized:backend={backend}")

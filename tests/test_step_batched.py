@@ -13,9 +13,14 @@ from conftest import CAUSAL_TINY, load_cached
 from transformers.cache_utils import Cache, DynamicLayer
 
 from kvutils.cache import accept as acceptance
-from kvutils.cache import ops as cache
 from kvutils.cache import scoring as teacher
-from kvutils.cache.hf_caches import cache_object_bytes
+from kvutils.cache.fast_path import score_fast
+from kvutils.cache.forward import attention_masks
+from kvutils.cache.methods.exact import Exact
+from kvutils.cache.prefilled import exact_prefill, kv_forward
+from kvutils.cache.registry import parse_op
+from kvutils.cache.sizes import cache_object_bytes
+from kvutils.cache.step_batched import StepStart
 from kvutils.core import data
 from kvutils.models import attention
 
@@ -44,7 +49,7 @@ def _layer(keys, values) -> DynamicLayer:
 
 def _reference_masked(loaded, op, ids):
     """One document (seq,), as the step path was before batching: returns (logits, held after the prefill)."""
-    pre = teacher.exact_prefill(loaded, ids[None, :PREFILL], views=True)
+    pre = exact_prefill(loaded, ids[None, :PREFILL], views=True)
     policy = hasattr(op, "step")
     states = [op.start(v) for v in pre.views] if policy else None
     held = [s["held"] for s in states] if policy else op.decide(pre.views)
@@ -54,7 +59,7 @@ def _reference_masked(loaded, op, ids):
     for n in range(PREFILL, PREFILL + DECODE):
         seen = {}
         masks = {i: torch.cat([h, torch.ones(h.shape[0], 1, dtype=torch.bool)], -1) for i, h in enumerate(held)}
-        visible = teacher.attention_masks(loaded, torch.ones(1, n + 1, dtype=torch.bool), torch.tensor([n]),
+        visible = attention_masks(loaded, torch.ones(1, n + 1, dtype=torch.bool), torch.tensor([n]),
                                           torch.arange(n + 1))
         record = (lambda layer, q, k, v, weights, scale, seen=seen: seen.__setitem__(layer, weights)) if policy else None
         with attention.session(loaded, masks=masks, record=record):
@@ -67,7 +72,7 @@ def _reference_masked(loaded, op, ids):
 
 def _reference_cache_object(loaded, op, ids):
     """One document with its own QuantizedCache: (logits, bytes held after the prefill)."""
-    kv = teacher.kv_forward(loaded, ids[None, :PREFILL])
+    kv = kv_forward(loaded, ids[None, :PREFILL])
     qc = op.make_cache(loaded.model.config)
     for i, (k, v) in enumerate(kv):
         qc.update(k, v, i)
@@ -81,7 +86,7 @@ def _reference_cache_object(loaded, op, ids):
 @pytest.mark.parametrize("name", CAUSAL_TINY)
 def test_batched_presses_and_policies_equal_each_document_alone(name, spec, texts):
     loaded = load_cached(name, "float64")
-    op = cache.parse_op(spec)
+    op = parse_op(spec)
     ids = _batch(loaded, texts)
     stats = [{} for _ in range(DOCS)]
     batched = teacher.score_step_many(loaded, op, ids, PREFILL, DECODE, stats=stats)
@@ -93,14 +98,14 @@ def test_batched_presses_and_policies_equal_each_document_alone(name, spec, text
         assert (teacher.score_step(loaded, op, ids[d], PREFILL, DECODE) - alone).abs().max() <= TOL
     # not blind: the documents differ, and the operation changes the logits
     assert (batched[0] - batched[1]).abs().max() > 1e-3
-    exact = teacher.score_fast(loaded, cache.Exact(), ids[0], PREFILL, DECODE)
+    exact = score_fast(loaded, Exact(), ids[0], PREFILL, DECODE)
     assert (batched[0] - exact).abs().max() > 1e-5
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-neox"])  # QuantizedCache refuses sliding layers
 def test_batched_fp8_cache_object_keeps_each_documents_scale(name, texts):
     loaded = load_cached(name, "float64")
-    op = cache.parse_op(FP8)
+    op = parse_op(FP8)
     ids = _batch(loaded, texts)
     stats = [{} for _ in range(DOCS)]
     batched = teacher.score_step_many(loaded, op, ids, PREFILL, DECODE, stats=stats)
@@ -108,7 +113,7 @@ def test_batched_fp8_cache_object_keeps_each_documents_scale(name, texts):
         alone, held = _reference_cache_object(loaded, op, ids[d])
         assert (batched[d] - alone).abs().max() <= TOL, f"document {d}"
         assert stats[d]["cache_bytes"] == held
-    exact = teacher.score_fast(loaded, cache.Exact(), ids[2], PREFILL, DECODE)
+    exact = score_fast(loaded, Exact(), ids[2], PREFILL, DECODE)
     assert (batched[2] - exact).abs().max() > 1e-5  # fp8 rounding shows
 
 
@@ -116,15 +121,15 @@ def test_one_fp8_scale_per_document_not_per_batch():
     """The joined cache keeps each document's own scale: a batch whose documents' entries differ in
     size by 1000x would quantise the small one to zeros under a shared scale."""
     loaded = load_cached("tiny-llama", "float64")
-    op = cache.parse_op(FP8)
-    kv = teacher.kv_forward(loaded, torch.arange(10, 10 + PREFILL)[None])
+    op = parse_op(FP8)
+    kv = kv_forward(loaded, torch.arange(10, 10 + PREFILL)[None])
     small = [(k / 1000, v / 1000) for k, v in kv]
     starts = []
     for layers in (kv, small):
         qc = op.make_cache(loaded.model.config)
         for i, (k, v) in enumerate(layers):
             qc.update(k, v, i)
-        starts.append(teacher.StepStart(layers, cache=qc))
+        starts.append(StepStart(layers, cache=qc))
     ids = torch.arange(10, 10 + PREFILL + 2).repeat(2, 1)
     both = teacher.score_step_many(loaded, op, ids, PREFILL, 2, starts)
     alone = _reference_small(loaded, op, small, ids[1])
@@ -142,11 +147,11 @@ def _reference_small(loaded, op, kv, ids):
 @pytest.mark.parametrize("spec", ["window:size=10,sinks=2,reindex=true", "quantize_kivi:bits=2,group=4,residual=8"])
 def test_operations_deciding_by_position_keep_their_own_step_path(spec, texts):
     loaded = load_cached("tiny-llama", "float64")
-    op = cache.parse_op(spec)
+    op = parse_op(spec)
     ids = _batch(loaded, texts[:2])
     many = teacher.score_step_many(loaded, op, ids, PREFILL, DECODE)
     for d in range(2):  # against the fast path: re-rotation takes transformers' fp32 rotary angles
-        fast = teacher.score_fast(loaded, op, ids[d], PREFILL, DECODE)
+        fast = score_fast(loaded, op, ids[d], PREFILL, DECODE)
         assert (many[d] - fast).abs().max() <= 1e-7
 
 

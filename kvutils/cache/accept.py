@@ -24,9 +24,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from kvutils.cache.hf_caches import refusal
-from kvutils.cache.ops import OPS, CacheOp, Exact, cache_bytes, held_bytes, parse_op, parse_ops
-from kvutils.cache.scoring import PATHS, STEP_BATCH, batched_step, exact_prefill, score_step_many, step_start
+from kvutils.cache.base import CacheOp
+from kvutils.cache.methods.exact import Exact
+from kvutils.cache.methods.hf_quantized import refusal
+from kvutils.cache.prefilled import exact_prefill
+from kvutils.cache.registry import OPS, parse_op, parse_ops
+from kvutils.cache.scoring import PATHS, STEP_BATCH, score_step_many
+from kvutils.cache.sizes import cache_bytes, kept_bytes
+from kvutils.cache.step_batched import batched_step, step_start
 from kvutils.core import checks, data, results
 from kvutils.core.interrupt import OUT_OF_MEMORY
 from kvutils.models import loading as models
@@ -181,7 +186,7 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
                 seconds[op.spec] += time.perf_counter() - t0
                 for d, doc_logits in enumerate(logits, start=group):
                     per_step[op.spec][d] = compare(references[d][0], doc_logits, references[d][1])
-    held = {op.spec: [s["cache_bytes"] if "cache_bytes" in s else held_bytes(loaded.config, s["held"], loaded.dtype)
+    held = {op.spec: [s["cache_bytes"] if "cache_bytes" in s else kept_bytes(loaded.config, s["held"], loaded.dtype)
                       for s in stats[op.spec]] for op in scored if op.data_dependent}
 
     out_ops = {}

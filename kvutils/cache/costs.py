@@ -1,6 +1,6 @@
-"""What the cache costs and buys (chapter 4, E4 and Table 1): bytes per token from a model's
-configuration, checked against a real filled cache; the analytical compute of a decode step with
-and without the cache; a measured decode step; and the memory-bandwidth bound of that step.
+"""What the cache buys and what reading it costs (chapter 4, E4): the analytical compute of a decode
+step with and without the cache, a measured decode step, and the memory-bandwidth bound of that
+step. Its bytes are counted in `kvutils.cache.sizes`.
 """
 from __future__ import annotations
 
@@ -12,77 +12,14 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from kvutils.cache.ops import Exact, kv_shape
-from kvutils.cache.ops import cache_bytes as op_cache_bytes
+from kvutils.cache.sizes import cache_object_bytes, model_cache_bytes
+from kvutils.models.layers import kv_shape, layer_windows
 from kvutils.models.loading import Loaded
-
-KIB, GIB = 1024, 1024 ** 3
-SEQUENCE_128K = 128 * 1024  # the article's "per 128K-token sequence"
-
-
-# --------------------------------------------------------------------------- bytes per token
-
-
-def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_value: int = 2) -> int:
-    """Keys and values (2) of every layer and KV head: 2 × layers × kv_heads × head_dim × bytes."""
-    return 2 * layers * kv_heads * head_dim * bytes_per_value
-
-
-def mla_bytes_per_token(layers: int, latent_dim: int, rope_key_dim: int, bytes_per_value: int = 2) -> int:
-    """Multi-head latent attention caches one compressed latent and one positional key per layer."""
-    return layers * (latent_dim + rope_key_dim) * bytes_per_value
-
-
-def published_bytes(row: dict, bytes_per_value: int = 2) -> int:
-    """Bytes per token of one row of the article's Table 1 (data/article_figures.json)."""
-    if row["attention"] == "MLA":
-        return mla_bytes_per_token(row["layers"], row["latent_dim"], row["rope_key_dim"], bytes_per_value)
-    return kv_bytes_per_token(row["layers"], row["kv_heads"], row["head_dim"], bytes_per_value)
-
-
-def _layer_windows(config) -> list[int | None]:
-    """Per layer, the attention window (None: the layer attends to every earlier token)."""
-    n = config.num_hidden_layers
-    types = getattr(config, "layer_types", None) or ["full_attention"] * n
-    window = getattr(config, "sliding_window", None)
-    return [window if t == "sliding_attention" and window else None for t in types]
-
-
-def cache_bytes(config, seq_len: int, dtype: torch.dtype = torch.float32) -> dict:
-    """Bytes of a model's cache after `seq_len` tokens, from its configuration.
-
-    `full_model_formula` is the textbook 2 × layers × kv_heads × head_dim × bytes × tokens.
-    `held` is what a transformers `DynamicCache` really keeps (the exact cache operation's bytes):
-    every token for a global layer, the last `sliding_window − 1` for a sliding-window layer.
-    """
-    kv_heads, head_dim = kv_shape(config)
-    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
-    return {
-        "seq_len": seq_len,
-        "bytes_per_token": per_token,
-        "full_model_formula": per_token * seq_len,
-        "held": int(op_cache_bytes(config, Exact(), seq_len, dtype)),
-        "sliding_layers": sum(w is not None for w in _layer_windows(config)),
-    }
-
-
-def held_bytes(cache) -> int:
-    """Bytes of the keys and values a filled cache holds."""
-    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
-
-
-@torch.inference_mode()
-def real_cache_bytes(loaded: Loaded, ids: torch.Tensor) -> int:
-    """Bytes of the keys and values a real forward pass leaves in the cache."""
-    cache = DynamicCache(config=loaded.model.config)
-    loaded.model(input_ids=ids.to(loaded.device), cache=cache, use_cache=True, logits_to_keep=1)
-    return held_bytes(cache)
-
 
 # --------------------------------------------------------------------------- compute
 
 
-def _matmul_weights(loaded: Loaded) -> tuple[int, int]:
+def matmul_weights(loaded: Loaded) -> tuple[int, int]:
     """(weights of the decoder layers' linear maps, weights of the output head)."""
     layers = sum(m.weight.numel() for name, m in loaded.model.named_modules()
                  if isinstance(m, torch.nn.Linear) and ".layers." in f".{name}.")
@@ -99,9 +36,9 @@ def step_flops(loaded: Loaded, context: int, cached: bool) -> float:
     and the weighted sum of values); a sliding-window layer attends to at most its window.
     """
     config = loaded.config
-    layer_weights, head_weights = _matmul_weights(loaded)
+    layer_weights, head_weights = matmul_weights(loaded)
     attn_width = config.num_attention_heads * kv_shape(config)[1]
-    windows = _layer_windows(config)
+    windows = layer_windows(config)
     n = context + 1
     positions = [n] if cached else range(1, n + 1)
     attended = sum(min(p, w) if w else p for p in positions for w in windows)
@@ -173,7 +110,7 @@ def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> St
     for cache in caches:
         cached.append(1e3 * _time_once(lambda cache=cache: cached_step(cache)))
         uncached.append(1e3 * _time_once(uncached_step))
-    return StepTimes(context, statistics.median(cached), statistics.median(uncached), held_bytes(prefilled),
+    return StepTimes(context, statistics.median(cached), statistics.median(uncached), cache_object_bytes(prefilled),
                      cached, uncached)
 
 
@@ -197,8 +134,8 @@ def bandwidth_bound_ms(loaded: Loaded, context: int, bandwidth: float) -> float:
     """The least time a cached decode step can take if it only had to read every weight it uses
     and the cache once: (weight bytes + cache bytes) ÷ bandwidth. A step slower than this by a
     large factor is bound by something else (kernel overheads, compute)."""
-    layer_weights, head_weights = _matmul_weights(loaded)
+    layer_weights, head_weights = matmul_weights(loaded)
     element = next(loaded.model.parameters()).element_size()
     weight_bytes = (layer_weights + head_weights) * element
-    kv = cache_bytes(loaded.config, context, loaded.dtype)["held"]
+    kv = model_cache_bytes(loaded.config, context, loaded.dtype)["held"]
     return 1e3 * (weight_bytes + kv) / bandwidth

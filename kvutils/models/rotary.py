@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from kvutils.models.layers import layer_types
 from kvutils.models.loading import Loaded
 
 
@@ -29,8 +30,7 @@ def rotary_module(model: torch.nn.Module) -> torch.nn.Module:
 
 def layer_type(loaded: Loaded, layer_idx: int) -> str:
     """"full_attention" or "sliding_attention" (or whatever the config names) for one layer."""
-    types = getattr(loaded.config, "layer_types", None)
-    return types[layer_idx] if types else "full_attention"
+    return layer_types(loaded.config)[layer_idx]
 
 
 def rotary_cos_sin(loaded: Loaded, layer_idx: int, like: torch.Tensor,

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from kvutils.cache.ops import ARTICLE_OPS, parse_op
+from kvutils.cache.registry import ARTICLE_OPS, parse_op
 from kvutils.core import compare
 from kvutils.core.article import article
 from kvutils.report.common import fmt, page_table, rows_table, styled, weights_note

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvutils.cache.ops import parse_op
+from kvutils.cache.registry import parse_op
 from kvutils.core import compare
 from kvutils.report import interactive
 from kvutils.report.common import fmt, page_table, styled

@@ -113,8 +113,10 @@ def bench_teacher(loaded: models.Loaded, prefill: int, decode: int, op: str = "w
     """Chapter 4's scoring of one cache operation on one real document: the fast path (one forward
     with a 4-D mask) against the step-by-step reference path, and how far apart their logits are."""
     from kvutils.cache.accept import tokenize_documents
-    from kvutils.cache.ops import parse_op
-    from kvutils.cache.scoring import exact_prefill, score_fast, score_step
+    from kvutils.cache.fast_path import score_fast
+    from kvutils.cache.prefilled import exact_prefill
+    from kvutils.cache.registry import parse_op
+    from kvutils.cache.scoring import score_step
     from kvutils.core import data
 
     used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, 1)
@@ -137,8 +139,11 @@ def bench_decode_policy(loaded: models.Loaded, prefill: int, decode: int, op: st
     step path. Its time beside the exact cache's on the fast path (how every prefill-time method
     is scored) and on the step path (the same path without the policy's decisions)."""
     from kvutils.cache.accept import tokenize_documents
-    from kvutils.cache.ops import Exact, parse_op
-    from kvutils.cache.scoring import exact_prefill, score_fast, score_step
+    from kvutils.cache.fast_path import score_fast
+    from kvutils.cache.methods.exact import Exact
+    from kvutils.cache.prefilled import exact_prefill
+    from kvutils.cache.registry import parse_op
+    from kvutils.cache.scoring import score_step
     from kvutils.core import data
 
     used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, 1)
@@ -163,8 +168,9 @@ def bench_step_path(loaded: models.Loaded, prefill: int, decode: int, bandwidth:
     decoded token of one document against the bandwidth bound of one cached step at that context."""
     from kvutils.cache.accept import tokenize_documents
     from kvutils.cache.costs import bandwidth_bound_ms
-    from kvutils.cache.ops import parse_op
-    from kvutils.cache.scoring import score_step_many, step_start
+    from kvutils.cache.registry import parse_op
+    from kvutils.cache.scoring import score_step_many
+    from kvutils.cache.step_batched import step_start
     from kvutils.core import data
 
     used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, docs, skip_short=True)

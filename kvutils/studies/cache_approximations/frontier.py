@@ -16,24 +16,17 @@ from types import SimpleNamespace
 
 import torch
 
-from kvutils.cache.ops import (
-    FRONTIER_OPS,
-    FRONTIER_RATIOS,
-    CacheOp,
-    Window,
-    cache_bytes,
-    kv_shape,
-    parse_op,
-)
-from kvutils.cache.presses import (
-    AdaKVPress,
-    DecodePolicy,
-    Press,
-    PyramidKVPress,
-    SnapKVPress,
-    kept_per_head,
-)
+from kvutils.cache.base import CacheOp
+from kvutils.cache.methods.adakv import AdaKVPress
+from kvutils.cache.methods.policy import DecodePolicy
+from kvutils.cache.methods.press import Press, kept_per_head
+from kvutils.cache.methods.pyramidkv import PyramidKVPress
+from kvutils.cache.methods.snapkv import SnapKVPress
+from kvutils.cache.methods.window import Window
+from kvutils.cache.registry import FRONTIER_OPS, FRONTIER_RATIOS, parse_op
+from kvutils.cache.sizes import cache_bytes
 from kvutils.core import compare
+from kvutils.models.layers import kv_shape, layer_types
 
 MATCH_ENTRIES = 1.0  # a fixed budget matches a press level when the mean held entries differ by at most this
 FLIP_SHARE = 0.05  # a pairwise order "flips" when more than this share of resamples reverses it
@@ -113,7 +106,7 @@ def mean_held_bytes(config, op: CacheOp, held_after_prefill: float, prefill: int
         return held_after_prefill * (prefill + (decode - 1) / 2) / prefill
     kv_heads, head_dim = kv_shape(config)
     per_entry = 2 * kv_heads * head_dim * dtype.itemsize
-    kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+    kinds = layer_types(config)
     window = getattr(config, "sliding_window", None) or 0
     grown = 0
     for t in range(decode):
@@ -209,7 +202,7 @@ def sliding_note(config, prefill: int) -> dict | None:
     """Where the model has sliding-window layers and the prefill fills their window: how many of its
     layers only ever see the last `window` positions (a press's choice among older entries there
     changes nothing, and what it holds depends on how many kept entries fall inside the window)."""
-    kinds = getattr(config, "layer_types", None) or []
+    kinds = layer_types(config)
     window = getattr(config, "sliding_window", None)
     sliding = sum(k == "sliding_attention" for k in kinds)
     if not sliding or window is None or prefill < window:

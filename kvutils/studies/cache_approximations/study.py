@@ -26,12 +26,16 @@ from pathlib import Path
 
 import torch
 
-from kvutils.cache import costs
+from kvutils.cache import costs, sizes
 from kvutils.cache.accept import accept_many, tokenize_documents
-from kvutils.cache.ops import ARTICLE_OPS, EXTRA_OPS, CacheOp, ChunkBlend, ChunkReuse, parse_ops
+from kvutils.cache.base import CacheOp
+from kvutils.cache.methods.chunk_blend import ChunkBlend
+from kvutils.cache.methods.chunk_reuse import ChunkReuse
+from kvutils.cache.registry import ARTICLE_OPS, EXTRA_OPS, parse_ops
 from kvutils.core import checks, data
 from kvutils.core.article import article
 from kvutils.models.checks import check_models
+from kvutils.models.layers import kv_shape
 from kvutils.models.loading import load, load_tokenizer
 from kvutils.studies.cache_approximations import frontier
 
@@ -165,26 +169,26 @@ def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list
     and a real fp32 cache of `check_tokens` tokens against the formula)."""
     rows = []
     for r in article()["table1_bytes_per_token"]:
-        per_token = costs.published_bytes(r)
+        per_token = sizes.published_bytes(r)
         rows.append({**{k: r.get(k) for k in ("model", "attention", "layers", "kv_heads", "head_dim")},
-                     "source": "published", "kib_per_token": per_token / costs.KIB,
-                     "gib_per_128k": per_token * costs.SEQUENCE_128K / costs.GIB,
+                     "source": "published", "kib_per_token": per_token / sizes.KIB,
+                     "gib_per_128k": per_token * sizes.SEQUENCE_128K / sizes.GIB,
                      "article_kib_per_token": r["kib_per_token"], "article_gib_per_128k": r["gib_per_128k"]})
     for name, config in loaded_configs.items():
-        kv_heads, head_dim = costs.kv_shape(config)
-        per_token = costs.kv_bytes_per_token(config.num_hidden_layers, kv_heads, head_dim, 2)
-        fp32 = costs.cache_bytes(config, check_tokens, torch.float32)
+        kv_heads, head_dim = kv_shape(config)
+        per_token = sizes.kv_bytes_per_token(config.num_hidden_layers, kv_heads, head_dim, 2)
+        fp32 = sizes.model_cache_bytes(config, check_tokens, torch.float32)
         attention = "GQA" if kv_heads < config.num_attention_heads else "MHA"
         if fp32["sliding_layers"]:
             attention += f", {fp32['sliding_layers']} of {config.num_hidden_layers} layers windowed"
         rows.append({"model": f"{name} (this book)", "attention": attention, "layers": config.num_hidden_layers,
                      "kv_heads": kv_heads, "head_dim": head_dim, "source": "ours",
-                     "kib_per_token": per_token / costs.KIB,
-                     "gib_per_128k": per_token * costs.SEQUENCE_128K / costs.GIB,
+                     "kib_per_token": per_token / sizes.KIB,
+                     "gib_per_128k": per_token * sizes.SEQUENCE_128K / sizes.GIB,
                      "check_tokens": check_tokens,
-                     "formula_kib_per_token_fp32": fp32["full_model_formula"] / check_tokens / costs.KIB,
-                     "held_kib_per_token_fp32": fp32["held"] / check_tokens / costs.KIB,
-                     "measured_kib_per_token": measured[name] / check_tokens / costs.KIB})
+                     "formula_kib_per_token_fp32": fp32["full_model_formula"] / check_tokens / sizes.KIB,
+                     "held_kib_per_token_fp32": fp32["held"] / check_tokens / sizes.KIB,
+                     "measured_kib_per_token": measured[name] / check_tokens / sizes.KIB})
     return rows
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvutils.core import data
 from kvutils.lora.tails import lora_tail
-from kvutils.models import registry as models
+from kvutils.models.checks import resolve
 from kvutils.models.loading import load
 from kvutils.studies.qwen3_switch.policies import switch_costs
 from kvutils.studies.qwen3_switch.study import ModelPlan, model_config, parse_k_values
@@ -15,7 +15,7 @@ def bench(model: str = "smollm2-135m", k_values: str = "1,2,4,L", tokens: int = 
     """For `python -m kvutils.bench`: the tail patch's switch time and FLOPs as a fraction of a
     full recompute, per k, on `tokens` tokens of the default corpus (untrained random adapters: the
     cost does not depend on what the adapter learned)."""
-    config = model_config(model, models.resolve(model))
+    config = model_config(model, resolve(model))
     n_layers = config.num_hidden_layers
     ks = parse_k_values(k_values, n_layers, model)
     loaded = load(model, "float32", device=device)

@@ -7,9 +7,9 @@ import importlib.util
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
-from kvutils.cache.ops import CacheOp, _check_int, _fail, register
+from kvutils.cache.base import CacheOp, reject
+from kvutils.core import checks
+from kvutils.models.layers import layer_types
 
 BACKENDS = ("fp8", "quanto", "hqq")
 _PACKAGES = {"quanto": "optimum.quanto", "hqq": "hqq"}
@@ -30,14 +30,13 @@ def backend_missing(backend: str) -> str | None:
 
 def refusal(config, op: HFQuantized) -> str | None:
     """Why transformers' QuantizedCache refuses this model (it takes only full-attention layers)."""
-    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+    kinds = set(layer_types(config))
     if kinds - {"full_attention"}:
         return (f"transformers' QuantizedCache refuses models with {sorted(kinds - {'full_attention'})} layers "
                 "(only full attention is supported)")
     return backend_missing(op.backend)
 
 
-@register
 @dataclass(frozen=True)
 class HFQuantized(CacheOp):
     """transformers' QuantizedCache, the real object: `fp8` stores keys and values as float8_e4m3
@@ -58,10 +57,10 @@ class HFQuantized(CacheOp):
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
-            _fail(self.name, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
-        _check_int(self.name, "nbits", self.nbits, 1)
-        _check_int(self.name, "group", self.group, 1)
-        _check_int(self.name, "residual", self.residual, 1)
+            reject(self.name, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
+        checks.check_int(f"{self.name}: nbits", self.nbits, 1)
+        checks.check_int(f"{self.name}: group", self.group, 1)
+        checks.check_int(f"{self.name}: residual", self.residual, 1)
         missing = backend_missing(self.backend)  # when the op is parsed, not after a model loaded
         if missing:
             raise ValueError(missing)
@@ -83,20 +82,3 @@ class HFQuantized(CacheOp):
         return QuantizedCache(self.backend, config, nbits=self.nbits, q_group_size=self.group,
                               residual_length=self.residual)
 
-
-def _tensor_bytes(x) -> int:
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    if isinstance(x, (tuple, list)):
-        return sum(_tensor_bytes(t) for t in x)
-    inner = [getattr(x, a) for a in ("_data", "_scale", "_shift", "W_q", "meta") if hasattr(x, a)]
-    return sum(_tensor_bytes(t) for t in inner)
-
-
-def cache_object_bytes(cache) -> int:
-    """Bytes a transformers cache object holds: quantised tensors (with scales) and residuals."""
-    total = 0
-    for layer in cache.layers:
-        for attr in ("_quantized_keys", "_quantized_values", "keys", "values"):
-            total += _tensor_bytes(getattr(layer, attr, None))
-    return total

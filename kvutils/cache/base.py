@@ -1,0 +1,128 @@
+"""What a cache operation is: the base class every method subclasses, its error helper, and the
+quantisers the storage methods share.
+
+An operation is a small frozen dataclass whose fields are its hyper-parameters, checked in
+`__post_init__` (ValueError naming the op, the field and what is allowed). It answers four questions,
+which `kvutils.cache.scoring` turns into decoding (see its docstring for the exact semantics):
+- `prefill(loaded, ids)`: the prefill's K/V (exact by default; chunk reuse computes part alone);
+- `keeps(slots, queries)`: whether the entry at each slot is still held when each query runs;
+- `store(keys, values, slots)`: the form an entry takes once stored (cast, quantised);
+- `stored_after(slots)`: the last position whose arrival completes the entry's storage group
+  (the entry itself, or the end of KIVI's full-precision residual block).
+The methods, one per file, are in `kvutils.cache.methods`; `kvutils.cache.registry` lists them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar, NoReturn
+
+import torch
+
+from kvutils.cache.prefilled import KV, kv_forward
+from kvutils.models.loading import Loaded
+
+
+def reject(op: str, field: str, value, allowed: str) -> NoReturn:
+    """ValueError: `op`'s `field` may not be `value`; `allowed` says what it may be."""
+    raise ValueError(f"{op}: {field}={value!r} is not allowed; {field} must be {allowed}")
+
+
+def check_fraction(op: str, field: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        reject(op, field, value, "a number between 0 and 1")
+
+
+@dataclass(frozen=True)
+class CacheOp:
+    """Base class; as it stands, the exact cache: every entry kept, in the model's precision, at
+    its own position. Subclasses override only what they change."""
+
+    name: ClassVar[str]
+    examples: ClassVar[tuple[str, ...]]  # small settings for tests on tiny models
+    transforms_storage: ClassVar[bool] = False
+    exact_prefill: ClassVar[bool] = True  # starts from the exact prefill's cache (which can be shared)
+    needs_views: ClassVar[bool] = False  # decides from the prefill's queries/attention (kvutils.cache.methods.press)
+    data_dependent: ClassVar[bool] = False  # what it keeps depends on the text, not only on positions
+    has_fast_path: ClassVar[bool] = True  # scored exactly by one teacher-forced forward
+    family: ClassVar[str] = "exact"  # colours the frontier chart
+
+    @property
+    def spec(self) -> str:
+        """The op as the CLI names it, e.g. "window:size=128,sinks=4,reindex=false"."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if not values:
+            return self.name
+        args = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items())
+        return f"{self.name}:{args}"
+
+    def check_lengths(self, prefill: int, decode: int) -> None:
+        """Reject (or warn about) settings that make no sense for these lengths."""
+
+    def check_model(self, config) -> None:
+        """Reject settings that do not fit the model's shapes (ValueError naming the field)."""
+
+    def prefill(self, loaded: Loaded, ids: torch.Tensor) -> KV:
+        """Per layer (keys, values) of `ids` (1, prefill), (1, kv_heads, prefill, head_dim)."""
+        return kv_forward(loaded, ids)
+
+    def keeps(self, slots: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        """(queries, slots) bool: is the entry at each earlier slot still held when the query at
+        each position runs? Must never turn True again once False (eviction is final)."""
+        return torch.ones(len(queries), len(slots), dtype=torch.bool)
+
+    def store(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor):
+        """Stored form of complete storage groups: keys/values (batch, kv_heads, n, head_dim) at
+        document positions `slots` (n,), returned in the same shape and dtype (dequantised)."""
+        return keys, values
+
+    def store_keys(self, keys: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return self.store(keys, keys, slots)[0]
+
+    def store_values(self, values: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return self.store(values, values, slots)[1]
+
+    def stored_after(self, slots: torch.Tensor) -> torch.Tensor:
+        """(n,): the key is read in stored form by queries after this position, fresh before."""
+        return slots
+
+    def values_stored_after(self, slots: torch.Tensor) -> torch.Tensor:
+        """(n,): the same for the value (KIVI's differ: a block for keys, a sliding window for values)."""
+        return self.stored_after(slots)
+
+    def stored_bytes(self, n: int, kv_heads: int, head_dim: int, element_bytes: int) -> float:
+        """Bytes of `n` stored entries (keys and values) of one layer."""
+        return 2 * n * kv_heads * head_dim * element_bytes
+
+    def stored_key_bytes(self, n: int, kv_heads: int, head_dim: int, element_bytes: int) -> float:
+        return self.stored_bytes(n, kv_heads, head_dim, element_bytes) / 2
+
+    def stored_value_bytes(self, n: int, kv_heads: int, head_dim: int, element_bytes: int) -> float:
+        return self.stored_bytes(n, kv_heads, head_dim, element_bytes) / 2
+
+
+# --------------------------------------------------------------------------- shared by the quantisers
+
+BITS = (2, 4, 8)
+SCALE_BYTES = 2  # a scale or zero point is counted as fp16, as quantised caches store them
+
+
+def check_bits(op: str, bits) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits not in BITS:
+        reject(op, "bits", bits, f"one of {', '.join(map(str, BITS))}")
+
+
+def quantize_symmetric(x: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
+    """Round to 2^(bits-1) - 1 signed levels each side of zero, one scale (max |x|) per slice
+    along `dim`; returns the dequantised values."""
+    levels = 2 ** (bits - 1) - 1
+    scale = x.abs().amax(dim, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) / levels
+    return (x / scale).round().clamp(-levels, levels) * scale
+
+
+def quantize_asymmetric(x: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
+    """Round to 2^bits levels between the slice's min and max along `dim` (scale and zero point,
+    as KIVI does); returns the dequantised values."""
+    low, high = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
+    scale = ((high - low) / (2 ** bits - 1)).clamp_min(torch.finfo(x.dtype).tiny)
+    return ((x - low) / scale).round() * scale + low

@@ -1,0 +1,33 @@
+"""Casting the stored keys and values to a lower floating-point precision."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from kvutils.cache.base import CacheOp, reject
+
+
+@dataclass(frozen=True)
+class Cast(CacheOp):
+    """Store keys and values in a lower precision; attention still computes in the model's."""
+
+    dtype: str = "float16"
+    name: ClassVar[str] = "cast"
+    family: ClassVar[str] = "precision (cast)"
+    examples: ClassVar[tuple[str, ...]] = ("cast:dtype=float16", "cast:dtype=bfloat16")
+    transforms_storage: ClassVar[bool] = True
+    DTYPES: ClassVar[dict] = {"float16": torch.float16, "bfloat16": torch.bfloat16,
+                              "float32": torch.float32, "float64": torch.float64}
+
+    def __post_init__(self):
+        if self.dtype not in self.DTYPES:
+            reject(self.name, "dtype", self.dtype, f"one of {', '.join(self.DTYPES)}")
+
+    def store(self, keys, values, slots):
+        low = self.DTYPES[self.dtype]
+        return keys.to(low).to(keys.dtype), values.to(low).to(values.dtype)
+
+    def stored_bytes(self, n, kv_heads, head_dim, element_bytes):
+        return 2 * n * kv_heads * head_dim * self.DTYPES[self.dtype].itemsize

@@ -1,0 +1,15 @@
+"""The exact cache: what every other operation is measured against."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from kvutils.cache.base import CacheOp
+
+
+@dataclass(frozen=True)
+class Exact(CacheOp):
+    """The exact cache, the reference every other operation is measured against."""
+
+    name: ClassVar[str] = "exact"
+    examples: ClassVar[tuple[str, ...]] = ("exact",)

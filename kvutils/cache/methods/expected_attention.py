@@ -1,0 +1,72 @@
+"""Expected Attention: score each entry by the attention the coming queries are expected to pay it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from kvutils.cache.base import reject
+from kvutils.cache.methods.press import Press
+from kvutils.core import checks
+
+
+@dataclass(frozen=True)
+class ExpectedAttentionPress(Press):
+    """Expected Attention (Devoto et al. 2025, kvpress): scores each entry by the attention the
+    next `future` queries are expected to pay it, modelling them as Gaussian with the mean and
+    covariance of the prefill's pre-rotary queries (first `sinks` tokens left out), rotated by the
+    mean rotary rotation of positions P … P + future − 1: softmax(s μ·k + s² kᵀΣk / 2) (s the
+    model's scale), mean over the query group, times ‖v‖. The first `sinks` entries are always kept.
+    kvpress refuses Gemma 3 and Qwen 3 (their query norm breaks its hidden-state shortcut); we take
+    the pre-rotary queries themselves, after the norm, so they are included."""
+
+    future: int = 512
+    sinks: int = 4
+    name: ClassVar[str] = "expected_attention"
+    examples: ClassVar[tuple[str, ...]] = ("expected_attention:compression_ratio=0.5,future=16,sinks=2",)
+
+    def __post_init__(self):
+        super().__post_init__()
+        checks.check_int(f"{self.name}: future", self.future, 1)
+        checks.check_int(f"{self.name}: sinks", self.sinks, 0)
+
+    def check_lengths(self, prefill, decode):
+        if self.sinks >= prefill - 1:
+            reject(self.name, "sinks", self.sinks, f"smaller than prefill - 1 = {prefill - 1}")
+
+    def score(self, view):
+        P, d = view.keys.shape[-2], view.keys.shape[-1]
+        positions = torch.arange(P)
+        cos, sin = view.rotary(positions)  # un-rotate: the rotation by -t is (cos t, -sin t)
+        r = cos.shape[-1]
+        q = view.queries[0].double()  # (heads, P, d)
+        pre = torch.cat([rotate(q[..., :r], cos[0].double(), -sin[0].double()), q[..., r:]], -1)[:, self.sinks:]
+        mu = pre.mean(1)  # (heads, d)
+        centred = pre - mu[:, None]
+        cov = centred.transpose(1, 2) @ centred / pre.shape[1]  # (heads, d, d)
+        fcos, fsin = view.rotary(torch.arange(P, P + self.future))
+        mean_rot = rotation_matrix(fcos[0].double().mean(0), fsin[0].double().mean(0), d)  # (d, d)
+        mu = mu @ mean_rot.T
+        cov = mean_rot @ cov @ mean_rot.T
+        keys = view.keys[0, :, self.sinks:].double().repeat_interleave(view.groups, 0)  # (heads, n, d)
+        s = view.scale
+        logits = s * (keys @ mu[..., None])[..., 0] + s * s * torch.einsum("hnd,hde,hne->hn", keys, cov, keys) / 2
+        scores = view.per_kv_head(logits.softmax(-1)) * view.values[0, :, self.sinks:].double().norm(dim=-1)
+        return F.pad(scores, (self.sinks, 0), value=scores.max().item())
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin, the rotary convention of Llama, Gemma, Qwen and NeoX."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+
+def rotation_matrix(cos: torch.Tensor, sin: torch.Tensor, d: int) -> torch.Tensor:
+    """(d, d) matrix R with R x = the rotary rotation of x by (cos, sin) on the first len(cos)
+    channels and the identity on the rest."""
+    eye = torch.eye(d, dtype=cos.dtype)
+    r = cos.shape[-1]
+    rotated = torch.cat([rotate(eye[:, :r], cos, sin), eye[:, r:]], -1)  # row j: R applied to e_j
+    return rotated.T
