@@ -1,1 +1,16 @@
-"""cache"""
+"""cache: the KV-cache operations (exact, lower precision, quantisation, eviction, out-of-context
+reuse), how a model is scored with each, and what each costs in bytes and time.
+
+registry      the operations, one ordered tuple (Table 2's row order): OPS, parse_op("window:size=128,sinks=4")
+base          CacheOp, what every operation shares (its checks, the quantisers)
+methods/      one operation per file (kvpress style: a small dataclass whose fields are its settings)
+prefilled     what a prefill leaves behind (Prefilled, LayerView: what a data-dependent method reads)
+forward       one forward with an explicit mask over every version of every entry
+scoring       teacher-forced scoring with a modified cache: which path an operation takes
+fast_path     all decoded tokens in one forward
+step_path     one token per forward, one document
+step_batched  one token per forward, several documents at once (presses, policies, cache objects)
+sizes         every byte count: formulas per token and per configuration, and bytes actually held
+costs         compute and time of a decode step, memory bandwidth
+accept        the acceptance test (`python -m kvutils.accept`): KL, top-1 and perplexity against the exact cache
+"""

