@@ -7,10 +7,11 @@ from conftest import run_failing_chapter
 
 from kvutils.book import chapters
 from kvutils.studies import cache_exactness as exactness
+from kvutils.studies.parameters import Chapter1Parameters
 
 GOOD = dict(models="tiny-llama", dtypes="float64", n_prompts=2, prompt_tokens=8, new_tokens=4,
             recompute="one_pass", batch_size=2, corpus="pydoc", senses_file="data/senses.json",
-            garden_paths_file="data/garden_paths.json", results_dir="results", device="cpu")
+            garden_paths_file="data/garden_paths.json", results_dir="results", device="cpu", per_step_prompts=0)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -28,18 +29,19 @@ GOOD = dict(models="tiny-llama", dtypes="float64", n_prompts=2, prompt_tokens=8,
 ])
 def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads):
     with pytest.raises(ValueError, match=message):
-        exactness.plan(**{**GOOD, **change})
+        exactness.plan(Chapter1Parameters(**{**GOOD, **change}))
 
 
 def test_plan_prepares_prompts_without_loading(no_model_loads):
-    p = exactness.plan(**GOOD)
+    p = exactness.plan(Chapter1Parameters(**GOOD))
     assert p.prompts["tiny-llama"].shape == (2, 8) and len(p.pairs) == 18
 
 
 def test_the_per_step_subset_is_capped_and_never_doubles_a_per_step_run(no_model_loads):
-    assert exactness.plan(**{**GOOD, "per_step_prompts": 4}).per_step_prompts == 2  # n_prompts = 2
-    assert exactness.plan(**{**GOOD, "per_step_prompts": 4, "recompute": "per_step"}).per_step_prompts == 0
-    assert exactness.plan(**GOOD).per_step_prompts == 0
+    assert exactness.plan(Chapter1Parameters(**{**GOOD, "per_step_prompts": 4})).per_step_prompts == 2  # n_prompts = 2
+    per_step = Chapter1Parameters(**{**GOOD, "per_step_prompts": 4, "recompute": "per_step"})
+    assert exactness.plan(per_step).per_step_prompts == 0
+    assert exactness.plan(Chapter1Parameters(**GOOD)).per_step_prompts == 0
 
 
 def test_notebook_stops_in_its_first_cell_for_an_absent_hub_model(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import pytest
 from kvutils.book import chapters
 from kvutils.report import cache_approximations as report_costs
 from kvutils.studies.cache_approximations import study as approx_study
+from kvutils.studies.parameters import Chapter4Parameters
 
 QUICK = chapters.QUICK["04_cache_approximations"]
 GOOD = dict(QUICK, corpus="pydoc", device="cpu")
@@ -33,20 +34,20 @@ GOOD = dict(QUICK, corpus="pydoc", device="cpu")
 ])
 def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads):
     with pytest.raises(ValueError, match=message):
-        approx_study.plan(**{**GOOD, **change})
+        approx_study.plan(Chapter4Parameters(**{**GOOD, **change}))
 
 
 def test_a_window_that_evicts_nothing_warns_but_runs(no_model_loads):
     with pytest.warns(UserWarning, match="evicts nothing"):
-        approx_study.plan(**{**GOOD, "ops": "window:size=200,sinks=4"})
+        approx_study.plan(Chapter4Parameters(**{**GOOD, "ops": "window:size=200,sinks=4"}))
 
 
 def test_default_ops_cover_the_article_and_the_additions(no_model_loads):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = approx_study.plan(**{**GOOD, "ops": "default", "prefill": 256, "decode": 200, "chunk_decode": 64,
+        p = approx_study.plan(Chapter4Parameters(**{**GOOD, "ops": "default", "prefill": 256, "decode": 200, "chunk_decode": 64,
                                  "models": "tiny-llama", "table2_models": "tiny-llama", "n_docs": 1,
-                                 "frontier_models": "tiny-llama"})
+                                 "frontier_models": "tiny-llama"}))
     names = {op.name for op in p.ops + p.chunk_ops}
     assert names == {"exact", "cast", "quantize_naive", "quantize_kivi", "window", "chunk_reuse", "chunk_blend"}
 
@@ -106,7 +107,7 @@ def test_timings_are_read_only_where_the_lanes_runner_points_and_only_if_they_ma
                                                                                     no_model_loads):
     """Standalone, the chapter times itself; under the lanes it reads the file `time_alone` wrote,
     and a file timed for other settings is an error, not silently reused."""
-    p = approx_study.plan(**GOOD)
+    p = approx_study.plan(Chapter4Parameters(**GOOD))
     monkeypatch.delenv(approx_study.TIMINGS_ENV, raising=False)
     assert approx_study.deferred_timings(p) is None
     path = tmp_path / approx_study.DECODE_TIMING_FILE
@@ -115,7 +116,7 @@ def test_timings_are_read_only_where_the_lanes_runner_points_and_only_if_they_ma
     path.write_text(json.dumps(timed))
     monkeypatch.setenv(approx_study.TIMINGS_ENV, str(path))
     assert approx_study.deferred_timings(p)["where"] == "alone"
-    other = approx_study.plan(**{**GOOD, "timing_repeats": 7})
+    other = approx_study.plan(Chapter4Parameters(**{**GOOD, "timing_repeats": 7}))
     with pytest.raises(ValueError, match="timed for other settings"):
         approx_study.deferred_timings(other)
 

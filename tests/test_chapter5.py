@@ -8,6 +8,7 @@ from conftest import run_failing_chapter
 
 from kvutils.models import registry as models
 from kvutils.models.loading import load_tokenizer
+from kvutils.studies.parameters import Chapter5Parameters
 from kvutils.studies.qwen3_switch import study as switch
 from kvutils.studies.qwen3_switch.bench import bench
 from kvutils.studies.qwen3_switch.exactness import check_exactness
@@ -57,14 +58,14 @@ SENSES = dict(GOOD, task="senses")
 ])
 def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads):
     with pytest.raises(ValueError, match=message):
-        switch.plan(**{**GOOD, **change})
+        switch.plan(Chapter5Parameters(**{**GOOD, **change}))
 
 
 def test_an_eval_corpus_too_small_is_named(no_model_loads, tmp_path):
     (tmp_path / "one.txt").write_text("A short note. " * 5)
     (tmp_path / "two.txt").write_text("Another short note. " * 5)
     with pytest.raises(ValueError, match=r"eval_corpus: its 2 documents give 0 passages of 16 \+ 8 tokens"):
-        switch.plan(**{**GOOD, "eval_corpus": str(tmp_path)})
+        switch.plan(Chapter5Parameters(**{**GOOD, "eval_corpus": str(tmp_path)}))
 
 
 def test_an_unknown_architecture_is_named(no_model_loads, tmp_path):
@@ -75,13 +76,13 @@ def test_an_unknown_architecture_is_named(no_model_loads, tmp_path):
     save_file({"w": torch.zeros(1)}, tmp_path / "model.safetensors")  # a complete folder, of another architecture
     (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(ValueError, match=r"models: .* has architecture 'mamba'.*known architectures: llama, qwen3"):
-        switch.plan(**{**GOOD, "models": str(tmp_path)})
+        switch.plan(Chapter5Parameters(**{**GOOD, "models": str(tmp_path)}))
 
 
 def test_a_hub_model_without_weights_says_how_to_get_them(no_model_loads, tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(models.ModelNotAvailable, match=r"hf download Qwen/Qwen3-0.6B"):
-        switch.plan(**{**GOOD, "models": "Qwen/Qwen3-0.6B"})
+        switch.plan(Chapter5Parameters(**{**GOOD, "models": "Qwen/Qwen3-0.6B"}))
 
 
 def test_an_eval_corpus_of_plain_text_documents_is_held_out(tmp_path):
@@ -92,14 +93,14 @@ def test_an_eval_corpus_of_plain_text_documents_is_held_out(tmp_path):
     words = data.load_senses()  # text of another kind than the training corpus: everyday English
     for name, part in (("first.txt", words[:8]), ("second.txt", words[8:])):
         (tmp_path / name).write_text(" ".join(r for w in part for sense in w.senses for r in sense.references))
-    mp = switch.plan(**{**GOOD, "eval_corpus": str(tmp_path), "n_heldout": 24}).models[0]
+    mp = switch.plan(Chapter5Parameters(**{**GOOD, "eval_corpus": str(tmp_path), "n_heldout": 24})).models[0]
     assert {e.group for e in mp.heldout} == {"first.txt", "second.txt"}
     assert len(mp.heldout) == 24 and len({e.ids for e in mp.heldout}) == 24  # no example twice
     assert all(e.group.startswith("pydoc:") for e in mp.train)
 
 
 def test_the_plan_knows_l_from_the_config():
-    mp = switch.plan(**SENSES).models[0]
+    mp = switch.plan(Chapter5Parameters(**SENSES)).models[0]
     assert (mp.n_layers, mp.k_values, mp.model_type) == (4, [1, 2, 4], "qwen3")
     assert mp.prefix_labels == ["The", "⟨word⟩"] and mp.prefix_len == 2
     assert {e.group for e in mp.heldout} == {"key"} and len(mp.train) == 2 * 2 * 4
@@ -109,7 +110,7 @@ def test_continuation_examples_are_balanced_split_by_document_and_cut_at_words()
     from kvutils.core import data
     from kvutils.studies.qwen3_switch import tasks as switch_tasks
 
-    p = switch.plan(**{**GOOD, "n_train": 40, "n_heldout": 24})
+    p = switch.plan(Chapter5Parameters(**{**GOOD, "n_train": 40, "n_heldout": 24}))
     mp = p.models[0]
     tokenizer = load_tokenizer("tiny-qwen3")
     docs = {d.id: d for d in data.load_corpus()}
@@ -242,7 +243,7 @@ def test_chapter5_quick_results_hold_the_identities(quick_chapters):
 
 
 def test_the_senses_task_still_runs_and_holds_the_identities(tmp_path):
-    p = switch.plan(**{**SENSES, "k_values": "1,L", "patch_k": 1, "exact_examples": 4})
+    p = switch.plan(Chapter5Parameters(**{**SENSES, "k_values": "1,L", "patch_k": 1, "exact_examples": 4}))
     numbers, _ = run(p)
     check_exactness(numbers, "float32")
     r = numbers["tiny-qwen3"]
@@ -438,7 +439,7 @@ def test_learning_rates_and_steps_per_model():
         switch.parse_per_model("lr", "0.005,b:0.001,c:0.3", ["a", "b"])
     assert switch.parse_per_model("lr", "a:0.1, b:0.2", ["a", "b"]) == {"a": 0.1, "b": 0.2}
     assert switch.parse_per_model("steps", "96,b:64", ["a", "b"]) == {"a": 96, "b": 64}
-    mp = switch.plan(**{**GOOD, "steps": "5,tiny-qwen3:3", "lr": "0.1,tiny-qwen3:0.02"}).models[0]
+    mp = switch.plan(Chapter5Parameters(**{**GOOD, "steps": "5,tiny-qwen3:3", "lr": "0.1,tiny-qwen3:0.02"})).models[0]
     assert (mp.steps, mp.lr) == (3, 0.02)
 
 

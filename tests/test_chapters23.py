@@ -7,6 +7,7 @@ from conftest import run_failing_chapter
 
 from kvutils.core import results
 from kvutils.models import registry as models
+from kvutils.studies.parameters import Chapter3Parameters
 from kvutils.studies.sense_probes import study as senses_study
 
 GOOD = dict(models="tiny-llama", encoder="tiny-bert", senses_file="data/senses.json", device="cpu")
@@ -46,7 +47,7 @@ def _no_reference(words):
 def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_loads, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     with pytest.raises((ValueError, models.ModelNotAvailable), match=message):
-        senses_study.plan(**{**GOOD, **change})
+        senses_study.plan(Chapter3Parameters(**{**GOOD, **change}))
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -56,7 +57,7 @@ def test_bad_parameters_fail_before_any_model_loads(change, message, no_model_lo
 ])
 def test_bad_senses_files_name_the_word(edit, message, no_model_loads, tmp_path):
     with pytest.raises(ValueError, match=message):
-        senses_study.plan(**{**GOOD, "senses_file": _senses_with(tmp_path, edit)})
+        senses_study.plan(Chapter3Parameters(**{**GOOD, "senses_file": _senses_with(tmp_path, edit)}))
 
 
 def test_notebook_stops_in_its_first_cell_on_a_causal_encoder(tmp_path):

@@ -12,6 +12,7 @@ from kvutils.report import common as report
 from kvutils.report import frontier as report_frontier
 from kvutils.studies.cache_approximations import frontier
 from kvutils.studies.cache_approximations import study as approx_study
+from kvutils.studies.parameters import Chapter4Parameters
 
 QUICK = dict(chapters.QUICK["04_cache_approximations"], corpus="pydoc", device="cpu")
 
@@ -24,7 +25,7 @@ def _config(kv_heads: int = 2) -> LlamaConfig:
 def test_no_frontier_model_runs_end_to_end(no_model_loads):
     """`-p frontier_models ""` (documented as none): planned without a frontier, and every frontier
     output says "not run" (before: matplotlib's "number sections must be larger than 0")."""
-    p = approx_study.plan(**{**QUICK, "frontier_models": ""})
+    p = approx_study.plan(Chapter4Parameters(**{**QUICK, "frontier_models": ""}))
     assert p.frontier_models == [] and p.frontier_docs == {}
     fig = report_frontier.plot_frontier({})
     assert "not run" in " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
@@ -36,12 +37,12 @@ def test_no_frontier_model_runs_end_to_end(no_model_loads):
 
 def test_frontier_parameters_are_checked_before_any_model_loads(no_model_loads):
     with pytest.raises(ValueError, match="frontier_prefill must be >= 1"):
-        approx_study.plan(**{**QUICK, "frontier_prefill": 0})
+        approx_study.plan(Chapter4Parameters(**{**QUICK, "frontier_prefill": 0}))
     with pytest.raises(ValueError, match=r"frontier_docs / frontier_prefill / frontier_decode: .*only \d+ of"):
-        approx_study.plan(**{**QUICK, "frontier_docs": 40})
+        approx_study.plan(Chapter4Parameters(**{**QUICK, "frontier_docs": 40}))
     with pytest.raises(ValueError, match="frontier_ops: snapkv: window=8 is not allowed"):
-        approx_study.plan(**{**QUICK, "frontier_prefill": 8})
-    p = approx_study.plan(**QUICK)
+        approx_study.plan(Chapter4Parameters(**{**QUICK, "frontier_prefill": 8}))
+    p = approx_study.plan(Chapter4Parameters(**QUICK))
     assert all(len(ids) == 64 + 32 + 1 for docs in p.frontier_docs.values() for _, ids in docs)
 
 

@@ -16,6 +16,7 @@ from kvutils.core.paths import REPO_ROOT
 from kvutils.models import loading
 from kvutils.models import registry as models
 from kvutils.models.checks import check_models, resolve
+from kvutils.studies.parameters import DECLARED
 
 ALL_NOTEBOOKS = [*NOTEBOOKS.values(), *PAGES.values()]
 
@@ -97,7 +98,7 @@ def _misspell(name: str) -> str:
     return name.replace("_", "", 1) if "_" in name else name + name[-1]
 
 
-MISSPELT = [(nb, name) for nb in ALL_NOTEBOOKS for name in params.notebook_parameters(nb)]
+MISSPELT = [(nb, name) for nb in ALL_NOTEBOOKS for name in DECLARED[nb].names()]
 
 
 @pytest.mark.parametrize("notebook, name", MISSPELT, ids=[f"{n}-{p}" for n, p in MISSPELT])
@@ -106,22 +107,22 @@ def test_a_misspelt_parameter_stops_the_run_naming_the_closest(notebook, name):
     injected = {"In": ["", "# Parameters (papermill ...)\nx = 1\n", f"# Parameters\n{typo} = 4\n{name} = 1\n"]}
     with pytest.raises(ValueError, match=rf"^{re.escape(typo)}: not a parameter of {notebook} \(did you mean "
                                          rf"{re.escape(name)}\?\)"):
-        params.reject_unknown(injected, notebook)
+        params.reject_unknown(injected, notebook, DECLARED[notebook].names())
 
 
 @pytest.mark.parametrize("notebook", ALL_NOTEBOOKS)
 def test_known_parameters_and_interactive_runs_pass(notebook):
-    known = params.notebook_parameters(notebook)
+    known = DECLARED[notebook].defaults()
     assert "results_dir" in known
     injected = "# Parameters\n" + "".join(f"{name} = {value!r}\n" for name, value in known.items())
-    params.reject_unknown({"In": ["", injected]}, notebook)
-    params.reject_unknown({"In": ["", "zzz = 1\n"]}, notebook)  # a user's own cell in Jupyter is not -p
-    params.reject_unknown({}, notebook)  # outside IPython: nothing was injected
+    params.reject_unknown({"In": ["", injected]}, notebook, known)
+    params.reject_unknown({"In": ["", "zzz = 1\n"]}, notebook, known)  # a user's own cell in Jupyter is not -p
+    params.reject_unknown({}, notebook, known)  # outside IPython: nothing was injected
 
 
 def test_a_name_unlike_any_parameter_lists_them_all():
     with pytest.raises(ValueError, match=r"^zzz: not a parameter of 01_cache_exactness\. Its parameters: models, "):
-        params.reject_unknown({"In": ["# Parameters\nzzz = 1\n"]}, "01_cache_exactness")
+        DECLARED["01_cache_exactness"].check_names(params.injected_names({"In": ["# Parameters\nzzz = 1\n"]}))
 
 
 # --------------------------------------------------------------------------- the README's rerun example
@@ -136,18 +137,18 @@ def _readme_papermill_runs():
 
 @pytest.mark.parametrize("notebook, overrides", list(_readme_papermill_runs()))
 def test_the_readme_rerun_example_does_not_replace_the_books_results(notebook, overrides, capsys):
-    namespace = {**params.notebook_parameters(notebook), **overrides}
-    folder = params.run_folder(namespace, notebook)
+    namespace = {**DECLARED[notebook].defaults(), **overrides}
+    folder = params.run_folder(namespace, notebook, DECLARED[notebook].defaults())
     assert Path(folder).parent == Path("runs") and Path(folder).name.startswith(notebook)
     number = next(n for n, name in NOTEBOOKS.items() if name == notebook)
     assert f"make chapter N={number}" in capsys.readouterr().out
 
 
 def test_the_defaults_and_an_explicit_results_dir_are_kept():
-    defaults = params.notebook_parameters("01_cache_exactness")
-    assert params.run_folder(dict(defaults), "01_cache_exactness") == "results"
+    defaults = DECLARED["01_cache_exactness"].defaults()
+    assert params.run_folder(dict(defaults), "01_cache_exactness", defaults) == "results"
     explicit = {**defaults, "n_prompts": 8, "results_dir": "/abs/results"}  # what make chapter passes
-    assert params.run_folder(explicit, "01_cache_exactness") == "/abs/results"
+    assert params.run_folder(explicit, "01_cache_exactness", defaults) == "/abs/results"
 
 
 # --------------------------------------------------------------------------- output paths
@@ -232,7 +233,7 @@ def test_a_results_dir_that_is_a_file_fails_in_the_first_cell_within_seconds(tmp
     (tmp_path / "results").write_text("not a folder")
     error, source = run_failing_chapter("01", tmp_path, {})
     assert "results_dir: " in error and "is a file, not a folder" in error
-    assert "check_notebook" in source
+    assert "from_notebook" in source
     executed = failed_copy(tmp_path, NOTEBOOKS["01"])
     failed = next(c for c in executed["cells"] if any(o.get("output_type") == "error" for o in c.get("outputs", [])))
     # 10 s on an idle machine (importing torch is most of it), scaled when other work shares the cores
@@ -421,7 +422,7 @@ def test_a_results_dir_under_home_is_written_where_it_was_checked(tmp_path, monk
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     namespace = {"results_dir": "~/runs", "In": []}
-    folder = params.check_notebook(namespace, "02_bert_contrast")
+    folder = DECLARED["02_bert_contrast"].from_notebook(namespace).results_dir
     assert folder == str(tmp_path / "home" / "runs")
     results.save_run("~/runs", "02_bert_contrast", {}, [], {"x": 1}, time.time())
     assert (tmp_path / "home" / "runs" / "02_bert_contrast.json").is_file()
@@ -651,8 +652,7 @@ def _plan(chapter: str, **overrides):
     from kvutils.book.chapters import QUICK
 
     name = NOTEBOOKS[chapter]
-    given = {**params.notebook_parameters(name), **QUICK[name], **overrides}
-    return importlib.import_module(PLANS[chapter]).plan(**given)
+    return importlib.import_module(PLANS[chapter]).plan(DECLARED[name](**{**QUICK[name], **overrides}))
 
 
 def _senses_variant(tmp_path: Path, change) -> str:

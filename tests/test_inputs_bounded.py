@@ -29,6 +29,7 @@ from kvutils.models import converted
 from kvutils.models import loading as models
 from kvutils.studies import cache_exactness as exactness
 from kvutils.studies.cache_approximations import study as approx_study
+from kvutils.studies.parameters import DECLARED, Chapter1Parameters
 from kvutils.studies.qwen3_switch import study as switch
 from kvutils.studies.sense_probes import study as senses_study
 
@@ -95,7 +96,7 @@ def test_chapter_1_first_cell_refuses_a_pipe_in_its_corpus(tmp_path, no_model_lo
                 recompute="one_pass", batch_size=1, corpus=str(folder), senses_file="data/senses.json",
                 garden_paths_file="data/garden_paths.json", device="cpu")
     with no_hang(), pytest.raises(ValueError, match=r"corpus: .*b\.txt is a named pipe"):
-        exactness.plan(**good)
+        exactness.plan(Chapter1Parameters(**good))
 
 
 def test_a_jsonl_corpus_that_is_a_pipe_is_refused(tmp_path):
@@ -323,7 +324,7 @@ def test_a_results_dir_that_is_a_dangling_link_is_named_as_one(tmp_path):
 
 @pytest.mark.parametrize("check", [lambda v: results.check_output(v, "ch"),
                                    lambda v: results.check_output_file(v + "/a.json", "results_dir"),
-                                   lambda v: params.check_notebook({"results_dir": v}, "06_conclusions")])
+                                   lambda v: DECLARED["06_conclusions"].from_notebook({"results_dir": v})])
 def test_a_tilde_for_an_unknown_user_names_results_dir(check):
     with pytest.raises(ValueError, match=r"^results_dir: ~nosuchuser_kv/r(/a\.json)? starts with ~nosuchuser_kv, "
                                          r"but there is no user"):
@@ -375,9 +376,10 @@ def test_a_second_run_of_a_chapter_into_a_held_folder_is_refused_with_the_pid(tm
 
 
 def test_the_notebooks_first_cell_claims_and_save_run_releases(tmp_path):
-    namespace = {**params.notebook_parameters("02_bert_contrast"), "results_dir": str(tmp_path)}
-    folder = params.check_notebook(namespace, "02_bert_contrast")
-    assert params.check_notebook(namespace, "02_bert_contrast") == folder  # a rerun of the cell in Jupyter
+    defaults = DECLARED["02_bert_contrast"].defaults()
+    namespace = {**defaults, "results_dir": str(tmp_path)}
+    folder = params.check_notebook(namespace, "02_bert_contrast", defaults)
+    assert params.check_notebook(namespace, "02_bert_contrast", defaults) == folder  # a rerun of the cell in Jupyter
     other, read = _in_child(lambda: results.claim(folder, "02_bert_contrast"))
     outcome = _outcome(read)
     _end(other)
@@ -520,6 +522,5 @@ def test_the_walk_covers_every_special_value_the_readme_documents():
 def test_each_documented_special_value_passes_the_first_cell(notebook, change, expect, no_model_loads):
     """On the quick profile, through the notebook's own plan (its first cell's checks).
     frontier_models "" end to end is chapter 4's plot (kvutils.report.frontier), not checked here."""
-    kwargs = {**params.notebook_parameters(notebook), **chapters.QUICK[notebook], **ONE_MODEL[notebook],
-              "device": "cpu", **change}
-    assert expect(PLANS[notebook](**kwargs))
+    kwargs = {**chapters.QUICK[notebook], **ONE_MODEL[notebook], "device": "cpu", **change}
+    assert expect(PLANS[notebook](DECLARED[notebook](**kwargs)))

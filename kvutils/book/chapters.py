@@ -127,11 +127,12 @@ def run_lanes(lanes, profile: str, results_dir: str, output_dir: str) -> None:
     Before the lanes, chapter 4's decode steps are timed alone on every thread; the chapter reads
     those timings (see kvutils.studies.cache_approximations.study)."""
     from kvutils.studies.cache_approximations import study as approx_study
+    from kvutils.studies.parameters import Chapter4Parameters
 
     started = time.time()
-    name = NOTEBOOKS["04"]
     print(f"== timing chapter 4's decode steps alone ({profile} profile) ...", flush=True)
-    timed = approx_study.time_alone(results_dir, dict(QUICK[name]) if profile == "quick" else {})
+    given = QUICK[Chapter4Parameters.NOTEBOOK] if profile == "quick" else {}
+    timed = approx_study.time_alone(results_dir, Chapter4Parameters(**given))
     alone_s = time.time() - started
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            approx_study.TIMINGS_ENV: str(Path(timed).resolve())}
@@ -201,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="all chapters in two one-thread queues side by side: " + " | ".join(map(",".join, LANES)))
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="override a notebook parameter (as papermill -p)")
-    from kvutils.core import checks, params
+    from kvutils.core import checks
+    from kvutils.studies.parameters import DECLARED
 
     checks.check_flags(parser, argv)
     args = parser.parse_args(argv)
@@ -225,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
 
         results.check_folder(args.output_dir, "--output-dir")
         for chapter in chapters:
-            params.check_names(overrides, NOTEBOOKS[chapter])
+            DECLARED[NOTEBOOKS[chapter]].check_names(overrides)
             results.check_output(args.results_dir, NOTEBOOKS[chapter], "--results-dir")
         if not chapters and not (args.results_dir.strip() and Path(args.results_dir).is_dir()):
             raise ValueError(f"--results-dir: {args.results_dir!r} is not a folder; the summary pages read the "

@@ -1,51 +1,32 @@
 """A notebook's first cell: its parameters as papermill set them, checked before any model loads.
 
-The checks of single values are in kvutils.core.checks.
+What a notebook's parameters are (names, defaults) is declared once, in a `kvutils.core.declared`
+declaration; these functions take the declared names or defaults. The checks of single values
+are in kvutils.core.checks.
 """
 from __future__ import annotations
 
 import ast
 import difflib
-import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from kvutils.core import results
-from kvutils.core.paths import repo_file
-
-# --------------------------------------------------------------------------- a notebook's first cell
+from kvutils.core.catalog import NOTEBOOKS
 
 PAPERMILL_CELL = "# Parameters\n"  # how papermill's injected cell (-p, -y, -f) begins
 RUNS_DIR = "runs"  # where a run with other parameters goes when results_dir is left at its default
-_NOT_LITERAL = object()
 
 
-def notebook_parameters(notebook: str) -> dict:
-    """{name: default} of the `parameters` cell of notebooks/<notebook>.ipynb."""
-    path = repo_file(f"notebooks/{notebook}.ipynb")
-    if not path.is_file():
-        raise ValueError(f"notebook: no {path}")
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    cell = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
-    return {name: value for name, value in _assignments("".join(cell["source"]))}
-
-
-def _assignments(source: str) -> list[tuple[str, object]]:
-    """(name, literal value) of each top-level `name = value` of a cell."""
+def assigned_names(source: str) -> list[str]:
+    """The names of the top-level `name = value` assignments of a cell."""
     try:
         body = ast.parse(source).body
     except SyntaxError:
         return []
-    out = []
-    for node in body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                value = ast.literal_eval(node.value)
-            except (ValueError, SyntaxError):
-                value = _NOT_LITERAL
-            out.append((node.targets[0].id, value))
-    return out
+    return [node.targets[0].id for node in body
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)]
 
 
 def injected_names(namespace: dict) -> list[str]:
@@ -55,20 +36,20 @@ def injected_names(namespace: dict) -> list[str]:
     names = []
     for source in history:
         if isinstance(source, str) and source.startswith(PAPERMILL_CELL):
-            names += [name for name, _ in _assignments(source) if name not in names]
+            names += [name for name in assigned_names(source) if name not in names]
     return names
 
 
-def reject_unknown(namespace: dict, notebook: str) -> None:
-    """A name given with `-p` that the notebook does not define stops the run, naming it and the
+def reject_unknown(namespace: dict, notebook: str, known: Iterable[str]) -> None:
+    """A name given with `-p` that the notebook does not declare stops the run, naming it and the
     closest parameter (papermill itself only warns, and the run would go on with the defaults)."""
-    check_names(injected_names(namespace), notebook)
+    check_names(injected_names(namespace), notebook, known)
 
 
-def check_names(names: Iterable[str], notebook: str) -> None:
-    """Every name is a parameter of `notebook`, or an error names each that is not and the
-    closest parameter."""
-    known = list(notebook_parameters(notebook))
+def check_names(names: Iterable[str], notebook: str, known: Iterable[str]) -> None:
+    """Every name is one of `known` (the parameters of `notebook`), or an error names each that is
+    not and the closest parameter."""
+    known = list(known)
     unknown = [n for n in names if n not in known]
     if not unknown:
         return
@@ -81,20 +62,16 @@ def check_names(names: Iterable[str], notebook: str) -> None:
     raise ValueError("; ".join(hints) + f". Its parameters: {', '.join(known)}")
 
 
-def run_folder(namespace: dict, notebook: str) -> str:
+def run_folder(namespace: dict, notebook: str, defaults: dict) -> str:
     """results_dir for this run. Left at its default while other parameters are not, a run outside
     `make chapter` would replace the book's results, which the next page build publishes; it goes
     to runs/<notebook>-<time>/ instead. An explicit results_dir (as `make chapter` passes) is kept."""
-    defaults = notebook_parameters(notebook)
     given = namespace.get("results_dir", defaults.get("results_dir"))
     if given != defaults.get("results_dir"):
         return given
-    changed = [n for n, default in defaults.items() if n != "results_dir" and default is not _NOT_LITERAL
-               and n in namespace and namespace[n] != default]
+    changed = [n for n, default in defaults.items() if n != "results_dir" and n in namespace and namespace[n] != default]
     if not changed:
         return given
-    from kvutils.core.catalog import NOTEBOOKS
-
     number = next((n for n, name in NOTEBOOKS.items() if name == notebook), "NN")
     folder = str(Path(RUNS_DIR) / f"{notebook}-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"results_dir: {', '.join(changed)} differ from the book's defaults, so this run writes to "
@@ -104,13 +81,11 @@ def run_folder(namespace: dict, notebook: str) -> str:
     return folder
 
 
-def check_notebook(namespace: dict, notebook: str) -> str:
-    """The checks every notebook's first cell makes before any model loads: no unknown parameter,
-    and results_dir usable (written by a chapter, read by a summary page). Returns the
-    results_dir to use (see `run_folder`)."""
-    from kvutils.core.catalog import NOTEBOOKS
-
-    reject_unknown(namespace, notebook)
+def check_notebook(namespace: dict, notebook: str, defaults: dict) -> str:
+    """The checks every notebook's first cell makes before any model loads: no unknown parameter
+    (`defaults` holds the declared ones), and results_dir usable (written by a chapter, read by a
+    summary page). Returns the results_dir to use (see `run_folder`)."""
+    reject_unknown(namespace, notebook, defaults)
     results_dir = namespace.get("results_dir")
     if notebook not in NOTEBOOKS.values():  # a summary page reads the chapters' results
         if not isinstance(results_dir, (str, Path)) or not results.expand(results_dir, "results_dir").is_dir():
@@ -118,7 +93,7 @@ def check_notebook(namespace: dict, notebook: str) -> str:
                              "chapters' results files (make book writes them to results/)")
         results.recover(results.expand(results_dir, "results_dir"))
         return str(results.expand(results_dir, "results_dir"))
-    results_dir = run_folder(namespace, notebook)
+    results_dir = run_folder(namespace, notebook, defaults)
     folder = results.check_output(results_dir, notebook)  # "~/runs" as the folder it names
     results.claim(folder, notebook)  # one run of this chapter at a time into this folder
     return str(folder)

@@ -19,8 +19,7 @@ from kvutils.core.data import PrefixPair
 from kvutils.models.checks import check_models
 from kvutils.models.greedy import greedy, prefill, recompute_logits
 from kvutils.models.loading import DTYPES, Loaded, load_tokenizer
-
-RECOMPUTE_MODES = ("one_pass", "per_step")
+from kvutils.studies.parameters import RECOMPUTE_MODES, Chapter1Parameters
 
 
 def worst(values) -> float:
@@ -181,33 +180,22 @@ class Plan:
     per_step_prompts: int = 0  # the first prompts also decoded by the article's per-step procedure
 
 
-def plan(*, models: str, dtypes: str, n_prompts: int, prompt_tokens: int, new_tokens: int,
-         recompute: str, batch_size: int, corpus: str, senses_file: str, garden_paths_file: str,
-         device: str, per_step_prompts: int = 0, **_ignored) -> Plan:
-    """Check every chapter-1 parameter and prepare the inputs, loading tokenizers but no model.
+def plan(p: Chapter1Parameters) -> Plan:
+    """Prepare chapter 1's inputs from its checked parameters, loading tokenizers but no model.
     Raises ValueError / ModelNotAvailable naming the parameter."""
-    checks.check_device(device)
-    dtype_list = checks.check_list("dtypes", dtypes, DTYPES)
-    checks.check_int("n_prompts", n_prompts, 1)
-    checks.check_int("prompt_tokens", prompt_tokens, 1)
-    checks.check_int("new_tokens", new_tokens, 1)
-    checks.check_int("batch_size", batch_size, 1)
-    checks.check_choice("recompute", recompute, RECOMPUTE_MODES)
-    checks.check_int("per_step_prompts", per_step_prompts, 0)
-    resolved = check_models("models", models, family="causal",
-                                   min_context=prompt_tokens + new_tokens)
-    docs = data.load_corpus(corpus)
-    data.check_corpus_size(docs, n_prompts)
-    words = data.load_senses(senses_file)
-    pairs = data.prefix_pairs(words, data.load_garden_paths(garden_paths_file))
+    resolved = check_models("models", p.models, family="causal", min_context=p.prompt_tokens + p.new_tokens)
+    docs = data.load_corpus(p.corpus)
+    data.check_corpus_size(docs, p.n_prompts)
+    words = data.load_senses(p.senses_file)
+    pairs = data.prefix_pairs(words, data.load_garden_paths(p.garden_paths_file))
     prompts = {}
     for r in resolved:
         tokenizer = load_tokenizer(r.name)
-        prompts[r.name] = data.prompts_from_corpus(tokenizer, docs, n_prompts, prompt_tokens)
+        prompts[r.name] = data.prompts_from_corpus(tokenizer, docs, p.n_prompts, p.prompt_tokens)
     # a per-step subset beside a per-step run would measure the same thing twice
-    subset = 0 if recompute == "per_step" else min(per_step_prompts, n_prompts)
-    return Plan([r.name for r in resolved], dtype_list, prompts, pairs, new_tokens, recompute,
-                batch_size, device, subset)
+    subset = 0 if p.recompute == "per_step" else min(p.per_step_prompts, p.n_prompts)
+    return Plan([r.name for r in resolved], checks.check_list("dtypes", p.dtypes, DTYPES), prompts, pairs, p.new_tokens,
+                p.recompute, p.batch_size, p.device, subset)
 
 
 def run(p: Plan) -> tuple[dict, list[dict]]:

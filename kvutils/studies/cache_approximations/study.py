@@ -1,8 +1,8 @@
 """Chapter 4: what the exact cache buys (decode-step time, E4), what it costs in memory (bytes per
 token, Table 1), and what each approximation costs in quality (Table 2, by `kvutils.cache.accept`).
 
-`plan()` checks every parameter, parses every cache operation and tokenises every document before
-any model loads.
+`plan()` takes the checked parameters (kvutils.studies.parameters), parses every cache operation and
+tokenises every document before any model loads.
 
 Where the decode step is timed. `make book` runs the chapters in two one-thread lanes side by side
 (`kvutils.book.chapters --lanes`); a decode step timed inside a lane would share the machine's memory
@@ -38,11 +38,10 @@ from kvutils.models.checks import check_models
 from kvutils.models.layers import kv_shape
 from kvutils.models.loading import load, load_tokenizer
 from kvutils.studies.cache_approximations import frontier
+from kvutils.studies.parameters import DEFAULT_OPS, Chapter4Parameters
 
-NOTEBOOK = "04_cache_approximations"
 TIMINGS_ENV = "KVUTILS_CH4_DECODE_TIMING"  # set by the lanes runner: the file `time_alone` wrote
 DECODE_TIMING_FILE = "04_decode_timing.json"  # in the results folder
-DEFAULT_OPS = "default"  # the article's twelve rows and this book's additions (cache.ARTICLE_OPS + EXTRA_OPS)
 CHUNK_OPS = (ChunkReuse, ChunkBlend)
 
 
@@ -89,71 +88,62 @@ def _check_lengths(parameter: str, op: CacheOp, prefill: int, decode: int) -> No
         raise ValueError(f"{parameter}: {err}") from None
 
 
-def plan(*, models: str, table2_models: str, ops: str, corpus: str, n_docs: int, prefill: int, decode: int,
-         chunk_decode: int, contexts: str, timing_repeats: int, device: str, skip_short: bool = True,
-         frontier_models: str = "", frontier_ops: str = DEFAULT_OPS, frontier_docs: int = 8,
-         frontier_prefill: int = 1024, frontier_decode: int = 128, **_ignored) -> Plan:
-    checks.check_device(device)
-    if not isinstance(skip_short, bool):
-        raise ValueError(f"skip_short must be True or False, got {skip_short!r}")
-    for name, value in (("n_docs", n_docs), ("prefill", prefill), ("decode", decode),
-                        ("chunk_decode", chunk_decode), ("timing_repeats", timing_repeats)):
-        checks.check_int(name, value, 1)
-    context_list = checks.check_int_list("contexts", contexts, 1)
-    for name, value in (("frontier_docs", frontier_docs), ("frontier_prefill", frontier_prefill),
-                        ("frontier_decode", frontier_decode)):
-        checks.check_int(name, value, 1)
-    operations = parse_op_list(ops)
-    frontier_specs = frontier.default_specs(frontier_prefill, frontier_decode)
-    front_ops = parse_op_list(frontier_ops, "frontier_ops", frontier_specs)
+def plan(p: Chapter4Parameters) -> Plan:
+    """Prepare chapter 4 from its checked parameters: parse every cache operation, check it and
+    the models against the lengths, tokenise every document; loads tokenizers only."""
+    context_list = checks.check_int_list("contexts", p.contexts, 1)
+    operations = parse_op_list(p.ops)
+    frontier_specs = frontier.default_specs(p.frontier_prefill, p.frontier_decode)
+    front_ops = parse_op_list(p.frontier_ops, "frontier_ops", frontier_specs)
     for op in front_ops:
         if isinstance(op, CHUNK_OPS):
             raise ValueError(f"frontier_ops: {op.spec} is a chunk operation; the frontier scores prefill + decode")
     plain = [op for op in operations if not isinstance(op, CHUNK_OPS)]
     chunked = [op for op in operations if isinstance(op, CHUNK_OPS)]
     for op in plain:
-        _check_lengths("ops", op, prefill, decode)
+        _check_lengths("ops", op, p.prefill, p.decode)
     for op in chunked:
-        _check_lengths("ops", op, prefill, chunk_decode)
-    resolved = check_models("models", models, family="causal",
-                                   min_context=prefill + max(decode, chunk_decode) + 1,
-                                   context_from="prefill + decode + 1, and prefill + chunk_decode + 1")
+        _check_lengths("ops", op, p.prefill, p.chunk_decode)
+    resolved = check_models("models", p.models, family="causal",
+                            min_context=p.prefill + max(p.decode, p.chunk_decode) + 1,
+                            context_from="prefill + decode + 1, and prefill + chunk_decode + 1")
     for r in resolved:
         if max(context_list) + 1 > r.context:
             raise ValueError(f"contexts: {max(context_list)} is longer than {r.name} handles ({r.context} tokens, "
                              "one of which the timed step adds)")
     names = [r.name for r in resolved]
-    table2 = [r.name for r in check_models("table2_models", table2_models, family="causal")]
+    table2 = [r.name for r in check_models("table2_models", p.table2_models, family="causal")]
     outside = [m for m in table2 if m not in names]
     if outside:
         raise ValueError(f"table2_models: {outside} not in models ({', '.join(names)}); Table 2 runs on a subset of them")
-    front = [r.name for r in check_models("frontier_models", frontier_models, family="causal",
-                                                 min_context=frontier_prefill + frontier_decode + 1,
-                                                 context_from="frontier_prefill + frontier_decode + 1")] \
-        if not isinstance(frontier_models, str) or frontier_models.strip() else []  # "" or " ": no frontier
+    front = [r.name for r in check_models("frontier_models", p.frontier_models, family="causal",
+                                          min_context=p.frontier_prefill + p.frontier_decode + 1,
+                                          context_from="frontier_prefill + frontier_decode + 1")] \
+        if not isinstance(p.frontier_models, str) or p.frontier_models.strip() else []  # "" or " ": no frontier
     outside = [m for m in front if m not in names]
     if outside:
         raise ValueError(f"frontier_models: {outside} not in models ({', '.join(names)}); the frontier runs on a subset of them")
     for op in front_ops if front else []:  # with no frontier model, frontier_ops are not run
-        _check_lengths("frontier_ops", op, frontier_prefill, frontier_decode)
-    corpus_docs = data.load_corpus(corpus)
+        _check_lengths("frontier_ops", op, p.frontier_prefill, p.frontier_decode)
+    corpus_docs = data.load_corpus(p.corpus)
     docs, skipped, timing, front_docs = {}, {}, {}, {}
     for name in names:
         tokenizer = load_tokenizer(name)
         if name in table2:
             docs[name], skipped[name] = tokenize_documents(
-                tokenizer, corpus_docs, prefill + decode + 1, n_docs, skip_short=skip_short, parameter="corpus")
+                tokenizer, corpus_docs, p.prefill + p.decode + 1, p.n_docs, skip_short=p.skip_short, parameter="corpus")
         if name in front:  # always skips short ones: the frontier needs long documents, Table 2 says which are short
-            front_docs[name], _ = _frontier_documents(tokenizer, corpus_docs, frontier_prefill + frontier_decode + 1,
-                                                      frontier_docs, corpus)
+            front_docs[name], _ = _frontier_documents(tokenizer, corpus_docs, p.frontier_prefill + p.frontier_decode + 1,
+                                                      p.frontier_docs, p.corpus)
         longest = max(corpus_docs, key=lambda d: len(d.text))
         ids = tokenizer(longest.text, add_special_tokens=True).input_ids
         if len(ids) < max(context_list):
-            raise ValueError(f"contexts: the longest document of {corpus!r} ({longest.id}) has {len(ids)} "
+            raise ValueError(f"contexts: the longest document of {p.corpus!r} ({longest.id}) has {len(ids)} "
                              f"tokens for {name}, fewer than {max(context_list)}")
         timing[name] = torch.tensor([ids[:max(context_list)]])
-    return Plan(names, table2, plain, chunked, docs, skipped, timing, context_list, prefill, decode,
-                chunk_decode, timing_repeats, device, front, front_ops, front_docs, frontier_prefill, frontier_decode)
+    return Plan(names, table2, plain, chunked, docs, skipped, timing, context_list, p.prefill, p.decode,
+                p.chunk_decode, p.timing_repeats, p.device, front, front_ops, front_docs, p.frontier_prefill,
+                p.frontier_decode)
 
 
 def _frontier_documents(tokenizer, corpus_docs, length: int, n: int, corpus: str):
@@ -224,14 +214,12 @@ def _timing_key(p: Plan) -> dict:
             "timing_ids": {m: ids[0].tolist()[:8] + [int(ids.shape[-1])] for m, ids in p.timing_ids.items()}}
 
 
-def time_alone(results_dir: str | Path, overrides: dict | None = None) -> Path:
-    """Time chapter 4's decode steps with the notebook's own parameters (updated by `overrides`,
-    e.g. the quick profile's) on every thread, before the lanes start; returns the file written."""
-    from kvutils.core.params import notebook_parameters
+def time_alone(results_dir: str | Path, p: Chapter4Parameters) -> Path:
+    """Time chapter 4's decode steps with the chapter's parameters `p` (the notebook's defaults, or
+    the quick profile's) on every thread, before the lanes start; returns the file written."""
     from kvutils.core.results import write_json_atomic
 
-    settings = {**notebook_parameters(NOTEBOOK), **(overrides or {})}
-    timings = decode_timings(plan(**settings), "alone, before the chapters ran in lanes")
+    timings = decode_timings(plan(p), "alone, before the chapters ran in lanes")
     path = Path(results_dir) / DECODE_TIMING_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, timings)

@@ -26,6 +26,7 @@ from kvutils.models import registry as models
 from kvutils.models.checks import check_models
 from kvutils.models.converted import converted_dir
 from kvutils.models.loading import load_tokenizer
+from kvutils.studies.parameters import Chapter5Parameters
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch.policies import CONTINUATION_BINS, CONTROL_BINS
 from kvutils.studies.qwen3_switch.tasks import Example
@@ -198,102 +199,79 @@ class TaskData:
     eval_source: str = ""
 
 
-def check_task(task: str, marker: str, train_words: str, heldout_words: str, senses_file: str, corpus: str,
-               eval_corpus: str, passage_tokens: int, candidate_tokens: int, n_train: int, n_heldout: int) -> TaskData:
-    checks.check_choice("task", task, switch_tasks.TASKS)
-    if not isinstance(marker, str):
-        raise ValueError(f"marker must be a string ('' = the task's own marker), got {marker!r}")
-    if marker and not marker.strip():
-        raise ValueError(f"marker: {marker!r} is only white space; give visible text, or '' for the task's own marker")
-    marker = marker or switch_tasks.MARKERS[task]
-    if task == "senses":
-        words = data.load_senses(senses_file)
-        return TaskData(task, marker, words=split_words(words, train_words, heldout_words))
-    checks.check_int("passage_tokens", passage_tokens, 4)
-    checks.check_int("candidate_tokens", candidate_tokens, CONTINUATION_BINS)
-    for name, value in (("n_train", n_train), ("n_heldout", n_heldout)):
+def check_task(p: Chapter5Parameters) -> TaskData:
+    """Read the task's data once for all models, checking the parameters only that task uses."""
+    marker = p.marker or switch_tasks.MARKERS[p.task]
+    if p.task == "senses":
+        words = data.load_senses(p.senses_file)
+        return TaskData(p.task, marker, words=split_words(words, p.train_words, p.heldout_words))
+    checks.check_int("passage_tokens", p.passage_tokens, 4)
+    checks.check_int("candidate_tokens", p.candidate_tokens, CONTINUATION_BINS)
+    for name, value in (("n_train", p.n_train), ("n_heldout", p.n_heldout)):
         checks.check_int(name, value, 2)
         if value % 2:
             raise ValueError(f"{name} must be even (each passage A is shown with its true continuation and "
                              f"with another document's passage), got {value}")
-    if not isinstance(eval_corpus, str):
+    if not isinstance(p.eval_corpus, str):
         raise ValueError(f"eval_corpus must be a string: '' (the held-out quarter of corpus), a folder of .txt "
-                         f"files or a .jsonl file; got {eval_corpus!r}")
-    docs = data.load_corpus(corpus, parameter="corpus")
-    if eval_corpus:
-        train_docs, eval_docs = docs, data.load_corpus(eval_corpus, parameter="eval_corpus")
-        source = eval_corpus
+                         f"files or a .jsonl file; got {p.eval_corpus!r}")
+    docs = data.load_corpus(p.corpus, parameter="corpus")
+    if p.eval_corpus:
+        train_docs, eval_docs = docs, data.load_corpus(p.eval_corpus, parameter="eval_corpus")
+        source = p.eval_corpus
         shared = {d.text for d in train_docs} & {d.text for d in eval_docs}
         if shared:
-            raise ValueError(f"eval_corpus: {len(shared)} of its documents are also in corpus {corpus!r}; "
+            raise ValueError(f"eval_corpus: {len(shared)} of its documents are also in corpus {p.corpus!r}; "
                              "held-out documents must never be trained on")
     else:
         train_docs, eval_docs = switch_tasks.split_documents(docs)
-        source = f"every 4th document of {corpus}"
-    return TaskData(task, marker, train_docs=tuple(train_docs), eval_docs=tuple(eval_docs), eval_source=source)
+        source = f"every 4th document of {p.corpus}"
+    return TaskData(p.task, marker, train_docs=tuple(train_docs), eval_docs=tuple(eval_docs), eval_source=source)
 
 
-def plan(*, models: str, task: str, k_values: str, rank: int, alpha: float, steps: int, lr: float, seed: int,
-         marker: str, targets: str, batch_size: int, patch_k, patch_layer_groups: int, patch_pairs: int,
-         exact_examples: int, bench_tokens: int, timing_repeats: int, dtype: str, device: str,
-         train_words: str, heldout_words: str, senses_file: str, corpus: str, eval_corpus: str,
-         passage_tokens: int, candidate_tokens: int, n_train: int, n_heldout: int, train_dtype: str = "auto",
-         **_ignored) -> Plan:
-    """Check every parameter of chapter 5 and tokenise every example; loads tokenizers and config
-    files only. Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
-    checks.check_device(device)
-    if device == "auto":  # training and the tail patch move every tensor to one device
-        raise ValueError("device: 'auto' (a model spread over several devices) is not supported by chapter 5, "
-                         "which trains and patches on one device; use 'cpu', 'cuda' or 'cuda:N'")
-    checks.check_choice("dtype", dtype, list(TOLERANCE))
-    resolved_train_dtype = resolve_train_dtype(train_dtype, device)
-    for name, value in (("rank", rank), ("batch_size", batch_size), ("patch_layer_groups",
-                        patch_layer_groups), ("patch_pairs", patch_pairs), ("exact_examples", exact_examples),
-                        ("timing_repeats", timing_repeats)):
-        checks.check_int(name, value, 1)
-    checks.check_int("seed", seed, 0)
-    checks.check_int("bench_tokens", bench_tokens, 8)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
-        raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
-    target_list = parse_targets(targets)
-    resolved_models = check_models("models", models, family="causal")
-    learning_rates = parse_per_model("lr", lr, [r.name for r in resolved_models])
-    step_counts = parse_per_model("steps", steps, [r.name for r in resolved_models])
-    td = check_task(task, marker, train_words, heldout_words, senses_file, corpus, eval_corpus, passage_tokens,
-                    candidate_tokens, n_train, n_heldout)
+def plan(p: Chapter5Parameters) -> Plan:
+    """Prepare chapter 5 from its checked parameters: check what depends on the models and the task,
+    tokenise every example; loads tokenizers and config files only. Raises ValueError /
+    ModelNotAvailable naming the parameter and what is allowed."""
+    resolved_train_dtype = resolve_train_dtype(p.train_dtype, p.device)
+    target_list = parse_targets(p.targets)
+    resolved_models = check_models("models", p.models, family="causal")
+    learning_rates = parse_per_model("lr", p.lr, [r.name for r in resolved_models])
+    step_counts = parse_per_model("steps", p.steps, [r.name for r in resolved_models])
+    td = check_task(p)
     bench_docs = data.load_corpus()
     plans = []
     for r in resolved_models:
         config = model_config(r.name, r)
         family_of(config.model_type, r.name)  # an unknown architecture fails here
         n_layers = config.num_hidden_layers
-        ks = parse_k_values(k_values, n_layers, r.name)
-        p_k = parse_k(patch_k, n_layers, r.name, "patch_k")
+        ks = parse_k_values(p.k_values, n_layers, r.name)
+        p_k = parse_k(p.patch_k, n_layers, r.name, "patch_k")
         if p_k not in ks:
-            raise ValueError(f"patch_k: {patch_k!r} (k={p_k}) is not one of the trained k_values {ks} of {r.name}")
-        if patch_layer_groups > n_layers:
+            raise ValueError(f"patch_k: {p.patch_k!r} (k={p_k}) is not one of the trained k_values {ks} of {r.name}")
+        if p.patch_layer_groups > n_layers:
             raise ValueError(f"patch_layer_groups must be between 1 and {n_layers} (the layers of {r.name}), "
-                             f"got {patch_layer_groups}")
+                             f"got {p.patch_layer_groups}")
         tokenizer = load_tokenizer(r.name)
         task_plan = (_senses_plan if td.task == "senses" else _continuation_plan)(
-            td, tokenizer, r.name, seed=seed, passage_tokens=passage_tokens, candidate_tokens=candidate_tokens,
-            n_train=n_train, n_heldout=n_heldout)
+            td, tokenizer, r.name, seed=p.seed, passage_tokens=p.passage_tokens, candidate_tokens=p.candidate_tokens,
+            n_train=p.n_train, n_heldout=p.n_heldout)
         marker_ids, train, heldout, pairs, prefix_len, labels = task_plan
-        if exact_examples > len(heldout):
-            raise ValueError(f"exact_examples: {exact_examples} is more than the {len(heldout)} held-out examples "
+        if p.exact_examples > len(heldout):
+            raise ValueError(f"exact_examples: {p.exact_examples} is more than the {len(heldout)} held-out examples "
                              f"of {r.name}; give at most {len(heldout)}")
         longest = max(len(e.ids) for e in train + heldout)
         if longest > r.context:
             raise ValueError(f"passage_tokens, candidate_tokens: an example of {r.name} has {longest} tokens (with the "
                              f"marker and the question), more than its context of {r.context}; lower them")
-        if bench_tokens > r.context:
-            raise ValueError(f"bench_tokens: {bench_tokens} is more than {r.name}'s context of {r.context} tokens")
-        bench = data.prompts_from_corpus(tokenizer, bench_docs, 1, bench_tokens, parameter="bench_tokens")
+        if p.bench_tokens > r.context:
+            raise ValueError(f"bench_tokens: {p.bench_tokens} is more than {r.name}'s context of {r.context} tokens")
+        bench = data.prompts_from_corpus(tokenizer, bench_docs, 1, p.bench_tokens, parameter="bench_tokens")
         plans.append(ModelPlan(r.name, config.model_type, n_layers, ks, p_k, marker_ids, train, heldout,
-                               pairs[:patch_pairs], prefix_len, labels, bench, learning_rates[r.name],
+                               pairs[:p.patch_pairs], prefix_len, labels, bench, learning_rates[r.name],
                                step_counts[r.name]))
-    return Plan(plans, td.task, rank, float(alpha), target_list, batch_size, seed, dtype, device,
-                timing_repeats, patch_layer_groups, exact_examples, resolved_train_dtype)
+    return Plan(plans, td.task, p.rank, float(p.alpha), target_list, p.batch_size, p.seed, p.dtype, p.device,
+                p.timing_repeats, p.patch_layer_groups, p.exact_examples, resolved_train_dtype)
 
 
 def _senses_plan(td: TaskData, tokenizer, name: str, **_):

@@ -7,15 +7,17 @@ bidirectional encoder.
   position where the word is repeated, and at the encoder's original position; and where the new
   position's attention goes.
 
-`plan()` checks every parameter and tokenises every sentence before any model loads.
+`plan()` takes the checked parameters (kvutils.studies.parameters) and tokenises every sentence
+before any model loads.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvutils.core import checks, data
+from kvutils.core import data
 from kvutils.models.checks import check_models
 from kvutils.models.loading import load, load_tokenizer
+from kvutils.studies.parameters import Chapter2Parameters, Chapter3Parameters
 from kvutils.studies.sense_probes import probes
 
 
@@ -33,25 +35,19 @@ class Plan:
     device: str
 
 
-def plan(*, models: str, encoder: str, senses_file: str, device: str, batch_size: int = 32,
-         distance: str = "cosine", repeat_template: str = probes.DEFAULT_REPEAT_TEMPLATE,
-         **_ignored) -> Plan:
-    """Check the parameters of chapter 2 or 3 and encode all sentences; loads tokenizers only.
-    Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
-    checks.check_device(device)
-    checks.check_int("batch_size", batch_size, 1)
-    checks.check_choice("distance", distance, probes.DISTANCES)
-    probes.check_repeat_template(repeat_template)
-    causal = check_models("models", models, family="causal")
-    encoders = check_models("encoder", encoder, family="encoder")
-    words = data.load_senses(senses_file)
+def plan(p: Chapter2Parameters | Chapter3Parameters) -> Plan:
+    """Prepare chapter 2 or 3 from its checked parameters: encode all sentences; loads tokenizers
+    only. Raises ValueError / ModelNotAvailable naming the parameter and what is allowed."""
+    causal = check_models("models", p.models, family="causal")
+    encoders = check_models("encoder", p.encoder, family="encoder")
+    words = data.load_senses(p.senses_file)
     items = {}
     for r in causal + encoders:
         tokenizer = load_tokenizer(r.name)
         data.check_words_for_tokenizer(words, tokenizer, r.name)
-        items[r.name] = probes.build_items(tokenizer, words, repeat_template, with_repeats=r.family == "causal")
-    return Plan([r.name for r in causal], [r.name for r in encoders], words, items, distance,
-                repeat_template, batch_size, device)
+        items[r.name] = probes.build_items(tokenizer, words, p.repeat_template, with_repeats=r.family == "causal")
+    return Plan([r.name for r in causal], [r.name for r in encoders], words, items, p.distance,
+                p.repeat_template, p.batch_size, p.device)
 
 
 def _layers_info(loaded) -> dict:

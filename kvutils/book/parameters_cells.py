@@ -1,0 +1,117 @@
+"""The notebooks' `parameters` cells and the README's parameter table, written from the one
+declaration of each notebook's parameters (kvutils.studies.parameters).
+
+    python -m kvutils.book.parameters_cells           # list what differs from the declarations (exit 1 if any)
+    python -m kvutils.book.parameters_cells --write   # rewrite those cells and the README's table
+
+tests/test_parameters.py fails while a cell or the table differs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kvutils.core.catalog import NOTEBOOKS, PAGES
+from kvutils.core.declared import ReadmeRow
+from kvutils.core.paths import repo_root
+from kvutils.studies.parameters import DECLARED
+
+START = "<!-- parameters:start: written from kvutils/studies/parameters.py by python -m kvutils.book.parameters_cells --write -->"
+END = "<!-- parameters:end -->"
+HEADER = ("| notebook | name | meaning | default (full profile) | allowed |\n"
+          "|---|---|---|---|---|")
+
+# --------------------------------------------------------------------------- the notebooks' cells
+
+
+def notebook_path(notebook: str, root: Path | None = None) -> Path:
+    return (root or repo_root()) / "notebooks" / f"{notebook}.ipynb"
+
+
+def parameters_cell(nb: dict) -> dict:
+    """The cell tagged `parameters` (papermill injects its values after it)."""
+    return next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+
+
+def stale_cells(root: Path | None = None) -> list[str]:
+    """The notebooks whose parameters cell is not their declaration's `cell_source()`."""
+    return [notebook for notebook, declared in DECLARED.items()
+            if "".join(parameters_cell(_read(notebook_path(notebook, root)))["source"]) != declared.cell_source()]
+
+
+def write_cells(root: Path | None = None) -> list[str]:
+    """Rewrite each stale parameters cell (and nothing else of its notebook); return their notebooks."""
+    stale = stale_cells(root)
+    for notebook in stale:
+        path = notebook_path(notebook, root)
+        nb = _read(path)
+        parameters_cell(nb)["source"] = DECLARED[notebook].cell_source().splitlines(keepends=True)
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return stale
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------- the README's table
+
+
+def _label(notebook: str) -> str:
+    """'1 `01_cache_exactness`' for a chapter, '06 `06_conclusions`' or 'A `appendix_a_...`' for a page."""
+    number = next(n for n, name in {**NOTEBOOKS, **PAGES}.items() if name == notebook)
+    return f"{number.lstrip('0') if notebook in NOTEBOOKS.values() else number} `{notebook}`"
+
+
+def readme_table() -> str:
+    """One row per parameter (or group of parameters) and the notebooks that declare it alike;
+    the rows that every chapter shares (`all`) first, then the others in the book's order."""
+    notebooks_of: dict[ReadmeRow, list[str]] = {}
+    for notebook, declared in DECLARED.items():
+        for row in declared.readme_rows():
+            notebooks_of.setdefault(row, []).append(notebook)
+    chapters = list(NOTEBOOKS.values())
+    ordered = sorted(notebooks_of.items(), key=lambda item: item[1] != chapters)  # stable: else the book's order
+    lines = [f"| {'all' if notebooks == chapters else ', '.join(map(_label, notebooks))} | {row.names} | {row.meaning} "
+             f"| {row.default} | {row.allowed} |" for row, notebooks in ordered]
+    return "\n".join([HEADER, *lines])
+
+
+def with_table(readme: str) -> str:
+    """The README's text with the generated table between its two markers."""
+    if readme.count(START) != 1 or readme.count(END) != 1 or readme.index(START) > readme.index(END):
+        raise ValueError(f"README.md: the parameter table must stand between one {START!r} and one {END!r}")
+    before, rest = readme.split(START)
+    _, after = rest.split(END)
+    return f"{before}{START}\n{readme_table()}\n{END}{after}"
+
+
+def write_readme(root: Path | None = None) -> bool:
+    """Rewrite the README's table if it differs; True if it did."""
+    path = (root or repo_root()) / "README.md"
+    text = path.read_text(encoding="utf-8")
+    if with_table(text) == text:
+        return False
+    path.write_text(with_table(text), encoding="utf-8")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvutils.book.parameters_cells", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the stale cells and the README's table")
+    args = parser.parse_args(argv)
+    if args.write:
+        written = write_cells() + (["README.md"] if write_readme() else [])
+        print("rewrote " + ", ".join(written) if written else "every cell and the README's table match the declarations")
+        return 0
+    readme = (repo_root() / "README.md").read_text(encoding="utf-8")
+    stale = stale_cells() + (["README.md"] if with_table(readme) != readme else [])
+    print(f"differ from kvutils/studies/parameters.py: {', '.join(stale)}; rewrite them with --write" if stale
+          else "every cell and the README's table match the declarations")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""A notebook's parameters, declared once: a frozen dataclass whose fields are the parameters.
+
+From the one declaration come the notebook's `parameters` cell (papermill's interface, rewritten
+from it by `python -m kvutils.book.parameters_cells --write`), the check of every single value
+(each field's `check`, run when an instance is made, so before any model loads), the names a
+`-p` may give, the defaults that decide where a run writes (kvutils.core.params), the README's
+parameter table, and the `parameters` a results file records.
+
+    @dataclass(frozen=True)
+    class Chapter9Parameters(Declared):
+        NOTEBOOK = "09_example"
+        n_docs: int = param(16, "documents scored", meaning="documents", allowed="≥ 1", check=at_least(1))
+
+A field's `doc` is its comment in the notebook's cell ("{notebook}" there names the notebook);
+`meaning`, `allowed` and `note` (said after the default) are its README row. Fields that share a
+README row name the row's first field as their `row` and leave `meaning` and `allowed` to it.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+
+from kvutils.core import params
+
+Check = Callable[[str, object], object]  # check(name, value) raises ValueError naming the parameter
+
+SIMPLE = (str, int, float, bool, tuple)  # a default is one of these: never a mutable list or dict
+
+
+def param(default, doc: str, *, meaning: str = "", allowed: str = "", note: str = "", shown: str = "",
+          row: str = "", check: Check | None = None):
+    """One parameter: its default, its comment in the cell, its README row (`shown` replaces the
+    row's default cell, its literals and notes), and the check of a value given for it."""
+    if not isinstance(default, SIMPLE):
+        raise TypeError(f"a parameter's default must be one of {[t.__name__ for t in SIMPLE]}, got {default!r}")
+    return field(default=default, metadata={"doc": doc, "meaning": meaning, "allowed": allowed, "note": note,
+                                            "shown": shown, "row": row, "check": check})
+
+
+def literal(value) -> str:
+    """A default as the cell writes it: strings in double quotes, as the notebooks always had them."""
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else repr(value)
+
+
+@dataclass(frozen=True)
+class ReadmeRow:
+    names: str  # "`prefill`, `decode`"
+    meaning: str
+    default: str  # "`256`, `256`"
+    allowed: str
+
+
+class Declared:
+    """The base of every declaration: a subclass is a frozen dataclass with a NOTEBOOK name and
+    (optionally) the papermill example its cell's header shows."""
+
+    NOTEBOOK = ""
+    EXAMPLE = ""  # e.g. "-p models smollm2-135m -p n_prompts 8"
+
+    def __post_init__(self):
+        for f in fields(self):
+            if f.metadata["check"] is not None:
+                f.metadata["check"](f.name, getattr(self, f.name))
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def defaults(cls) -> dict:
+        return {f.name: f.default for f in fields(cls)}
+
+    def as_dict(self) -> dict:
+        """{name: value} in declaration order: what the results file records."""
+        return {name: getattr(self, name) for name in self.names()}
+
+    @classmethod
+    def cell_source(cls) -> str:
+        """The exact text of the notebook's `parameters` cell."""
+        header = "# Parameters (papermill overrides any of these" + (f": papermill ... {cls.EXAMPLE})" if cls.EXAMPLE
+                                                                    else ")")
+        lines = [f"{f.name} = {literal(f.default)}  # {f.metadata['doc'].replace('{notebook}', cls.NOTEBOOK)}"
+                 for f in fields(cls)]
+        return "\n".join([header, *lines])
+
+    @classmethod
+    def readme_rows(cls) -> list[ReadmeRow]:
+        """One row per parameter, or per group of parameters that share one (in the order of each
+        group's first field)."""
+        groups: dict[str, list] = {}
+        for f in fields(cls):
+            groups.setdefault(f.metadata["row"] or f.name, []).append(f)
+        rows = []
+        for members in groups.values():
+            lead = members[0].metadata
+            default = lead["shown"] or ", ".join(f"`{literal(f.default)}`" + (f" ({f.metadata['note']})" if f.metadata["note"]
+                                                                             else "") for f in members)
+            rows.append(ReadmeRow(", ".join(f"`{f.name}`" for f in members), lead["meaning"], default, lead["allowed"]))
+        return rows
+
+    @classmethod
+    def check_names(cls, names: Iterable[str]) -> None:
+        """Each of `names` is a parameter, or an error names the closest (kvutils.core.params)."""
+        params.check_names(names, cls.NOTEBOOK, cls.names())
+
+    @classmethod
+    def from_notebook(cls, namespace: dict):
+        """The notebook's first cell: no unknown `-p` name and a usable results_dir (see
+        `params.check_notebook`, which also decides the folder), then every value checked."""
+        results_dir = params.check_notebook(namespace, cls.NOTEBOOK, cls.defaults())
+        values = {name: namespace.get(name, default) for name, default in cls.defaults().items()}
+        return cls(**{**values, "results_dir": results_dir})
