@@ -2,8 +2,9 @@
 
 Each notebook's `parameters` cell, the README's parameter table, the check of each single value
 and the `parameters` its results file records come from here; a study's `plan(p)` takes the
-declaration, and checks what needs more than one value, a model or a file. This module imports no
-study, so that a notebook's first cell checks its parameters before the studies' imports.
+declaration, and checks what needs more than one value, a model or a file. The studies import this
+module, not the other way round (it takes constants from two light modules of theirs), so a
+notebook's first cell checks its parameters before the studies load.
 `python -m kvutils.book.parameters_cells --write` rewrites the cells and the table after an edit.
 """
 from __future__ import annotations
