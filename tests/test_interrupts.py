@@ -86,7 +86,7 @@ def test_the_accept_cli_interrupted_mid_run(tmp_path, signal_name):
     """Exit 130 with one line and no traceback (SIGINT, SIGTERM); --out is never half-written."""
     out = tmp_path / "accept.json"
     out.write_text('{"earlier": true}\n')
-    run = Watched(["kvutils.cache.accept", "--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--prefill",
+    run = Watched(["kvutils.accept", "--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--prefill",
                    "64", "--decode", "64", "--path", "step", "--out", str(out)])
     run.wait_for("accept tiny-llama")  # its progress bar: the run is scoring
     code = run.stop(signal_name)
@@ -109,7 +109,7 @@ def test_a_chapter_interrupted_mid_run_leaves_the_previous_results_and_page(tmp_
                out / f"{name}.ipynb": '{"earlier page": 1}\n'}
     for path, text in earlier.items():
         path.write_text(text)
-    run = Watched(["kvutils.book.chapters", "05", "--profile", "quick", "--no-pages", "--results-dir", str(res),
+    run = Watched(["kvutils.chapters", "05", "--profile", "quick", "--no-pages", "--results-dir", str(res),
                    "--output-dir", str(out)])
     run.wait_for("train tail")  # its progress bar: the kernel is training the first adapter
     kernels = [p for p in run.descendants() if "ipykernel" in " ".join(p.cmdline())]
@@ -133,7 +133,7 @@ def test_the_lanes_interrupted_stop_every_kernel(tmp_path, signal_name, backgrou
     """`make book`'s lanes (quick profile), stopped from a terminal or killed as a background job:
     every lane and kernel ends, each with its one line, and no chapter's results are written."""
     res, out = tmp_path / "results", tmp_path / "pages"
-    run = Watched(["kvutils.book.chapters", "--lanes", "--profile", "quick", "--no-pages", "--results-dir", str(res),
+    run = Watched(["kvutils.chapters", "--lanes", "--profile", "quick", "--no-pages", "--results-dir", str(res),
                    "--output-dir", str(out)], background)
     run.wait_for("train tail")  # chapter 5 trains in one lane, chapter 4 scores in the other
     started = run.descendants()
@@ -149,7 +149,7 @@ def test_the_lanes_interrupted_stop_every_kernel(tmp_path, signal_name, backgrou
 def test_a_tool_interrupted_while_it_imports_says_one_line(signal_name):
     """Importing torch takes seconds before a tool's main sets its handlers; a signal then is one
     line too, not a traceback from inside an import."""
-    run = Watched(["kvutils.cache.accept", "--model", "tiny-llama", "--op", "exact", "--docs", "pydoc"])
+    run = Watched(["kvutils.accept", "--model", "tiny-llama", "--op", "exact", "--docs", "pydoc"])
     time.sleep(1.5)  # past the interpreter's own start (no Python handler can exist before it), inside the imports
     code = run.stop(signal_name)
     assert code == interrupt.INTERRUPTED
