@@ -8,7 +8,7 @@ from conftest import load_cached
 from transformers import DynamicCache
 
 from kvutils.lora import adapters as lora
-from kvutils.lora.adapters import patching
+from kvutils.lora import patching
 
 A = "The bank of the river was muddy after the heavy storm."
 B = "The bank approved the loan for the new house last week."
