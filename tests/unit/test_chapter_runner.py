@@ -1,0 +1,202 @@
+"""The chapters runner and the command lines, without running a notebook: a failing chapter prints
+its own error, SIGTERM runs every finally, a page's executed copy replaces the old one only when every
+cell ran (papermill faked), and output folders and inputs are checked before any work."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+import yaml
+
+from kvutils.book import chapters
+from kvutils.core import interrupt
+from kvutils.core.paths import REPO_ROOT
+from kvutils.studies import performance as bench
+
+
+def test_a_failing_chapter_prints_its_error_not_the_runners_traceback(monkeypatch, capsys):
+    def failing(chapter, *args, **kwargs):
+        err = papermill.PapermillExecutionError(3, 3, "x = 1", "ValueError", "n_prompts must be >= 1, got 0", [])
+        err.add_note("chapter 01: notebooks/01_cache_exactness.ipynb failed in cell 3 with ValueError: n_prompts ...")
+        raise err
+
+    monkeypatch.setattr(chapters, "run_chapter", failing)
+    assert chapters.cli(["01", "--no-pages"]) == 1
+    err = capsys.readouterr().err
+    assert err == "chapter 01: notebooks/01_cache_exactness.ipynb failed in cell 3 with ValueError: n_prompts ...\n"
+
+
+def test_sigterm_runs_every_finally_and_prints_one_line(capsys):
+    cleaned = []
+
+    def main(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            return 0
+        finally:
+            cleaned.append(True)
+
+    assert interrupt.run_cli(main, None, "nothing changed") == interrupt.INTERRUPTED
+    assert cleaned == [True]
+    assert capsys.readouterr().err == "interrupted; nothing changed\n"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+    assert signal.getsignal(signal.SIGTERM) is not interrupt._raise_interrupt
+
+
+# --------------------------------------------------------------------------- a page's executed copy as one unit
+
+
+def _fake_papermill(monkeypatch, fail: str | None = None):
+    """papermill.execute_notebook writing a one-cell executed copy; with `fail`, a copy whose cell
+    failed with that exception name, as papermill leaves it."""
+
+    def execute(source, output, **kwargs):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+        nb.metadata["widgets"] = {"state": {}}
+        nbformat.write(nb, output)
+        if fail:
+            raise papermill.PapermillExecutionError(0, 1, "x = 1", fail, "boom", [])
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+
+
+def test_a_successful_run_replaces_the_page(tmp_path, monkeypatch):
+    _fake_papermill(monkeypatch)
+    (tmp_path / "02_bert_contrast.ipynb").write_text("old")
+    output = chapters.run_chapter("02", "quick", tmp_path / "results", tmp_path)
+    nb = nbformat.read(output, as_version=4)
+    assert nb.cells[0].source == "x = 1" and "widgets" not in nb.metadata
+    assert not list((tmp_path / chapters.UNFINISHED).iterdir())
+
+
+def test_a_failed_run_keeps_the_page_and_names_its_copy(tmp_path, monkeypatch):
+    _fake_papermill(monkeypatch, fail="ValueError")
+    page = tmp_path / "02_bert_contrast.ipynb"
+    page.write_text("old")
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        chapters.run_chapter("02", "quick", tmp_path / "results", tmp_path)
+    failed = tmp_path / chapters.UNFINISHED / "02_bert_contrast.failed.ipynb"
+    assert page.read_text() == "old" and failed.is_file()
+    assert f"the executed copy, error included, is {failed}" in err.value.__notes__[0]
+    assert "as it was" in err.value.__notes__[0]
+    _fake_papermill(monkeypatch)  # the next success clears the failed copy
+    chapters.run_chapter("02", "quick", tmp_path / "results", tmp_path)
+    assert not failed.exists() and page.read_text() != "old"
+
+
+def test_an_interrupted_run_keeps_the_page_and_no_copy(tmp_path, monkeypatch):
+    _fake_papermill(monkeypatch, fail="KeyboardInterrupt")
+    (tmp_path / "02_bert_contrast.ipynb").write_text("old")
+    with pytest.raises(papermill.PapermillExecutionError):
+        chapters.run_chapter("02", "quick", tmp_path / "results", tmp_path)
+    assert (tmp_path / "02_bert_contrast.ipynb").read_text() == "old"
+    assert not list((tmp_path / chapters.UNFINISHED).iterdir())
+
+
+def test_copies_of_killed_runners_are_removed_and_live_ones_kept(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    for name in (f"01_cache_exactness.{dead}.ipynb", f"02_bert_contrast.{os.getpid()}.ipynb",
+                 "03_sense_probes.failed.ipynb"):
+        (tmp_path / name).write_text("{}")
+    chapters._remove_orphans(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_bert_contrast." + str(os.getpid()) + ".ipynb",
+                                                          "03_sense_probes.failed.ipynb"]
+
+
+def test_the_book_skips_unfinished_copies_and_reruns(tmp_path):
+    """Copies under .unfinished/ and notebooks a rerun wrote under runs/ would be pages outside
+    the table of contents, a warning that fails the -W build."""
+    from sphinx.util.matching import Matcher
+
+    excluded = Matcher(yaml.safe_load((REPO_ROOT / "_config.yml").read_text())["exclude_patterns"])
+    unfinished = Path(chapters.EXECUTED_DIR.relative_to(REPO_ROOT)) / chapters.UNFINISHED
+    for path in (unfinished / "01_cache_exactness.123.ipynb", unfinished / "01_cache_exactness.failed.ipynb",
+                 Path("runs/01_cache_exactness-20261201-000000/out.ipynb"), Path("runs/out.ipynb")):
+        assert excluded(path.as_posix()), path
+    assert not excluded((chapters.EXECUTED_DIR.relative_to(REPO_ROOT) / "01_cache_exactness.ipynb").as_posix())
+
+
+# --------------------------------------------------------------------------- output folders, before any work
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    def fail(*args, **kwargs):
+        pytest.fail("work started before the output folders were checked")
+
+    from kvutils.studies.cache_approximations import study as approx_study
+
+    monkeypatch.setattr(chapters, "run_chapter", fail)
+    monkeypatch.setattr(approx_study, "time_alone", fail)
+    monkeypatch.setattr(bench, "bench_load", fail)
+    monkeypatch.setattr(bench.models, "load", fail)
+
+
+def _usage_error(main, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["07"], "chapters: '07' unknown; choose from 01, 02, 03, 04, 05, 06, A, B or 'pages'"),
+    (["01", "--results-dir", "{file}"], "--results-dir: {file} is a file, not a folder"),
+    (["--lanes", "--results-dir", "{file}/sub"], "--results-dir: {file}/sub cannot be a folder: {file} is a file"),
+    (["01", "--results-dir", "/proc/kvutils-results"], "--results-dir: /proc/kvutils-results cannot be created in /proc"),
+    (["04", "--results-dir", "{json_dir}"], "--results-dir: {json_dir}/04_cache_approximations.json is a folder"),
+    (["01", "--output-dir", "{file}"], "--output-dir: {file} is a file, not a folder"),
+    (["pages", "--results-dir", "{missing}"], "--results-dir: '{missing}' is not a folder; the summary pages read"),
+    (["pages", "--results-dir", ""], "--results-dir: '' is not a folder; the summary pages read"),
+    (["01", "-p", "models", "x", "--lanes"], "--lanes runs every chapter with its own defaults"),
+    (["02", "-p", "batchsize", "4"], "batchsize: not a parameter of 02_bert_contrast (did you mean batch_size?)"),
+    (["01", "--results-dir", ""], "--results-dir must be a folder path (a non-empty string), got ''"),
+    (["01", "--results-dir", "{missing}"], "--results-dir: the summary pages need 02_bert_contrast.json, "
+                                          "03_sense_probes.json, 04_cache_approximations.json, 05_qwen3_switch.json, "
+                                          "bench.json in {missing}, which this run does not write"),
+    (["pages", "--results-dir", "{empty}"], "--results-dir: the summary pages need 01_cache_exactness.json"),
+    (["01", "05", "-p", "n_prompts", "4"], "n_prompts: not a parameter of 05_qwen3_switch"),
+])
+def test_the_chapters_runner_checks_its_folders_before_any_work(tmp_path, capsys, nothing_runs, argv, words):
+    places = {"file": tmp_path / "a-file", "json_dir": tmp_path / "r", "missing": tmp_path / "none",
+              "empty": tmp_path / "empty"}
+    places["empty"].mkdir()
+    places["file"].write_text("x")
+    (places["json_dir"] / "04_cache_approximations.json").mkdir(parents=True)
+    argv = [a.format(**places) for a in argv]
+    started = time.time()
+    message = _usage_error(chapters.main, argv, capsys)
+    assert message.startswith("python -m kvutils.chapters: error: ")
+    assert words.format(**places) in message
+    assert time.time() - started < 10
+
+
+@pytest.mark.parametrize("case, words", [
+    ("a file", "--results-dir: {dir} is a file, not a folder"),
+    ("empty", "--results-dir must be a folder path (a non-empty string), got ''"),
+    ("empty setup_seconds.txt", "setup_seconds.txt should hold the set-up's seconds, but holds ''"),
+    ("truncated chapter_lanes.json", "chapter_lanes.json is damaged"),
+    ("truncated chapter results", "01_cache_exactness.json is not a valid results file"),
+])
+def test_the_benchmark_checks_its_folder_and_inputs_before_any_model(tmp_path, capsys, nothing_runs, case, words):
+    folder = tmp_path / "results"
+    if case == "empty":
+        folder = ""
+    elif case == "a file":
+        folder.write_text("x")
+    else:
+        folder.mkdir()
+        file, text = {"empty setup_seconds.txt": ("setup_seconds.txt", "\n"),
+                      "truncated chapter_lanes.json": ("chapter_lanes.json", '{"lanes": [['),
+                      "truncated chapter results": ("01_cache_exactness.json", '{"numbers": {')}[case]
+        (folder / file).write_text(text)
+    message = _usage_error(bench.main, ["--quick", "--results-dir", str(folder)], capsys)
+    assert message.startswith("python -m kvutils.bench: error: --results-dir")
+    assert words.format(dir=folder) in message
