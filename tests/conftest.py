@@ -25,8 +25,9 @@ TESTS = Path(__file__).parent
 
 # `make test` runs on both cores (pytest-xdist, --dist loadgroup). Tests that share the session's
 # quick book (every chapter run once, then built) go to one worker, so the book is built once, not
-# once per worker; every other test runs on the worker of its module, in the module's order (some
-# modules share a module-scoped fixture whose state a test changes, e.g. the explorer widget).
+# once per worker, and they come first: that worker's chain is the longest. Every other test runs on
+# the worker of its module, in the module's order (some modules share a module-scoped fixture whose
+# state a test changes, e.g. the explorer widget).
 BOOK_FIXTURES = {"quick_chapters", "built_book", "site_report"}
 
 
@@ -37,11 +38,23 @@ def pytest_collection_modifyitems(config, items):
         if kind not in KINDS:
             raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{{{','.join(KINDS)}}}/")
         item.add_marker(kind)
-        if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("quick_book"))
+        group = "quick_book" if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())) else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
+        if group == "quick_book":
             item.add_marker(pytest.mark.slow)
-        else:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        if getattr(config.option, "loadgroup", False):  # an xdist worker of --dist loadgroup
+            _join_group(item, group)
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] != "quick_book")  # stable
+
+
+def _join_group(item, group: str) -> None:
+    """xdist schedules a test by the `@group` that ends its id. xdist 3.8 appends it to `item._nodeid`,
+    which pytest 9 no longer reads (its ids live in `item._id`), so without this every test would be
+    scheduled alone: the quick book built on both workers, a module's tests split between them."""
+    from _pytest.nodeid import NodeId
+
+    if not item.nodeid.endswith(f"@{group}"):
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 _loaded = {}
 
