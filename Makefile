@@ -24,10 +24,10 @@ setup: $(STAMP)
 PIP := $(PY) -m pip --disable-pip-version-check
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@links=$$($(PIP) config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | tr ' ' '\n' | sort -u); \
+	@links=$$($(PIP) config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | tr ' ' '\n' | sort -u \
+	          | sed 's/^/--find-links /'); \
 	uv=$$(command -v uv || { $(PIP) install --quiet uv -c constraints.txt >/dev/null 2>&1 && echo $(VENV)/bin/uv; }); \
-	if [ -n "$$uv" ] && (set -x; $$uv pip install --quiet --python $(PY) $${links:+$$(printf -- '--find-links %s ' $$links)} \
-	                       -e '.[book,test]' -c constraints.txt); then :; \
+	if [ -n "$$uv" ] && (set -x; $$uv pip install --quiet --python $(PY) $$links -e '.[book,test]' -c constraints.txt); then :; \
 	else echo "uv is not available or failed: installing with pip"; \
 	  (set -x; $(PIP) install --quiet -e '.[book,test]' -c constraints.txt); fi
 	$(PY) -m kvutils.install
