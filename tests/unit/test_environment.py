@@ -50,6 +50,9 @@ def test_uv_and_its_pip_fallback_install_the_same_pins():
     assert makefile.count("-e '.[book,test]' -c constraints.txt") == 2
     assert "uv pip install" in makefile and "config list" in makefile and "--find-links" in makefile
     assert "uv" in _constraints()
+    from kvutils.models.install import NO_DEPS  # uv installs them as kvutils.install would, without dependencies
+
+    assert re.search(r"^NO_DEPS := (.*)$", makefile, re.M).group(1).split() == list(NO_DEPS)
 
 
 def test_ci_runs_the_readme_test_command():
