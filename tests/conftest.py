@@ -19,6 +19,15 @@ import torch  # noqa: E402
 
 import kvutils  # noqa: E402
 
+# pytest-xdist's workers share the cores: each worker's torch, and the processes it starts, get
+# their share. With torch's default (a thread per core) in each of two workers on two cores, OpenMP
+# threads spin waiting for a core the other worker holds: tests/unit/test_step_batched.py took 5x
+# the CPU time (114 s against 21 s) beside other work.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.setdefault("OMP_NUM_THREADS", _share)
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 CAUSAL_TINY = ["tiny-neox", "tiny-llama", "tiny-qwen3", "tiny-gemma3"]
 KINDS = ("unit", "signal", "book")
 TESTS = Path(__file__).parent

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -140,12 +141,21 @@ def test_the_lanes_interrupted_stop_every_kernel(tmp_path, signal_name, backgrou
     assert not list((out / chapters.UNFINISHED).iterdir())
 
 
+def _handles(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler of its own for `signum` (its SigCgt mask in /proc)."""
+    caught = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
+
+
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
 def test_a_tool_interrupted_while_it_imports_says_one_line(signal_name):
     """Importing torch takes seconds before a tool's main sets its handlers; a signal then is one
     line too, not a traceback from inside an import."""
-    run = Watched(["kvutils.cache.accept", "--model", "tiny-llama", "--op", "exact", "--docs", "pydoc"])
-    time.sleep(1.5)  # past the interpreter's own start (no Python handler can exist before it), inside the imports
+    run = Watched(["kvutils.accept", "--model", "tiny-llama", "--op", "exact", "--docs", "pydoc"])
+    deadline = time.time() + 60
+    while not _handles(run.proc.pid, signal.SIGTERM):  # its first line has run; now it imports, for seconds
+        assert run.proc.poll() is None and time.time() < deadline, run.text()[-3000:]
+        time.sleep(0.01)
     code = run.stop(signal_name)
     assert code == interrupt.INTERRUPTED
     # on a fast machine the imports may be done, and accept's own one line answers
