@@ -62,8 +62,10 @@ def _join_group(item, group: str) -> None:
     scheduled alone: the quick book built on both workers, a module's tests split between them."""
     from _pytest.nodeid import NodeId
 
-    if not item.nodeid.endswith(f"@{group}"):
-        item._id = NodeId.parse(f"{item.nodeid}@{group}")
+    node = item._id  # the suffix goes into its last name: an id rebuilt from its parts keeps it at the end
+    if not str(node).endswith(f"@{group}"):
+        last = node.names[-1] + (f"[{node.params}]" if node.params is not None else "")
+        item._id = NodeId(path=node.path, names=(*node.names[:-1], f"{last}@{group}"))
 
 _loaded = {}
 

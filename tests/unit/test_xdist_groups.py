@@ -27,7 +27,8 @@ MODULE = textwrap.dedent("""
         pass
 
 
-    def test_plain_2():
+    @pytest.mark.parametrize("x", [1, 2])
+    def test_plain_2(x):
         pass
 
 
@@ -50,8 +51,8 @@ def test_the_quick_book_shares_one_worker_and_each_module_stays_together(tmp_pat
                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    ran = re.findall(r"\[(gw\d)\] \[ *\d+%\] PASSED unit/(test_\w)\.py::(test_\w+)@(\w+)", run.stdout)
-    assert len(ran) == 15, run.stdout[-3000:]
+    ran = re.findall(r"\[(gw\d)\] \[ *\d+%\] PASSED unit/(test_\w)\.py::(test_\w+(?:\[\d\])?)@(\w+)\s", run.stdout)
+    assert len(ran) == 18, run.stdout[-3000:]
     book = [(worker, module, test) for worker, module, test, group in ran if group == "quick_book"]
     assert {test for _, _, test in book} == {"test_book_1", "test_book_2"} and len(book) == 6
     assert len({worker for worker, _, _ in book}) == 1
@@ -59,5 +60,5 @@ def test_the_quick_book_shares_one_worker_and_each_module_stays_together(tmp_pat
     assert [r[3] for r in book_worker[:6]] == ["quick_book"] * 6  # the longest chain starts first
     for module in ("test_a", "test_b", "test_c"):
         plain = [(worker, test) for worker, m, test, group in ran if m == module and group != "quick_book"]
-        assert [test for _, test in plain] == ["test_plain_1", "test_plain_2", "test_plain_3"]  # in order
+        assert [test for _, test in plain] == ["test_plain_1", "test_plain_2[1]", "test_plain_2[2]", "test_plain_3"]
         assert len({worker for worker, _ in plain}) == 1 and plain  # on one worker
