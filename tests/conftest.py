@@ -1,4 +1,15 @@
+"""Shared fixtures and helpers, and the kind of each test: the folder it lives in.
+
+    tests/unit/    fast: tiny random models, pure functions, parameter checks (`pytest -m unit`)
+    tests/signal/  the real trained models (smollm2-135m, gemma3-270m, minilm-l6) on real text
+    tests/book/    chapter notebooks run end to end, the quick book built and read in Chromium,
+                   command-line tools interrupted mid-run
+
+Each test gets its folder's marker (declared in pyproject.toml); `slow` marks the tests that share
+the quick book (every chapter run, then the book built: minutes) and those that take over ~20 s
+alone (marked in their modules)."""
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -8,23 +19,53 @@ import torch  # noqa: E402
 
 import kvutils  # noqa: E402
 
+# pytest-xdist's workers share the cores: each worker's torch, and the processes it starts, get
+# their share. With torch's default (a thread per core) in each of two workers on two cores, OpenMP
+# threads spin waiting for a core the other worker holds: tests/unit/test_step_batched.py took 5x
+# the CPU time (114 s against 21 s) beside other work.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.setdefault("OMP_NUM_THREADS", _share)
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 CAUSAL_TINY = ["tiny-neox", "tiny-llama", "tiny-qwen3", "tiny-gemma3"]
+KINDS = ("unit", "signal", "book")
+TESTS = Path(__file__).parent
 
 # `make test` runs on both cores (pytest-xdist, --dist loadgroup). Tests that share the session's
 # quick book (every chapter run once, then built) go to one worker, so the book is built once, not
-# once per worker; every other test runs on the worker of its module, in the module's order (some
-# modules share a module-scoped fixture whose state a test changes, e.g. the explorer widget).
+# once per worker, and they come first: that worker's chain is the longest. Every other test runs on
+# the worker of its module, in the module's order (some modules share a module-scoped fixture whose
+# state a test changes, e.g. the explorer widget).
 BOOK_FIXTURES = {"quick_chapters", "built_book", "site_report"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("quick_book"))
+        kind = item.path.relative_to(TESTS).parts[0]
+        if kind not in KINDS:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{{{','.join(KINDS)}}}/")
+        item.add_marker(kind)
+        group = "quick_book" if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())) else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
+        if group == "quick_book":
             item.add_marker(pytest.mark.slow)
-        else:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        if getattr(config.option, "loadgroup", False):  # an xdist worker of --dist loadgroup
+            _join_group(item, group)
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] != "quick_book")  # stable
+
+
+def _join_group(item, group: str) -> None:
+    """xdist schedules a test by the `@group` that ends its id. xdist 3.8 appends it to `item._nodeid`,
+    which pytest 9 no longer reads (its ids live in `item._id`), so without this every test would be
+    scheduled alone: the quick book built on both workers, a module's tests split between them."""
+    from _pytest.nodeid import NodeId
+
+    node = item._id  # the suffix goes into its last name: an id rebuilt from its parts keeps it at the end
+    if not str(node).endswith(f"@{group}"):
+        last = node.names[-1] + (f"[{node.params}]" if node.params is not None else "")
+        item._id = NodeId(path=node.path, names=(*node.names[:-1], f"{last}@{group}"))
 
 _loaded = {}
 
@@ -35,6 +76,50 @@ def load_cached(name: str, dtype: str):
     if key not in _loaded:
         _loaded[key] = kvutils.load(name, dtype)
     return _loaded[key]
+
+
+def states_of(name: str, attention: bool = False, keys: bool = True):
+    """A model's states of the study words (data/senses.json) under both senses, as chapters 2 and 3
+    compute them (kvutils.studies.sense_probes.probes.word_states); with `attention`, from a copy
+    loaded with eager attention, which returns the attention weights."""
+    from kvutils.core import data
+    from kvutils.studies.sense_probes import probes
+
+    loaded = load_cached(name, "float32") if not attention else _eager(name)
+    items = probes.build_items(loaded.tokenizer, data.load_senses(), with_repeats=loaded.family == "causal")
+    return probes.word_states(loaded, items, keys=keys, attention=attention, batch_size=16)
+
+
+_eager_models = {}
+
+
+def _eager(name):
+    if name not in _eager_models:
+        _eager_models[name] = kvutils.load(name, "float32", attn_implementation="eager")
+    return _eager_models[name]
+
+
+def bench_record(**changes) -> dict:
+    """A results/bench.json record of round numbers; `section__key=value` changes one entry."""
+    bench = {"model": "m", "load": {"first_load_s": 60.0, "cached_load_s": 2.0, "speedup": 30.0, "converts": True},
+             "decode": {"kvutils_ms_per_token": 10.0, "generate_ms_per_token": 10.0, "ratio_kvutils_over_generate": 1.0},
+             "recompute": {"one_pass_s": 1.0, "per_step_s": 10.0, "speedup": 10.0},
+             "teacher": {"op": "window:size=128,sinks=4,reindex=false", "dtype": "float32", "fast_s": 1.0,
+                         "step_s": 20.0, "speedup": 20.0, "max_logit_diff": 1e-5},
+             "teacher_fp64": {"op": "quantize_naive:bits=4", "dtype": "float64", "fast_s": 1.0, "step_s": 20.0,
+                              "speedup": 20.0, "max_logit_diff": 1e-13},
+             "teacher_press": {"op": "snapkv:compression_ratio=0.5,window=32,kernel=5", "dtype": "float32", "fast_s": 1.0,
+                               "step_s": 20.0, "speedup": 20.0, "max_logit_diff": 1e-6},
+             "decode_policy": {"op": "tova:compression_ratio=0.5", "policy_step_s": 30.0, "exact_fast_s": 1.0,
+                               "exact_step_s": 20.0, "over_exact_fast": 30.0, "over_exact_step": 1.5},
+             "step_2000": {"context": 2000, "cached_ms": 100.0, "uncached_ms": 5000.0, "speedup": 50.0, "bound_ms": 50.0},
+             "bandwidth_gb_s": 7.0,
+             "switch": {"1": {"tail_patch_ms": 10.0, "recompute_ms": 100.0, "time_fraction": 0.1, "flops_fraction": 0.04}},
+             "machine": {"cores": 2, "torch_threads": 2}, "wall_time_s": 100.0, "setup_s": 200.0}
+    for path, value in changes.items():
+        section, key = path.split("__")
+        bench[section][key] = value
+    return bench
 
 
 @pytest.fixture

@@ -326,7 +326,8 @@ class Chapter5Parameters(Declared):
     patch_layer_groups: int = param(6, "columns of the patching map: the layers in this many contiguous groups",
                                     row="patch_k", check=at_least(1))
     bench_tokens: int = param(256, "prefix length of the cost benchmark (tokens of the default corpus)",
-                              meaning="prefix length and repeats of the cost benchmark", allowed="`bench_tokens` ≥ 8, `timing_repeats` ≥ 1", check=at_least(8))
+                              meaning="prefix length and repeats of the cost benchmark",
+                              allowed="`bench_tokens` ≥ 8, `timing_repeats` ≥ 1", check=at_least(8))
     timing_repeats: int = param(3, "timed repetitions per policy (the median is reported)", row="bench_tokens",
                                 check=at_least(1))
     dtype: str = param("float32", '"float32" or "float64"', meaning="precision of training, switching and scoring",

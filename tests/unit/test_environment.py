@@ -37,10 +37,22 @@ def test_environment_yml_matches_the_pip_path():
     makefile = (REPO_ROOT / "Makefile").read_text()
     extras = re.search(r"-e '?\.(\[[a-z,]+\])", makefile).group(1)
     assert f"- -e .{extras}" in env and "- -c constraints.txt" in env
-    assert "-c constraints.txt" in makefile and "kvutils.install" in makefile and "kvutils.install" in env
+    assert "-c constraints.txt" in makefile and "-m kvutils.install" in makefile and "-m kvutils.install" in env
     python = re.search(r"python=(\d+\.\d+)", env).group(1)
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == f">={python}"
+
+
+def test_uv_and_its_pip_fallback_install_the_same_pins():
+    """`make setup` installs with uv where it can, with pip otherwise: the same extras and constraints,
+    and uv is given pip's find-links (where pip finds torch's CPU wheel on this kind of machine)."""
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert makefile.count("-e '.[book,test]' -c constraints.txt") == 2
+    assert "uv pip install" in makefile and "config list" in makefile and "--find-links" in makefile
+    assert "uv" in _constraints()
+    from kvutils.models.install import NO_DEPS  # uv installs them as kvutils.install would, without dependencies
+
+    assert re.search(r"^NO_DEPS := (.*)$", makefile, re.M).group(1).split() == list(NO_DEPS)
 
 
 def test_ci_runs_the_readme_test_command():

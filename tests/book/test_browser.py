@@ -148,7 +148,7 @@ def test_a_chart_of_kvutils_interactive_fits_the_column(tmp_path):
                                 y_label="mean KL from the exact cache (nats, log; 1e-07 = exact)")
     table = report.page_table(pd.DataFrame({f"model {i}": ["0.0643 · 86.30 · 17.87"] for i in range(4)},
                                            index=["quantize_kivi:bits=4,group=32,residual=128"]))
-    css = (Path(__file__).parents[1] / "book" / "_static" / "custom.css").read_text()
+    css = (REPO_ROOT / "book" / "_static" / "custom.css").read_text()
     site = _site_with_plotly(tmp_path / "site", f'<style>{css}</style><div class="cell_output">'
                              f'{table._repr_html_()}</div><div class="cell_output">{chart.html}</div>')
     report_ = check_site(site)["index.html"]

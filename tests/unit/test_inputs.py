@@ -1,6 +1,7 @@
 """Bad inputs, checked before the work: each case is a clear error naming the parameter or the file
 (or, for a valid input, the right value). The cases are listed as parametrisations, so the count of
-cases tried is `pytest tests/test_inputs.py --collect-only -q | wc -l`."""
+cases tried is `pytest tests/unit/test_inputs.py --collect-only -q | wc -l` (and
+tests/book/test_inputs_notebook.py's, stopping a real notebook run)."""
 import json
 import re
 import shutil
@@ -224,41 +225,6 @@ def test_accept_out_is_checked_before_any_model_loads(tmp_path, case, capsys, no
         accept.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--out", str(out)])
     assert exit_.value.code == 2 and time.time() - started < 10
     assert "--out: " in capsys.readouterr().err
-
-
-def test_a_results_dir_that_is_a_file_fails_in_the_first_cell_within_seconds(tmp_path):
-    """End to end: the notebook stops in its validation cell, naming results_dir, before any model."""
-    from conftest import failed_copy, run_failing_chapter
-
-    (tmp_path / "results").write_text("not a folder")
-    error, source = run_failing_chapter("01", tmp_path, {})
-    assert "results_dir: " in error and "is a file, not a folder" in error
-    assert "from_notebook" in source
-    executed = failed_copy(tmp_path, NOTEBOOKS["01"])
-    failed = next(c for c in executed["cells"] if any(o.get("output_type") == "error" for o in c.get("outputs", [])))
-    # 10 s on an idle machine (importing torch is most of it), scaled when other work shares the cores
-    busy = max(1.0, __import__("os").getloadavg()[0] / __import__("os").cpu_count())
-    assert failed["metadata"]["papermill"]["duration"] < 10 * busy
-
-
-@pytest.mark.parametrize("chapter, typo, closest", [("02", "batchsize", "batch_size"),
-                                                    ("06", "near_exact", "near_exact_pct")])
-def test_a_misspelt_parameter_stops_the_notebook_in_its_first_cell(tmp_path, chapter, typo, closest):
-    import papermill
-    from conftest import failed_copy
-
-    from kvutils.book import chapters
-
-    (tmp_path / "results").mkdir()
-    with pytest.raises(papermill.PapermillExecutionError) as err:
-        chapters.run_chapter(chapter, "quick", tmp_path / "results", tmp_path, {typo: 4})
-    name = {**NOTEBOOKS, **PAGES}[chapter]
-    executed = failed_copy(tmp_path, name)
-    code = [c for c in executed["cells"] if c["cell_type"] == "code"]
-    failed = [i for i, c in enumerate(code) if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
-    assert failed == [2]  # the parameters cell, papermill's injected cell, then the validation cell
-    assert f"{typo}: not a parameter" in str(err.value) and f"did you mean {closest}?" in str(err.value)
-    assert not list((tmp_path / "results").iterdir())
 
 
 # --------------------------------------------------------------------------- text that is not text

@@ -1,31 +1,15 @@
 """The sense-probe machinery of chapters 2 and 3: the causal identity (old-position states equal
 under both senses, hence exactly 50%), the encoder's contrast, the probe on cases with a known
-answer, attention rows, and the encoding of sentences."""
+answer, attention rows, and the encoding of sentences (tests/signal/test_sense_probes_real.py: the
+probe on a real encoder)."""
 import pytest
 import torch
-from conftest import CAUSAL_TINY, load_cached
+from conftest import CAUSAL_TINY, states_of
 
 from kvutils.core import data
 from kvutils.studies.sense_probes import probes
 
 WORDS = data.load_senses()
-
-
-def states_of(name: str, attention: bool = False, keys: bool = True) -> probes.WordStates:
-    loaded = load_cached(name, "float32") if not attention else _eager(name)
-    items = probes.build_items(loaded.tokenizer, WORDS, with_repeats=loaded.family == "causal")
-    return probes.word_states(loaded, items, keys=keys, attention=attention, batch_size=16)
-
-
-_eager_models = {}
-
-
-def _eager(name):
-    import kvutils
-
-    if name not in _eager_models:
-        _eager_models[name] = kvutils.load(name, "float32", attn_implementation="eager")
-    return _eager_models[name]
 
 
 @pytest.mark.parametrize("name", CAUSAL_TINY)
@@ -49,12 +33,6 @@ def test_encoder_states_and_keys_change_with_the_continuation():
     # layer 1's keys come from the embeddings (context-free); layer 2's already differ
     assert divergence["key_relative_diff_max"][0] == 0.0 and divergence["key_relative_diff_mean"][1] > 1e-4
     assert ws.new is None and ws.attention is None
-
-
-def test_encoder_probe_on_a_real_model_reads_the_sense_at_the_old_position():
-    ws = states_of("minilm-l6", keys=False)
-    accuracy = probes.probe(ws, "cosine")["old_position_pct"]
-    assert accuracy[0] == 50.0 and max(accuracy[1:]) >= 90.0
 
 
 def _toy(n_words=3, dim=4):

@@ -1,0 +1,230 @@
+"""The conclusions and the appendices on the quick run's results: verdicts follow the numbers, a
+missing chapter is named, tables and figures read at the page's width, findings are glued in bold."""
+import copy
+import json
+
+import pytest
+from conftest import bench_record
+
+from kvutils.core.catalog import NOTEBOOKS
+from kvutils.report import appendix as ra
+from kvutils.report import conclusions as rc
+
+
+@pytest.fixture(scope="module")
+def runs(quick_chapters):
+    root, _ = quick_chapters
+    return rc.load_chapters(root / "results")
+
+
+def test_a_missing_chapter_is_named_with_the_command_that_makes_it(tmp_path, quick_chapters):
+    root, _ = quick_chapters
+    for name in NOTEBOOKS.values():
+        if name != "03_sense_probes":
+            (tmp_path / f"{name}.json").write_text((root / "results" / f"{name}.json").read_text())
+    with pytest.raises(FileNotFoundError, match=r"chapter 03 \(03_sense_probes.json\).*make chapter N=03"):
+        rc.load_chapters(tmp_path)
+
+
+def test_decision_guide_verdicts_follow_the_measurements(runs):
+    rows = rc.decision_rows(runs)
+    by_op = {r["operation"]: r for r in rows}
+    assert by_op["exact cache vs recomputation (ch. 1)"]["verdict"] is rc.EXACT  # the quick run's fp64 is exact
+    assert by_op["prefix reuse across continuations (ch. 1)"]["verdict"] is rc.EXACT
+    assert [r for r in rows if r["operation"].startswith("LoRA switch, tail patch")][0]["verdict"] is rc.EXACT
+    ops = [r for r in rows if ":" in r["operation"] or r["operation"] == "exact"]
+    assert ops and "exact" not in by_op  # the reference itself is not an operation
+    for r in ops:
+        expected = rc.EXACT if r["kl"] == 0 else rc.NEAR if r["top1"] >= 99 else rc.COSTLY
+        assert r["verdict"] is expected, r["operation"]
+    assert by_op["quantize_naive:bits=4"]["bytes_pct"] < 50  # 4 bits + scales against 32-bit floats
+
+
+def test_a_lower_threshold_only_promotes_operations(runs):
+    strict = {r["operation"]: r["verdict"] for r in rc.decision_rows(runs, 99.0)}
+    lenient = {r["operation"]: r["verdict"] for r in rc.decision_rows(runs, 1.0)}
+    assert all(lenient[op] is not rc.COSTLY for op in lenient if op != "exact")
+    assert all(lenient[op] is strict[op] for op in strict if strict[op] is not rc.COSTLY)
+    with pytest.raises(ValueError, match="near_exact_pct"):
+        rc.decision_rows(runs, 0)
+
+
+def test_verdicts_change_when_the_numbers_do(runs):
+    """The RQ1 verdict is computed: an fp64 run that missed the tolerance turns it."""
+    broken = copy.deepcopy(runs)
+    for by_dtype in broken["01_cache_exactness"]["numbers"].values():
+        if "float64" in by_dtype:
+            by_dtype["float64"]["decode"]["max_logit_diff"] = 1e-3
+    assert rc.conclusions_glue(runs)["rq1_verdict"].startswith("Yes")
+    assert rc.conclusions_glue(broken)["rq1_verdict"].startswith("Not shown")
+
+
+def test_tables_put_the_article_beside_every_model(runs):
+    for table in (rc.rq1_table(runs), rc.rq2_table(runs), rc.rq3_table(runs)):
+        assert table.columns[0] == "article (Pythia-160M)"
+        assert table["article (Pythia-160M)"].ne("—").all()
+        assert any(c.startswith("ours: tiny-") for c in table.columns)
+    assert "2.54659e-11" in rc.rq1_table(runs).to_string()
+    assert "29.49× at 2000 tokens" in rc.rq3_table(runs).to_string()
+
+
+def test_book_time_adds_set_up_chapters_and_benchmark(runs):
+    table = ra.book_times_table(bench_record(), runs)
+    total = 200.0 + 100.0 + sum(r["wall_time_s"] for r in runs.values())
+    on_record = ra.book_time_rows(bench_record(), runs)[-1]["seconds"]
+    assert on_record == pytest.approx(total, rel=1e-12)  # summed in another order: compare the floats, not their rounding
+    assert table.loc["total on record", "seconds"] == ra.fmt(on_record, 4)
+    assert ra.performance_glue(bench_record(), runs)["within"] == ("within" if total <= 1800 else "over")
+
+
+def test_chapters_run_in_lanes_count_once(runs):
+    """Lanes run side by side: the total takes their wall time, not the sum of their chapters."""
+    bench = bench_record()
+    bench["chapter_lanes"] = {"lanes": [["04", "02", "03"], ["01", "05"]], "threads_per_lane": 1, "wall_time_s": 1000.0}
+    table = ra.book_times_table(bench, runs)
+    assert table.loc["total on record", "seconds"] == ra.fmt(200.0 + 1000.0 + 100.0, 4)
+    assert table.loc["chapter 04_cache_approximations (lane 1, one thread)", "in the total"].startswith("no")
+    assert ra.performance_glue(bench, runs)["total_min"] == ra.fmt(1300.0 / 60, 3)
+    bench["chapter_lanes"]["decode_timing_alone_s"] = 50.0  # chapter 4's decode steps, timed before the lanes
+    table = ra.book_times_table(bench, runs)
+    assert table.loc["total on record", "seconds"] == ra.fmt(1350.0, 4)
+    assert table.loc["chapter 4's decode steps, timed alone before the lanes", "in the total"] == "yes"
+
+
+def test_provenance_tables(runs):
+    models = ra.models_table(runs)
+    assert models.loc["tiny-llama", "weights sha256"] == "random-seed-0"  # tiny models are seeded, not files
+    differing = copy.deepcopy(runs)
+    differing["01_cache_exactness"]["packages"]["torch"] = "0.0-other"
+    versions = ra.packages_table(differing).loc["torch", "version"]
+    assert "0.0-other (chapters 01)" in versions and ";" in versions
+    params = ra.parameters_table(runs)
+    assert ("01_cache_exactness", "n_prompts") in params.index
+    assert not any(p == "results_dir" for _, p in params.index)
+    assert json.dumps(ra.reproducibility_glue(runs))  # plain strings, ready for glue
+
+
+def _with(runs, chapter: str, change) -> dict:
+    changed = copy.deepcopy(runs)
+    for model, r in changed[NOTEBOOKS[chapter]]["numbers"].items():
+        change(model, r)
+    return changed
+
+
+def test_exact_cache_verdict_is_computed_from_chapter_1(runs):
+    """The guide's 'exact cache vs recomputation' row follows the fp64 run: a logit difference above the
+    rounding tolerance, a NaN, or no fp64 run at all each take EXACT away."""
+    def verdict(r):
+        return {x["operation"]: x["verdict"] for x in rc.decision_rows(r)}["exact cache vs recomputation (ch. 1)"]
+
+    def set_fp64(key, value):
+        def change(model, by_dtype):
+            by_dtype["float64"]["decode"][key] = value
+        return change
+
+    assert verdict(runs) is rc.EXACT
+    assert verdict(_with(runs, "01", set_fp64("max_logit_diff", 1e-3))) is not rc.EXACT
+    assert verdict(_with(runs, "01", set_fp64("max_logit_diff", float("nan")))) is not rc.EXACT
+    assert verdict(_with(runs, "01", lambda m, r: r.pop("float64"))) is not rc.EXACT
+
+
+def test_encoder_sentence_follows_the_numbers(runs):
+    glue = rc.conclusions_glue(runs)
+    assert glue["rq1_encoder"].startswith("The same word's state moves")
+    frozen = _with(runs, "02", lambda m, r: r["cosine_distance_mean"].__setitem__(-1, 0.0))
+    assert "did not move" in rc.conclusions_glue(frozen)["rq1_encoder"]
+
+
+def test_decision_guide_takes_in_the_frontier_methods(runs):
+    """The guide said it sorts 'every operation we measured' but left out every press, h2o, tova
+    and fp8 (the frontier's methods). They now join it, and a computed sentence says what it covers."""
+    model = next(iter(runs["04_cache_approximations"]["numbers"]["table2"]))
+    changed = copy.deepcopy(runs)
+    ch4 = changed["04_cache_approximations"]["numbers"]
+    ch4["frontier"] = {model: {"documents": ["a", "b"], "exact_cache_bytes": 1000.0, "refused": {"kvzip:x=1": "why"},
+                               "ops": {"tova:compression_ratio=0.5": {"name": "tova", "mean_kl": 0.2,
+                                                                     "top1_agreement_pct": 90.0, "cache_bytes": 500.0},
+                                       "exact": {"name": "exact", "mean_kl": 0.0, "top1_agreement_pct": 100.0,
+                                                 "cache_bytes": 1000.0}}}}
+    rows = {r["operation"]: r for r in rc.decision_rows(changed)}
+    assert rows["tova:compression_ratio=0.5"]["bytes_pct"] == 50.0
+    assert rows["tova:compression_ratio=0.5"]["verdict"] is rc.COSTLY and "exact" not in rows
+    assert "frontier's 2 documents" in rows["tova:compression_ratio=0.5"]["check"]
+    text = rc.guide_coverage(changed, list(rows.values()), model)
+    assert f"The guide sorts {len(rows)} operations" in text and "the 1 methods of chapter 4's frontier" in text
+    assert "Left out: kvzip:x=1" in text
+    ch4["frontier"] = {}
+    text = rc.guide_coverage(changed, rc.decision_rows(changed), model)
+    assert "The frontier's methods are not in it" in text
+
+
+def test_wide_tables_scroll_in_their_own_box(built_book):
+    """The book loads its stylesheet, and that stylesheet gives a results table its own horizontal
+    scroll box (before it, chapter 5's per-policy table ran past the text column)."""
+    import re
+
+    _, html = built_book
+    css = (html / "_static" / "custom.css").read_text()
+    rule = re.search(r"table\.dataframe\s*\{([^}]*)\}", css)
+    assert rule and "overflow-x: auto" in rule.group(1) and "display: block" in rule.group(1)
+    page = (html / "book" / "chapters" / "01_cache_exactness.html").read_text()
+    assert "_static/custom.css" in page
+
+
+def test_findings_are_glued_with_their_numbers_in_bold(built_book):
+    """Bold marks the measurements, not whole sentences: a glued finding renders as text with its
+    numbers in <strong>, and no <strong> holds a whole sentence of words."""
+    import re
+
+    from kvutils.report.common import bold_numbers
+
+    assert bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
+        "**24/24** identical on gemma3-270m (max 0.0470581, 99.5% top-1)")  # the key number only (issue 19)
+    assert bold_numbers("token '<bos>' a_b") == "token '\\<bos\\>' a\\_b"  # Markdown-escaped
+    _, html = built_book
+    for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "06_conclusions"):
+        page = (html / "book" / "chapters" / f"{name}.html").read_text()
+        strong = re.findall(r"<strong>(.*?)</strong>", page)
+        assert any(re.fullmatch(r"[-−\d.,/e%×+]+", s) for s in strong), name
+        assert "Markdown object" not in page, name  # a Markdown glue pasted with {glue:text}
+
+
+def test_figures_read_at_the_page_width(runs):
+    """Shrunk to the text column, every figure's axis labels and titles are at least the book's small
+    font and no text is smaller than SMALLEST_TEXT_PX (before: 11-inch figures with 7-8 pt labels)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvutils.report import bert_contrast as report_contrast
+    from kvutils.report import cache_approximations as report_costs
+    from kvutils.report import cache_exactness as report_exactness
+    from kvutils.report import common as report
+    from kvutils.report import frontier as report_frontier
+    from kvutils.report import qwen3_switch as report_switch
+    from kvutils.report import sense_probes as report_senses
+
+    numbers = {ch: runs[NOTEBOOKS[ch]]["numbers"] for ch in ("01", "02", "03", "04", "05")}
+    figures = {"chapter 1": report_exactness.plot_chapter1(numbers["01"]),
+               "chapter 2": report_contrast.plot_chapter2(numbers["02"]),
+               "chapter 3 probe": report_senses.plot_chapter3_probe(numbers["03"]),
+               "chapter 3 attention": report_senses.plot_chapter3_attention(numbers["03"]),
+               "decision guide": rc.plot_decision_guide(rc.decision_rows(runs), "tiny-llama"),
+               "benchmark": ra.plot_performance(bench_record()),
+               "chapter 4 decode": report_costs.plot_decode(numbers["04"]["decode"]),
+               "chapter 4 bytes": report_costs.plot_bytes(numbers["04"]["bytes"]),
+               "chapter 4 approximations": report_costs.plot_approximations(numbers["04"]["table2"]),
+               "chapter 4 blend": report_costs.plot_blend_sweep(numbers["04"]["table2"]),
+               "chapter 4 frontier": report_frontier.plot_frontier(numbers["04"]["frontier"]),
+               "chapter 5 losses": report_switch.plot_losses(numbers["05"]),
+               "chapter 5 quality vs cost": report_switch.plot_quality_cost(numbers["05"]),
+               "chapter 5 cost vs exactness": report_switch.plot_cost_exactness(numbers["05"]),
+               "chapter 5 patching map": report_switch.plot_patch_map(numbers["05"])}
+    for name, fig in figures.items():
+        assert report.illegible_text(fig) == [], name
+        plt.close(fig)
+    small = plt.figure(figsize=(11, 4))
+    small.gca().set_xlabel("layer", fontsize=8)
+    assert report.illegible_text(small), "an 11-inch figure with 8-pt labels must be caught"
+    plt.close(small)
