@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m kvutils.install
 	touch $(STAMP)
 
-# Debian's Chromium for the browser test (tests/test_browser.py). Where it cannot be installed the
+# Debian's Chromium for the browser test (tests/book/test_browser.py). Where it cannot be installed the
 # reason goes to $(BROWSER_NOTE) and that one test skips, printing it.
 BROWSER_NOTE := $(VENV)/chromium-unavailable.txt
 browser: setup

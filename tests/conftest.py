@@ -42,6 +42,7 @@ BOOK_FIXTURES = {"quick_chapters", "built_book", "site_report"}
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    quick_book = set()
     for item in items:
         kind = item.path.relative_to(TESTS).parts[0]
         if kind not in KINDS:
@@ -51,9 +52,10 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(group))
         if group == "quick_book":
             item.add_marker(pytest.mark.slow)
+            quick_book.add(item)
         if getattr(config.option, "loadgroup", False):  # an xdist worker of --dist loadgroup
             _join_group(item, group)
-    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] != "quick_book")  # stable
+    items.sort(key=lambda item: item not in quick_book)  # the quick book's tests first, the rest in their order
 
 
 def _join_group(item, group: str) -> None:
@@ -66,6 +68,7 @@ def _join_group(item, group: str) -> None:
     if not str(node).endswith(f"@{group}"):
         last = node.names[-1] + (f"[{node.params}]" if node.params is not None else "")
         item._id = NodeId(path=node.path, names=(*node.names[:-1], f"{last}@{group}"))
+
 
 _loaded = {}
 

@@ -44,7 +44,7 @@ def test_chapter3_page(built_book):
     assert "90.625 [5, 6, 12]" in text  # the article's column
     assert page.count('<img alt="../../_images/') == 2  # probe chart, attention split
     assert "widget-view" not in page and "html-manager" not in page and "require.min.js" not in page
-    # the explorer is drawn in the page (tests/test_browser.py drives it), with plotly.js from _static
+    # the explorer is drawn in the page (tests/book/test_browser.py drives it), with plotly.js from _static
     assert page.count('id="attention-explorer"') == 1 and '<script src="../../_static/plotly.min.js' in page
     assert (html / "_static" / "plotly.min.js").is_file()
     assert "plotly.min.js" not in _page(html, "01_cache_exactness")  # only pages with a chart carry it

@@ -9,6 +9,8 @@ import pytest
 
 from kvutils.core.paths import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # each test drives Chromium: 15 to 30 s
+
 
 def _chromium_or_skip() -> None:
     note = REPO_ROOT / ".venv" / "chromium-unavailable.txt"

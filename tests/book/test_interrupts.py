@@ -124,6 +124,7 @@ def test_a_chapter_interrupted_mid_run_leaves_the_previous_results_and_page(tmp_
         assert not list((out / chapters.UNFINISHED).iterdir())
 
 
+@pytest.mark.slow  # 30 to 40 s: both lanes start their kernels
 @pytest.mark.parametrize("signal_name, background", [("SIGINT", False), ("SIGTERM", True)])
 def test_the_lanes_interrupted_stop_every_kernel(tmp_path, signal_name, background):
     """`make book`'s lanes (quick profile), stopped from a terminal or killed as a background job:

@@ -1,7 +1,7 @@
 """kvutils' layers, read from its source with `ast`: every import of one kvutils module by another
 (inside functions too; only the body of an `if TYPE_CHECKING:` is exempt) is an edge of the module
-graph, and the graph must have no cycle, no private name (`_x`) imported across modules, no module
-over 450 lines, and no import from a higher layer, lowest first:
+graph, and the graph must have no cycle, no private name (`_x`) imported or used across modules,
+no module over 450 lines, and no import from a higher layer, lowest first:
 
     core < models < cache < lora < studies < report < explorer < book
 
@@ -59,13 +59,13 @@ def import_nodes(node: ast.AST):
 
 
 def imported(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, files: dict[str, Path]):
-    """(module imported, name taken from it or None) for each name of one import statement that is
-    one of `files`."""
+    """(module imported, name taken from it or None, the local name a whole module is bound to or
+    None) for each name of one import statement that is one of `files`."""
     if isinstance(node, ast.Import):
         for alias in node.names:
             known = [m for m in files if alias.name == m or alias.name.startswith(m + ".")]
             if known:
-                yield max(known, key=len), None
+                yield max(known, key=len), None, alias.asname
         return
     base = node.module or ""
     if node.level:  # relative: from the module's own package, one level up per extra dot
@@ -73,9 +73,9 @@ def imported(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, f
         base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
     for alias in node.names:
         if f"{base}.{alias.name}" in files:
-            yield f"{base}.{alias.name}", None  # a submodule
+            yield f"{base}.{alias.name}", None, alias.asname or alias.name  # a submodule
         elif base in files:
-            yield base, alias.name
+            yield base, alias.name, None
 
 
 def find_cycles(edges: dict[str, set[str]]) -> list[tuple[list[str], set[str]]]:
@@ -129,6 +129,10 @@ def _cycle_through(start: str, part: set[str], edges: dict[str, set[str]]) -> li
     raise AssertionError(f"{start} is on no cycle")
 
 
+def _private(name: str | None) -> bool:
+    return bool(name) and name.startswith("_") and not name.startswith("__")
+
+
 def layering_problems(package: Path, max_lines: int = MAX_LINES) -> dict[str, list[str]]:
     """What breaks each rule in the package at `package` (a folder with __init__.py), by rule."""
     files = module_files(package)
@@ -138,18 +142,26 @@ def layering_problems(package: Path, max_lines: int = MAX_LINES) -> dict[str, li
         source = path.read_text()
         if (lines := len(source.splitlines())) > max_lines:
             problems["long modules"].append(f"{module}: {lines} lines (at most {max_lines})")
-        for node in import_nodes(ast.parse(source, str(path))):
-            for target, name in imported(module, path.name == "__init__.py", node, files):
+        tree = ast.parse(source, str(path))
+        modules_bound = {}  # local name -> the other kvutils module it is
+        for node in import_nodes(tree):
+            for target, name, bound in imported(module, path.name == "__init__.py", node, files):
                 if target == module:
                     continue
                 edges[module].add(target)
+                modules_bound.update({bound: target} if bound else {})
                 where = f"{module} (line {node.lineno})"
-                if name and name.startswith("_") and not name.startswith("__"):
+                if _private(name):
                     problems["private names"].append(f"{where} imports the private {name} from {target}")
                 if layer(target) > layer(module):
                     problem = f"{where} imports {target}: {layer_name(target)} is above {layer_name(module)}"
                     if problem not in problems["upward imports"]:
                         problems["upward imports"].append(problem)
+        for node in ast.walk(tree):  # `results._x` after `from kvutils.core import results`: the same rule
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr) \
+                    and node.value.id in modules_bound:
+                problems["private names"].append(f"{module} (line {node.lineno}) uses the private {node.attr} "
+                                                 f"of {modules_bound[node.value.id]}")
     problems["cycles"] = [" -> ".join(cycle) + (f" (one cycle of those tying {', '.join(sorted(part))})"
                                                 if len(part) > len(cycle) - 1 else "")
                           for cycle, part in find_cycles(edges)]
@@ -235,8 +247,12 @@ def test_an_import_under_type_checking_makes_no_cycle_but_its_else_branch_does(t
 
 def test_a_private_name_from_another_module_is_caught(tmp_path):
     found = _found(tmp_path, {"core/a.py": "def _check():\n    pass\n\n\n__version__ = 1\n",
-                              "core/b.py": "from kvutils.core.a import __version__, _check\n"})
-    assert found == {"private names": ["kvutils.core.b (line 1) imports the private _check from kvutils.core.a"]}
+                              "core/b.py": "from kvutils.core.a import __version__, _check\n",
+                              "core/c.py": "import kvutils.core.a as first\nfrom kvutils.core import a\n\n\n"
+                                           "def f():\n    return first._check, a._check, a.__version__\n"})
+    assert found == {"private names": ["kvutils.core.b (line 1) imports the private _check from kvutils.core.a",
+                                       "kvutils.core.c (line 6) uses the private _check of kvutils.core.a",
+                                       "kvutils.core.c (line 6) uses the private _check of kvutils.core.a"]}
 
 
 def test_an_import_from_a_higher_layer_is_caught(tmp_path):
