@@ -49,7 +49,7 @@ def test_the_quick_book_shares_one_worker_and_each_module_stays_together(tmp_pat
     flags = [f for f in re.search(r"-m pytest (.*)", (REPO_ROOT / "Makefile").read_text()).group(1).split() if f != "-q"]
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", *flags, "-W", "ignore", str(tmp_path)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                         env={**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, "PYTHONPATH": str(REPO_ROOT)})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     ran = re.findall(r"\[(gw\d)\] \[ *\d+%\] PASSED unit/(test_\w)\.py::(test_\w+(?:\[\d\])?)@(\w+)\s", run.stdout)
     assert len(ran) == 18, run.stdout[-3000:]
