@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             results.write_json_atomic(args.out, run)
         except OSError as err:  # e.g. the folder went away during the run: keep the numbers
-            print(json.dumps(results._jsonable(run)))
+            print(json.dumps(results.jsonable(run)))
             parser.exit(1, f"--out: cannot write {args.out} ({err.strerror or err}); the numbers are printed above\n")
         except KeyboardInterrupt:
             print(f"interrupted; {args.out} is as it was", file=sys.stderr)

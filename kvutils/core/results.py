@@ -60,16 +60,16 @@ def machine() -> dict[str, Any]:
             "torch_threads": torch.get_num_threads()}
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Plain JSON: tensors and numpy scalars to numbers, NaN/inf to None (JSON has neither)."""
     if hasattr(value, "tolist"):
         value = value.tolist()
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value
 
 
@@ -105,7 +105,7 @@ def _write_with(path: Path, write, suffix: str = ".tmp") -> None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    text = json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n"
+    text = json.dumps(jsonable(data), indent=2, sort_keys=False) + "\n"
     _write_with(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 

@@ -31,7 +31,7 @@ def test_failed_write_keeps_previous_results(tmp_path):
 def test_jsonable_converts_tensors_and_non_finite():
     import torch
 
-    out = results._jsonable({"t": torch.tensor([1.0, math.inf]), 3: (1, 2)})
+    out = results.jsonable({"t": torch.tensor([1.0, math.inf]), 3: (1, 2)})
     assert out == {"t": [1.0, None], "3": [1, 2]}
 
 
