@@ -31,8 +31,6 @@ from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch.policies import CONTINUATION_BINS, CONTROL_BINS
 from kvutils.studies.qwen3_switch.tasks import Example
 
-DEFAULT_TRAIN_WORDS = "bank,bat,pitcher,mouse,spring,seal,plant,match,organ,pen,bark,palm"
-DEFAULT_HELDOUT_WORDS = "key,cell,club,fan"
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # tail patch vs recompute: logits and K/V
 
 
