@@ -19,12 +19,15 @@ from kvutils.models.rotary import rotate_keys
 
 @torch.inference_mode()
 def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
-               exact_kv: KV | Prefilled | None = None, stats: dict | None = None) -> torch.Tensor:
+               exact_kv: KV | Prefilled | None = None, stats: dict | None = None, decided: list | None = None,
+               last: int = 0) -> torch.Tensor:
     """Logits (decode, vocab) after each of the `decode` tokens that follow the first `prefill`
     tokens of `ids` (seq,), with the cache modified by `op`: one forward for all of them.
     `exact_kv`, the exact prefill's cache, saves recomputing it for operations that start from it.
     A press's per-layer, per-head kept set is applied by `kvutils.models.attention`; `stats["held"]`
-    receives it (per layer (kv_heads, prefill) bool)."""
+    receives it (per layer (kv_heads, prefill) bool). `decided`, a press's kept sets already decided
+    from this prefill, saves deciding again; `last` > 0 returns only the last `last` rows (the
+    output layer runs on those alone)."""
     if not op.has_fast_path:
         raise ValueError(f"{op.spec}: what it keeps changes with each decoded token's attention, so only the "
                          "step path scores it (path='step')")
@@ -88,10 +91,10 @@ def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
     masks = attention_masks(loaded, visible, queries, key_slots)
     per_head = contextlib.nullcontext()
     if op.needs_views:  # a press: each layer's KV heads keep their own prefill entries, and every new one
-        kept = op.decide(pre.views)
+        kept = decided if decided is not None else op.decide(pre.views)
         if stats is not None:
             stats["held"] = kept
         full = [torch.cat([k, torch.ones(k.shape[0], decode, dtype=torch.bool)], -1) for k in kept]
         per_head = attention.session(loaded, masks={i: f[:, key_slots] for i, f in enumerate(full)})
     with per_head:
-        return forward_logits(loaded, ids[None, prefill:prefill + decode], queries, masks, layers)
+        return forward_logits(loaded, ids[None, prefill:prefill + decode], queries, masks, layers, logits_to_keep=last)

@@ -3,6 +3,7 @@ partial recompute) and what it leaves behind: its cache, what each layer saw (La
 hidden states at the layer boundaries where an adapter's tail starts."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,8 +22,10 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (1, kv_h
 class LayerView:
     """One layer's prefill as a data-dependent method sees it (kvpress's `score` arguments).
     keys/values (1, kv_heads, P, head_dim); queries (1, heads, P, head_dim) after the rotary
-    embedding; `weights()` the prefill's attention weights (1, heads, P, P) under the model's own
-    mask; `rotary(positions)` the layer's (cos, sin), (1, n, rotary_dim); `scale` its softmax scale."""
+    embedding; `weights(last)` the prefill's attention weights (1, heads, last or P, P) of its last
+    `last` queries (all by default) under the model's own mask, from `attention(rows)`, the weights
+    of the query rows `rows` (document positions) over every key the prefill computed;
+    `rotary(positions)` the layer's (cos, sin), (1, n, rotary_dim); `scale` its softmax scale."""
 
     layer: int
     n_layers: int
@@ -30,8 +33,12 @@ class LayerView:
     values: torch.Tensor
     queries: torch.Tensor
     scale: float
-    weights: Callable[[], torch.Tensor]
+    attention: Callable[[slice], torch.Tensor]
     rotary: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+    def weights(self, last: int | None = None) -> torch.Tensor:
+        P = self.keys.shape[-2]
+        return self.attention(slice(P - (last or P), P))[..., :P]
 
     @property
     def groups(self) -> int:
@@ -113,6 +120,42 @@ def exact_prefill(loaded: Loaded, ids: torch.Tensor, views: bool = False) -> Pre
         out.append(LayerView(i, len(kv), k, v, query, scale, weights,
                              lambda positions, i=i, like=k: rotary_cos_sin(loaded, i, like, positions)))
     return Prefilled(kv, out)
+
+
+def head(pre: Prefilled, n: int) -> Prefilled:
+    """The first `n` positions of a prefill: its cache, and what each layer saw, cut to them. Causal
+    attention makes these what a prefill of those `n` tokens alone computes (up to the fp32
+    summation-order residue chapter 1 measures), so one prefill serves every shorter one."""
+    kv = [(k[..., :n, :], v[..., :n, :]) for k, v in pre.kv]
+    views = None if pre.views is None else [
+        dataclasses.replace(v, keys=v.keys[..., :n, :], values=v.values[..., :n, :], queries=v.queries[..., :n, :],
+                            attention=v.attention)
+        for v in pre.views]
+    return Prefilled(kv, views, length=n)
+
+
+class Remembered:
+    """A view's attention weights, each set of query rows computed once and kept until `forget()`:
+    for a caller that runs several methods over one prefill, layer by layer (one layer's weights
+    held at a time)."""
+
+    def __init__(self, compute: Callable[[slice], torch.Tensor]):
+        self.compute, self.kept = compute, {}
+
+    def __call__(self, rows: slice) -> torch.Tensor:
+        for (start, stop), w in self.kept.items():  # rows inside ones already computed: a slice of them
+            if start <= rows.start and rows.stop <= stop:
+                return w[..., rows.start - start:rows.stop - start, :]
+        self.kept[(rows.start, rows.stop)] = self.compute(rows)
+        return self.kept[(rows.start, rows.stop)]
+
+    def forget(self) -> None:
+        self.kept.clear()
+
+
+def remembered(views: list[LayerView]) -> list[LayerView]:
+    """The same views, each one's weights `Remembered`."""
+    return [dataclasses.replace(v, attention=Remembered(v.attention)) for v in views]
 
 
 def prefill_for(loaded: Loaded, op, ids: torch.Tensor, prefill: int, exact_kv) -> Prefilled:

@@ -10,8 +10,8 @@ duration of a `with` block and back in `finally`. Inside, every attention call
   heads of its group (the order `repeat_kv` uses);
 - hands `record(layer, query, key, value, weights_fn, scale)` the post-rotary queries (batch, heads, q,
   head_dim), the keys and values the layer attends to, and a function computing the softmax
-  weights (batch, heads, q, keys) under the same mask (only evaluated where a method asks), and
-  the layer's softmax scale.
+  weights (batch, heads, rows, keys) of chosen query rows (`weights_fn(rows=slice)`, all by default)
+  under the same mask (only evaluated where a method asks), and the layer's softmax scale.
 Outside a session, or with neither set, the layer runs transformers' sdpa unchanged.
 """
 from __future__ import annotations
@@ -72,12 +72,16 @@ def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
     if extra is not None:
         mask = _combined_mask(mask, extra, groups, q, k, query.dtype, query.device)
     if s.record is not None:
-        def weights(mask=mask):
-            batch, heads = query.shape[:2]
-            grouped = query.reshape(batch, key.shape[1], groups, q, -1)  # (batch, kv_heads, groups, q, head_dim)
-            scores = (grouped @ key[:, :, None].transpose(-1, -2)).view(batch, heads, q, k) * scale
+        def weights(rows: slice | None = None, mask=mask):
+            """The softmax weights of the queries at `rows` (all by default) over every key."""
+            rows = slice(None) if rows is None else rows
+            picked = query[:, :, rows]
+            batch, heads, n = picked.shape[:3]
+            grouped = picked.reshape(batch, key.shape[1], groups, n, -1)  # (batch, kv_heads, groups, n, head_dim)
+            scores = (grouped @ key[:, :, None].transpose(-1, -2)).view(batch, heads, n, k) * scale
             if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+                m = mask[..., rows, :] if mask.shape[-2] > 1 else mask
+                scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m
             return scores.float().softmax(-1).to(query.dtype)
         s.record(layer, query, key, value, weights, scale)
     # each KV head read by its query group in place (repeating keys/values per head costs more than the attention)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from kvutils.core import checks
 from kvutils.core.declared import Declared, param
+from kvutils.core.haystack import check_depths
 from kvutils.models.loading import DTYPES
 from kvutils.studies.qwen3_switch.tasks import TASKS
 from kvutils.studies.sense_probes.probes import DEFAULT_REPEAT_TEMPLATE, DISTANCES, check_repeat_template
@@ -49,6 +50,10 @@ def one_device(name: str, value) -> None:
     if value == "auto":  # training and the tail patch move every tensor to one device
         raise ValueError("device: 'auto' (a model spread over several devices) is not supported by chapter 5, "
                          "which trains and patches on one device; use 'cpu', 'cuda' or 'cuda:N'")
+
+
+def depths(name: str, value) -> None:
+    check_depths(value, name)
 
 
 def true_or_false(name: str, value) -> None:
@@ -251,6 +256,23 @@ class Chapter4Parameters(Declared):
     frontier_decode: int = param(128, "frontier tokens teacher-forced and scored after the prefill (decode-time policies "
                                  "step through each)", meaning="frontier tokens teacher-forced and scored after the prefill",
                                  allowed="≥ 1", check=at_least(1))
+    retrieval_models: str = param("gemma3-270m,smollm2-135m", "models on the long-range retrieval test (a subset of "
+                                  "models; \"\" for none)", meaning="models on the long-range retrieval test",
+                                  allowed='a subset of `models`; `""` for none')
+    retrieval_corpus: str = param("pydoc", "real-text haystack for RULER's magic-number needles: " + CORPUS_DOC,
+                                  meaning="real-text haystack (RULER's magic-number needles)", allowed=CORPUS)
+    retrieval_contexts: str | int = param("1024,2048", "prompt lengths in tokens, each a separate test",
+                                          meaning="retrieval prompt lengths (tokens)",
+                                          allowed="integers ≥ 128 separated by commas, within the model's context",
+                                          check=integers)
+    retrieval_prompts: int = param(24, "real-text questions per context (depths taken in turn)",
+                                   meaning="real-text questions per context", allowed="≥ 1", check=at_least(1))
+    filler_prompts: int = param(6, "pass-key questions per context in the repeated filler (the easy control; 0: none)",
+                                meaning="pass-key questions per context in the filler (0: none)", allowed="≥ 0",
+                                check=at_least(0))
+    retrieval_depths: str = param("0.1,0.5,0.9", "where the needle sits, as shares of the haystack",
+                                  meaning="needle depths (shares of the haystack)",
+                                  allowed="numbers strictly between 0 and 1, separated by commas", check=depths)
     results_dir: str = chapter_results_dir()
     device: str = torch_device()
 

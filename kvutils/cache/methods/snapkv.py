@@ -36,7 +36,7 @@ class SnapKVPress(Press):
 
     def score(self, view):
         w = self.window
-        weights = view.weights()[0, :, -w:, :-w].float()  # (heads, window, P - window)
+        weights = view.weights(last=w)[0, :, :, :-w].float()  # (heads, window, P - window)
         scores = F.avg_pool1d(weights.mean(1, keepdim=True).transpose(0, 1), self.kernel,
                               padding=self.kernel // 2, stride=1).transpose(0, 1)[:, 0]  # (heads, P - w)
         scores = view.per_kv_head(scores)

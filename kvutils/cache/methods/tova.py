@@ -23,7 +23,7 @@ class TOVA(DecodePolicy):
     def start(self, view):
         P = view.keys.shape[-2]
         budget = kept_per_head(P, self.compression_ratio)
-        scores = view.weights()[0, :, -1].double().mean(0).cpu()  # (P,)
+        scores = view.weights(last=1)[0, :, -1].double().mean(0).cpu()  # (P,)
         scores[-1] = float("inf")  # the last token: kept (kvpress pads it with the max)
         held = top_mask(scores[None], budget).expand(view.keys.shape[1], -1).clone()
         return {"held": held, "budget": budget}

@@ -32,12 +32,12 @@ from kvutils.cache.base import CacheOp
 from kvutils.cache.methods.chunk_blend import ChunkBlend
 from kvutils.cache.methods.chunk_reuse import ChunkReuse
 from kvutils.cache.registry import ARTICLE_OPS, EXTRA_OPS, parse_ops
-from kvutils.core import checks, data
+from kvutils.core import checks, data, haystack
 from kvutils.core.article import article
 from kvutils.models.checks import check_models
 from kvutils.models.layers import kv_shape
 from kvutils.models.loading import load, load_tokenizer
-from kvutils.studies.cache_approximations import frontier
+from kvutils.studies.cache_approximations import frontier, retrieval
 from kvutils.studies.parameters import DEFAULT_OPS, Chapter4Parameters
 
 TIMINGS_ENV = "KVUTILS_CH4_DECODE_TIMING"  # set by the lanes runner: the file `time_alone` wrote
@@ -65,6 +65,8 @@ class Plan:
     frontier_docs: dict[str, list] = None  # per frontier model: [(Document, ids)] of frontier_prefill + frontier_decode + 1
     frontier_prefill: int = 0
     frontier_decode: int = 0
+    retrieval_models: list[str] = None  # the long-range retrieval test (a subset of models)
+    retrieval_prompts: dict[str, dict] = None  # per retrieval model: {haystack: [haystack.Prompt]}
 
 
 def parse_op_list(value: str, parameter: str = "ops", default=ARTICLE_OPS + EXTRA_OPS) -> list[CacheOp]:
@@ -125,6 +127,7 @@ def plan(p: Chapter4Parameters) -> Plan:
         raise ValueError(f"frontier_models: {outside} not in models ({', '.join(names)}); the frontier runs on a subset of them")
     for op in front_ops if front else []:  # with no frontier model, frontier_ops are not run
         _check_lengths("frontier_ops", op, p.frontier_prefill, p.frontier_decode)
+    retrieval_names = _retrieval_models(p, names)
     corpus_docs = data.load_corpus(p.corpus)
     docs, skipped, timing, front_docs = {}, {}, {}, {}
     for name in names:
@@ -141,9 +144,38 @@ def plan(p: Chapter4Parameters) -> Plan:
             raise ValueError(f"contexts: the longest document of {p.corpus!r} ({longest.id}) has {len(ids)} "
                              f"tokens for {name}, fewer than {max(context_list)}")
         timing[name] = torch.tensor([ids[:max(context_list)]])
+    prompts = {name: retrieval_prompts(load_tokenizer(name), p) for name in retrieval_names}
     return Plan(names, table2, plain, chunked, docs, skipped, timing, context_list, p.prefill, p.decode,
                 p.chunk_decode, p.timing_repeats, p.device, front, front_ops, front_docs, p.frontier_prefill,
-                p.frontier_decode)
+                p.frontier_decode, retrieval_names, prompts)
+
+
+def _retrieval_models(p: Chapter4Parameters, names: list[str]) -> list[str]:
+    """The retrieval test's models, checked against its longest prompt before any model loads."""
+    if isinstance(p.retrieval_models, str) and not p.retrieval_models.strip():
+        return []
+    longest = max(checks.check_int_list("retrieval_contexts", p.retrieval_contexts, haystack.MIN_CONTEXT,
+                                        haystack.MAX_CONTEXT))
+    chosen = [r.name for r in check_models("retrieval_models", p.retrieval_models, family="causal",
+                                           min_context=longest, context_from="the longest of retrieval_contexts")]
+    outside = [m for m in chosen if m not in names]
+    if outside:
+        raise ValueError(f"retrieval_models: {outside} not in models ({', '.join(names)}); the retrieval test runs on "
+                         "a subset of them")
+    return chosen
+
+
+def retrieval_prompts(tokenizer, p: Chapter4Parameters) -> dict[str, list]:
+    """{haystack: prompts}: RULER's magic numbers in `retrieval_corpus`, the pass key in the filler."""
+    contexts = checks.check_int_list("retrieval_contexts", p.retrieval_contexts, haystack.MIN_CONTEXT,
+                                     haystack.MAX_CONTEXT)
+    depths = haystack.check_depths(p.retrieval_depths, "retrieval_depths")
+    out = {p.retrieval_corpus: haystack.build_prompts(tokenizer, p.retrieval_corpus, contexts, depths,
+                                                       p.retrieval_prompts, needle="magic", distractors=0,
+                                                       parameter="retrieval_corpus")}
+    if p.filler_prompts:
+        out["filler"] = haystack.build_prompts(tokenizer, "filler", contexts, depths, p.filler_prompts, needle="passkey")
+    return out
 
 
 def _frontier_documents(tokenizer, corpus_docs, length: int, n: int, corpus: str):
@@ -242,10 +274,12 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
     """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "decode_timing": {where, threads, cores},
     "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}},
     "frontier": {model: accept run at frontier_prefill + frontier_decode, analysed by `frontier.analyse`
-    (per op "per_doc_kl", "mean_held_bytes", "level"; "verdicts", "levels", "construction_ties")}}."""
+    (per op "per_doc_kl", "mean_held_bytes", "level"; "verdicts", "levels", "construction_ties")},
+    "retrieval": {model: `retrieval.run_model`}}."""
     timings = deferred_timings(p) or decode_timings(p, "in this chapter's run")
     numbers = {"bandwidth_gb_s": timings["bandwidth_gb_s"], "decode": timings["decode"],
-               "decode_timing": {k: timings[k] for k in ("where", "threads", "cores")}, "table2": {}, "frontier": {}}
+               "decode_timing": {k: timings[k] for k in ("where", "threads", "cores")}, "table2": {}, "frontier": {},
+               "retrieval": {}}
     described, configs = [], {}
     for name in p.models:
         loaded = load(name, "float32", device=p.device)
@@ -263,6 +297,9 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
             texts = [doc for doc, _ in p.frontier_docs[name]]
             scored = accept_many(loaded, p.frontier_ops, texts, p.frontier_prefill, p.frontier_decode)
             numbers["frontier"][name] = frontier.analyse(scored, loaded.config, p.frontier_ops)
+        if name in (p.retrieval_models or []):
+            numbers["retrieval"][name] = retrieval.run_model(loaded, p.retrieval_prompts[name],
+                                                             numbers["frontier"].get(name))
         del loaded
     numbers["bytes"] = _bytes_rows(configs, max(p.contexts), timings["cache_bytes"])
     return numbers, described

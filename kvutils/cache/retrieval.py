@@ -1,0 +1,180 @@
+"""Long-range retrieval under a cache operation: does the model still find a key far back?
+
+Each prompt (`kvutils.core.haystack`: a key hidden at a depth of a long haystack, a question, the
+key as the answer) is prefilled once, exactly; that one prefill serves every operation and both
+regimes, which differ in what the operation compresses:
+- `agnostic`: the haystack alone, before the question arrives (prompt caching and multi-turn reuse;
+  kvpress's default pipeline). The question and the answer are then teacher-forced through the
+  compressed cache. Its prefill is the first positions of the shared one (`prefilled.head`);
+- `aware`: the haystack and the question (SnapKV's own setting): the prefill runs to the question's
+  last token, which is fed first, then the answer.
+The answer is scored by the teacher-forced scorer's own paths (`kvutils.cache.scoring`): the fast
+path (one forward) where the operation has one, the batched step path for decode-time policies and
+transformers' cache objects. Per prompt and operation:
+- `correct`: every answer token is the argmax after the tokens before it. Greedy decoding reads the
+  same cache as teacher forcing for as long as the tokens agree, so this is greedy decoding writing
+  the key exactly (its first len(answer) tokens), found without decoding;
+- `key_logprob`: the log-probability of the key's tokens (the answer), summed, in nats.
+Presses and decode-time policies decide from what the prefill saw layer by layer, every method and
+both regimes from one computation of each layer's attention weights (`prefilled.Remembered`).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from kvutils.cache.fast_path import score_fast
+from kvutils.cache.methods.exact import Exact
+from kvutils.cache.methods.hf_quantized import refusal
+from kvutils.cache.prefilled import LayerView, Prefilled, exact_prefill, head, remembered
+from kvutils.cache.registry import parse_ops
+from kvutils.cache.scoring import STEP_BATCH, score_step_many
+from kvutils.cache.sizes import cache_bytes, kept_bytes
+from kvutils.cache.step_batched import StepStart, step_start
+from kvutils.core.haystack import Prompt
+from kvutils.models.loading import Loaded
+
+REGIMES = ("agnostic", "aware")
+REGIME_MEANING = {"agnostic": "compressed before the question arrives (prompt caching)",
+                  "aware": "compressed with the question in the prefill (SnapKV's setting)"}
+
+
+def prefill_length(prompt: Prompt, regime: str) -> int:
+    """Tokens the operation compresses: the haystack (agnostic), or all but the question's last
+    token (aware)."""
+    return prompt.question if regime == "agnostic" else prompt.answer - 1
+
+
+def answer_record(logits: torch.Tensor, prompt: Prompt) -> dict:
+    """`correct` and `key_logprob` from the logits (A, vocab) that predict the answer's A tokens."""
+    target = torch.tensor(prompt.ids[prompt.answer:])  # (A,)
+    logp = logits[-len(target):].double().log_softmax(-1)
+    return {"depth": prompt.depth, "context": prompt.context, "correct": bool((logp.argmax(-1) == target.to(logp.device)).all()),
+            "key_logprob": float(logp.gather(-1, target[:, None].to(logp.device)).sum())}
+
+
+def _is_policy(op) -> bool:
+    return op.needs_views and not op.has_fast_path
+
+
+def decide_layerwise(ops: list, views: dict[str, list[LayerView]]) -> tuple[dict, dict]:
+    """What every press keeps and every decode-time policy starts from, per regime, layer by layer
+    (each layer's attention weights computed once for every method and regime, then dropped).
+    Returns ({regime: {spec: per-layer decision}}, {spec: seconds})."""
+    out = {r: {op.spec: [] for op in ops} for r in views}
+    seconds = {op.spec: 0.0 for op in ops}
+    n_layers = len(next(iter(views.values())))
+    for i in range(n_layers):
+        for regime, layer_views in views.items():
+            for op in ops:
+                t0 = time.perf_counter()
+                view = layer_views[i]
+                out[regime][op.spec].append(op.start(view) if _is_policy(op) else op.decide([view])[0])
+                seconds[op.spec] += time.perf_counter() - t0
+        for layer_views in views.values():
+            forget = getattr(layer_views[i].attention, "forget", None)
+            if forget is not None:
+                forget()
+    return out, seconds
+
+
+def _held_bytes(loaded: Loaded, op, decided, stats: dict, prefill: int) -> float:
+    if "cache_bytes" in stats:
+        return stats["cache_bytes"]
+    if decided is not None:
+        held = [d["held"] for d in decided] if _is_policy(op) else decided
+        return kept_bytes(loaded.config, held, loaded.dtype)
+    return cache_bytes(loaded.config, op, prefill, loaded.dtype)
+
+
+class _Scores:
+    """Per operation and regime, one record and the bytes held after the prefill per prompt."""
+
+    def __init__(self, ops: list, regimes: tuple[str, ...], n: int):
+        self.records = {op.spec: {r: [None] * n for r in regimes} for op in ops}
+        self.held = {op.spec: {r: [None] * n for r in regimes} for op in ops}
+        self.seconds = {op.spec: 0.0 for op in ops}
+
+
+@torch.inference_mode()
+def score_retrieval(loaded: Loaded, ops, prompts: list[Prompt], regimes: tuple[str, ...] = REGIMES,
+                    progress: bool = True) -> dict:
+    """Every operation on every prompt in each regime. Returns {"exact": [record per prompt],
+    "ops": {spec: {regime: {"per_prompt": [...], "held_bytes": [...]}}}, "seconds": {spec: s},
+    "exact_seconds", "refused": {spec: why}} (a record: depth, context, correct, key_logprob)."""
+    ops = parse_ops(ops)
+    refused = {op.spec: why for op in ops if hasattr(op, "make_cache") and (why := refusal(loaded.config, op))}
+    scored = [op for op in ops if op.spec not in refused]
+    for op in scored:
+        op.check_model(loaded.config)
+    deciders = [op for op in scored if op.needs_views]
+    scores = _Scores(scored, regimes, len(prompts))
+    exact, exact_seconds = [], 0.0
+    with tqdm(total=len(prompts), desc=f"retrieval {loaded.name}", disable=not progress, unit="prompt") as bar:
+        for group in range(0, len(prompts), STEP_BATCH):
+            pending: dict[tuple[str, str], list] = {}
+            for p in range(group, min(group + STEP_BATCH, len(prompts))):
+                t0 = time.perf_counter()
+                exact.append(_score_prompt(loaded, scored, deciders, prompts[p], p, regimes, scores, pending))
+                exact_seconds += time.perf_counter() - t0
+                bar.update()
+            _score_pending(loaded, scored, prompts, pending, scores)
+    return {"exact": exact, "exact_seconds": round(exact_seconds, 3), "refused": refused,
+            "seconds": {k: round(v, 3) for k, v in scores.seconds.items()},
+            "ops": {op.spec: {r: {"per_prompt": scores.records[op.spec][r], "held_bytes": scores.held[op.spec][r]}
+                              for r in regimes} for op in scored}}
+
+
+def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, p: int, regimes, scores: _Scores,
+                  pending: dict) -> dict:
+    """One prompt: the shared exact prefill, the exact record (returned), every fast-path operation
+    scored and every step-path one's start queued in `pending`."""
+    ids = torch.tensor(prompt.ids)  # (context,)
+    answer = prompt.answer_length
+    longest = prompt.answer - 1
+    pre = exact_prefill(loaded, ids[None, :longest], views=bool(deciders))
+    if deciders:
+        pre = Prefilled(pre.kv, remembered(pre.views))
+    exact = answer_record(score_fast(loaded, Exact(), ids, longest, answer, pre, last=answer), prompt)
+    regime_pre = {r: pre if prefill_length(prompt, r) == longest else head(pre, prefill_length(prompt, r))
+                  for r in regimes}
+    decided, decide_seconds = decide_layerwise(deciders, {r: v.views for r, v in regime_pre.items()}) \
+        if deciders else ({r: {} for r in regimes}, {})
+    for spec, s in decide_seconds.items():
+        scores.seconds[spec] += s
+    for regime, pre_r in regime_pre.items():
+        P = prefill_length(prompt, regime)
+        D = len(ids) - 1 - P
+        for op in scored:
+            t0 = time.perf_counter()
+            stats, choice = {}, decided[regime].get(op.spec)
+            if op.has_fast_path:
+                logits = score_fast(loaded, op, ids, P, D, pre_r, stats, decided=choice, last=answer)
+                scores.records[op.spec][regime][p] = answer_record(logits, prompt)
+            elif _is_policy(op):
+                start = StepStart([(k.clone(), v.clone()) for k, v in pre_r.kv], [s["held"] for s in choice], choice)
+                pending.setdefault((op.spec, regime), []).append((p, start))
+            else:  # a transformers cache object, filled through its own update
+                pending.setdefault((op.spec, regime), []).append((p, step_start(loaded, op, ids, P, pre_r, stats)))
+            scores.held[op.spec][regime][p] = _held_bytes(loaded, op, choice, stats, P)
+            scores.seconds[op.spec] += time.perf_counter() - t0
+    return exact
+
+
+def _score_pending(loaded: Loaded, scored: list, prompts: list[Prompt], pending: dict, scores: _Scores) -> None:
+    """The step-path operations of a group of prompts, decoded together where their lengths agree."""
+    by_spec = {op.spec: op for op in scored}
+    for (spec, regime), items in pending.items():
+        lengths: dict[tuple[int, int], list] = {}
+        for p, start in items:
+            P = prefill_length(prompts[p], regime)
+            lengths.setdefault((P, len(prompts[p].ids) - 1 - P), []).append((p, start))
+        for (P, D), same in lengths.items():
+            t0 = time.perf_counter()
+            ids = torch.stack([torch.tensor(prompts[p].ids) for p, _ in same])  # (docs, context)
+            logits = score_step_many(loaded, by_spec[spec], ids, P, D, [s for _, s in same])  # (docs, D, vocab)
+            for (p, _), rows in zip(same, logits):
+                scores.records[spec][regime][p] = answer_record(rows, prompts[p])
+            scores.seconds[spec] += time.perf_counter() - t0

@@ -1,0 +1,239 @@
+"""Chapter 4's long-range retrieval section: the exact cache's own accuracy (the gate), accuracy
+against the bytes held per method and regime (a chart), accuracy by depth (a table), and the glued
+findings: which methods keep retrieval, where the regime matters, and whether the KL ranking
+predicts the retrieval ranking (every verdict computed in
+`kvutils.studies.cache_approximations.retrieval` through `kvutils.core.compare`)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from kvutils.core import compare
+from kvutils.report.common import page_table, styled
+from kvutils.report.frontier import COLOURS, SPARE_COLOURS
+
+REGIME_MARKERS = {"agnostic": "o", "aware": "^"}
+REGIME_WORDS = {"agnostic": "question after compression", "aware": "question in the compressed prefill"}
+NOT_HAYSTACKS = ("kl_vs_retrieval",)
+
+
+def haystacks(model_result: dict) -> dict:
+    return {k: v for k, v in model_result.items() if k not in NOT_HAYSTACKS}
+
+
+def method_of(label: str) -> str:
+    name = label.split("@")[0].split(":")[0]
+    return "streaming window" if name == "window" else name
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _exact_bytes(result: dict) -> float:
+    """The exact cache's bytes after the agnostic prefill (mean over prompts): the chart's 100 %."""
+    return result["exact"]["held_bytes"]
+
+
+def retrieval_points(retrieval: dict) -> pd.DataFrame:
+    rows = []
+    for model, result in retrieval.items():
+        for hay, r in haystacks(result).items():
+            full = _exact_bytes(r)
+            for label, entry in r["ops"].items():
+                for regime in REGIME_MARKERS:
+                    e = entry[regime]
+                    rows.append({"model": model, "haystack": hay, "method": method_of(label), "label": label,
+                                 "regime": regime, "held % of exact": 100 * e["mean_held_bytes"] / full,
+                                 "accuracy %": 100 * e["accuracy"]})
+    return pd.DataFrame(rows)
+
+
+@styled
+def plot_retrieval(retrieval: dict):
+    """Accuracy against held bytes, one panel per model and haystack: one colour per method, one
+    marker per regime, the exact cache's accuracy as a dashed line."""
+    import matplotlib.pyplot as plt
+
+    panels = [(m, h) for m, result in retrieval.items() for h in haystacks(result)]
+    if not panels:
+        fig, ax = plt.subplots(figsize=(7.5, 2))
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "retrieval not run (retrieval_models is empty)", ha="center", va="center")
+        fig.suptitle("Long-range retrieval: no model")
+        return fig
+    cols = 2 if len(panels) > 1 else 1
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7.5, 3.2 * rows + 1.2), squeeze=False, sharey=True)
+    points = retrieval_points(retrieval)
+    spare = iter(SPARE_COLOURS)
+    colours = {m: COLOURS.get(m) or next(spare, "0.5") for m in dict.fromkeys(points["method"])}
+    for ax, (model, hay) in zip(axes.flat, panels):
+        exact = retrieval[model][hay]["exact"]["accuracy"]
+        ax.axhline(100 * exact, color="black", ls="--", lw=1)
+        sub = points[(points["model"] == model) & (points["haystack"] == hay)]
+        for _, p in sub.iterrows():
+            ax.plot(p["held % of exact"], p["accuracy %"], marker=REGIME_MARKERS[p["regime"]], color=colours[p["method"]],
+                    ms=6, mec="white", mew=0.5, lw=0, alpha=0.85)
+        ax.set_title(f"{model}, {hay}", fontsize=11)
+        ax.set_xlabel("bytes held after the prefill (% of exact)")
+        ax.set_ylabel("keys retrieved (%)")
+        ax.set_ylim(-5, 105)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_axis_off()
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in colours.items()]
+    handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r]) for r, mk in REGIME_MARKERS.items()]
+    handles.append(plt.Line2D([], [], color="black", ls="--", label="exact cache"))
+    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
+    fig.suptitle("Long-range retrieval: keys retrieved vs bytes held (" + ", ".join(retrieval) + ")")
+    legend_rows = -(-len(handles) // 3)
+    fig.tight_layout(rect=(0, 0.035 * legend_rows + 0.02, 1, 1))
+    return fig
+
+
+def exact_table(retrieval: dict):
+    """Per model, haystack and context: the exact cache's accuracy by depth, and the gate."""
+    rows = []
+    for model, result in retrieval.items():
+        for hay, r in haystacks(result).items():
+            for context in r["contexts"]:
+                rec = [x for x in r["exact"]["per_prompt"] if x["context"] == context]
+                depths = r["exact"]["by_depth"].get(str(context), {})
+                rows.append({"model": model, "haystack": hay, "context (tokens)": context, "prompts": len(rec),
+                             **{f"depth {d}": _pct(a) for d, a in depths.items()},
+                             "all": _pct(sum(x["correct"] for x in rec) / len(rec)),
+                             "judged (exact ≥ 80 %)": "yes" if r["gate"][str(context)] else "no"})
+    return page_table(pd.DataFrame(rows).fillna(""))
+
+
+def depth_table(retrieval: dict):
+    """Per model, haystack and method: accuracy by depth in each regime (over every context), and
+    the bytes it holds."""
+    rows = []
+    for model, result in retrieval.items():
+        for hay, r in haystacks(result).items():
+            full = _exact_bytes(r)
+            for label, entry in r["ops"].items():
+                row = {"model, haystack": f"{model}, {hay}", "method": label,
+                       "held %": f"{100 * entry['agnostic']['mean_held_bytes'] / full:.0f}"}
+                for regime, short in (("agnostic", "after"), ("aware", "with")):
+                    per = {}
+                    for x in entry[regime]["per_prompt"]:
+                        per.setdefault(x["depth"], []).append(x["correct"])
+                    for d in sorted(per):
+                        row[f"{short} q., {d:g}"] = f"{100 * sum(per[d]) / len(per[d]):.0f}"
+                rows.append(row)
+    return page_table(pd.DataFrame(rows).fillna(""))
+
+
+# --------------------------------------------------------------------------- the glued findings
+
+
+def _verdicts(r: dict, against: str, metric: str = "correct") -> list[compare.Paired]:
+    return [compare.Paired.from_dict(v) for v in r["verdicts"] if v["against"] == against and v["metric"] == metric]
+
+
+def _names(items: list[str]) -> str:
+    return "none" if not items else items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def kept_and_lost(r: dict, regime: str) -> tuple[list[str], list[str], int]:
+    """Methods with no detectable accuracy loss against the exact cache (or identical), and those
+    the paired test puts below it, in one regime; and n."""
+    vs_exact = [(v, p) for v, p in zip([v for v in r["verdicts"] if v["against"] == "exact" and v["metric"] == "correct"],
+                                       _verdicts(r, "exact")) if v["regime"] == regime]
+    kept = [p.a for _, p in vs_exact if not p.separated]
+    lost = [p.a for _, p in vs_exact if p.verdict == compare.A_LOWER]
+    return kept, lost, (vs_exact[0][1].n if vs_exact else 0)
+
+
+def model_findings(model: str, result: dict) -> list[str]:
+    out = []
+    for hay, r in haystacks(result).items():
+        judged = [c for c, ok in r["gate"].items() if ok]
+        exact = ", ".join(f"{_pct(a)} at {c} tokens" for c, a in
+                          ((c, sum(x["correct"] for x in r["exact"]["per_prompt"] if str(x["context"]) == c)
+                            / max(1, sum(str(x["context"]) == c for x in r["exact"]["per_prompt"])))
+                           for c in map(str, r["contexts"])))
+        if not judged:
+            out.append(f"{model} on {hay}: the exact cache retrieves {exact}, below the 80 % gate everywhere, so the "
+                       "model cannot do this task at these lengths and no method is judged on it.")
+            continue
+        skipped = [c for c, ok in r["gate"].items() if not ok]
+        text = (f"{model} on {hay}: the exact cache retrieves {exact}; methods are judged on the "
+                f"{' and '.join(judged)}-token prompts")
+        text += f" (at {' and '.join(skipped)} tokens it is below the gate)" if skipped else ""
+        for regime in ("agnostic", "aware"):
+            kept, lost, n = kept_and_lost(r, regime)
+            text += (f". With the {REGIME_WORDS[regime]}, at n = {n} prompts, no detectable loss against the exact cache: "
+                     f"{_names(kept)}; fewer keys retrieved: {_names(lost)}")
+        regime_diffs = [p for p in _verdicts(r, "regime") if p.separated]
+        if regime_diffs:
+            text += ". Where the regime changes the outcome: " + "; ".join(
+                p.sentence(lower_is_better=False, metric="keys retrieved") for p in regime_diffs)
+        else:
+            text += f". No method retrieves detectably differently in the two regimes at n = {n}"
+        out.append(text + ".")
+    return out
+
+
+def kl_findings(model: str, result: dict) -> str:
+    k = result["kl_vs_retrieval"]
+    if not k.get("levels"):
+        return f"{model}: {k.get('why', 'too few methods in both tests to rank')}."
+    parts = []
+    for level, v in k["levels"].items():
+        lo, hi = v["ci95"] if v["ci95"] else (float("nan"), float("nan"))
+        verdict = ("the KL ranking predicts the retrieval ranking (the interval lies below 0)" if v["predicts"] else
+                   "no detectable agreement at this n (the interval reaches 0 or above)")
+        parts.append(f"at compression {level}, Kendall's τ between mean KL and accuracy over {len(v['methods'])} methods "
+                     f"is {v['tau']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({v['n_documents']} documents, {v['n_prompts']} prompts): "
+                     f"{verdict}")
+    return f"{model}, question {REGIME_WORDS[k['regime']]}: " + "; ".join(parts) + "."
+
+
+def kvpress_comparison(retrieval: dict) -> str:
+    """Beside kvpress's published observations: SnapKV with and without the question, and random
+    eviction against SnapKV, in our numbers."""
+    out = []
+    for model, result in retrieval.items():
+        for hay, r in haystacks(result).items():
+            if not any(r["gate"].values()):
+                continue
+            snap = r["ops"].get("snapkv@0.5")
+            if snap:
+                out.append(f"{model} on {hay}, snapkv at 0.5: {_pct(snap['aware']['accuracy'])} with the question in the "
+                           f"prefill, {_pct(snap['agnostic']['accuracy'])} without")
+            rand = r["ops"].get("random@0.25")
+            snap25 = r["ops"].get("snapkv@0.25")
+            if rand and snap25:
+                out.append(f"random at 0.25 {_pct(rand['agnostic']['accuracy'])} against snapkv at 0.25 "
+                           f"{_pct(snap25['agnostic']['accuracy'])} (question after compression)")
+    if not out:
+        return "no model passed the exact cache's gate, so there is nothing to set beside kvpress's plots."
+    return ("kvpress's published plots (Llama-3.1-8B, RULER 4k) show SnapKV at 50 % keeping about 89 of 96 points with "
+            "the question in the compressed context and about 70 without, and random eviction beating SnapKV on a "
+            "single needle at 10 % compression. Ours, all accuracies over every context of the haystack: "
+            + "; ".join(out) + ".")
+
+
+def retrieval_glue(numbers: dict) -> dict[str, str]:
+    retrieval = numbers.get("retrieval") or {}
+    if not retrieval:
+        return {"retrieval": "The retrieval test was not run (retrieval_models is empty).", "retrieval_kl": "",
+                "retrieval_kvpress": ""}
+    return {"retrieval": " ".join(t for m, res in retrieval.items() for t in model_findings(m, res)),
+            "retrieval_kl": " ".join(kl_findings(m, res) for m, res in retrieval.items()),
+            "retrieval_kvpress": kvpress_comparison(retrieval)}
+
+
+def retrieval_setup(numbers: dict) -> str:
+    retrieval = numbers.get("retrieval") or {}
+    parts = []
+    for model, result in retrieval.items():
+        for hay, r in haystacks(result).items():
+            n = len(r["prompts"])
+            needle = "RULER's magic number" if r["prompts"] and r["prompts"][0]["word"] else "the pass key"
+            parts.append(f"{model}, {hay} ({needle}): {n} prompts over contexts "
+                         f"{', '.join(map(str, r['contexts']))} tokens and {len(r['ops'])} methods in 2 regimes")
+    return "; ".join(parts) + "." if parts else "not run."

@@ -1,0 +1,219 @@
+"""Chapter 4's long-range retrieval: every method judged on whether the model still finds a key far
+back, beside the KL frontier, and whether the KL ranking predicts the retrieval ranking.
+
+Per model and haystack (`kvutils.core.haystack`): prompts at every context and depth; each method at
+the frontier's press levels, scored in both regimes (`kvutils.cache.retrieval`). The fixed-budget
+methods (a StreamingLLM window) are matched to each press level at each context, so one method
+label ("window@0.5") stands for a spec per context. Gate: where the exact cache itself answers
+fewer than `GATE` of a context's prompts, the model cannot do the task at that length, and no
+verdict is drawn there.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from scipy import stats as scistats
+
+from kvutils.cache.methods.exact import Exact
+from kvutils.cache.methods.quantize_kivi import QuantizeKivi
+from kvutils.cache.methods.window import Window
+from kvutils.cache.registry import parse_op
+from kvutils.cache.retrieval import REGIMES, prefill_length, score_retrieval
+from kvutils.cache.sizes import cache_bytes
+from kvutils.core import compare
+from kvutils.core.haystack import Prompt
+from kvutils.models.layers import kv_shape
+from kvutils.studies.cache_approximations import frontier
+
+GATE = 0.8  # the exact cache's accuracy a (model, haystack, context) needs before methods are judged there
+# the precision rows (fixed specs) and the presses swept at the press levels (kvpress's compression_ratio)
+PRECISION = ("cast:dtype=float16", "cast:dtype=bfloat16", "quantize_naive:bits=8", "quantize_naive:bits=4",
+             "quantize_kivi:bits=4", "quantize_kivi:bits=2")
+PRESSES = ("random", "knorm", "snapkv", "expected_attention")
+LEVELS = (0.25, 0.5)
+BOOTSTRAP = 2000  # resamples of the rank agreement's interval
+SEED = 0
+
+
+def method_specs(prompt: Prompt, config=None, precision=PRECISION, presses=PRESSES, levels=LEVELS) -> dict[str, str]:
+    """label -> spec for one context: the precision rows, each press at each level, and a
+    StreamingLLM window (4 sinks) holding, on average over the agnostic decode, what a press holds.
+    KIVI's channel group is cut to the head dimension where that is smaller (the tiny test models)."""
+    P = prefill_length(prompt, "agnostic")
+    D = len(prompt.ids) - 1 - P
+    head_dim = kv_shape(config)[1] if config is not None else None
+    out = {}
+    for spec in precision:
+        op = parse_op(spec)
+        if isinstance(op, QuantizeKivi) and head_dim is not None and head_dim % op.group:
+            op = dataclasses.replace(op, group=head_dim)
+        out[spec] = op.spec
+    for r in levels:
+        for name in presses:
+            out[f"{name}@{r:g}"] = parse_op(f"{name}:compression_ratio={r}").spec
+        size = frontier.matched_budget(P, D, r)
+        out[f"window@{r:g}"] = parse_op(f"window:size={size},sinks={frontier.STREAMING_SINKS}").spec
+    return out
+
+
+def level_of(label: str) -> float | None:
+    return float(label.rsplit("@", 1)[1]) if "@" in label else None
+
+
+def _accuracy(records: list[dict]) -> float:
+    return sum(r["correct"] for r in records) / len(records) if records else float("nan")
+
+
+def by_depth(records: list[dict]) -> dict:
+    """{context: {depth: accuracy}} of per-prompt records."""
+    out: dict = {}
+    for r in records:
+        out.setdefault(str(r["context"]), {}).setdefault(str(r["depth"]), []).append(r["correct"])
+    return {c: {d: sum(v) / len(v) for d, v in ds.items()} for c, ds in out.items()}
+
+
+def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, dict[str, str]],
+                   progress: bool = True) -> dict:
+    """The exact cache on every prompt first (the gate), then every method on the prompts of the
+    contexts that pass it, in both regimes, its records under the method's label. A context below
+    the gate costs only its exact prefills: no method is scored where none could be judged."""
+    exact_run = score_retrieval(loaded, [], prompts, REGIMES, progress)
+    exact = exact_run["exact"]
+    contexts = sorted({p.context for p in prompts})
+    gate = {str(c): _accuracy([r for r in exact if r["context"] == c]) >= GATE for c in contexts}
+    judged = [i for i, p in enumerate(prompts) if gate[str(p.context)]]
+    specs = list(dict.fromkeys(s for c, labels in labels_by_context.items() if gate[str(c)] for s in labels.values()))
+    run = score_retrieval(loaded, specs, [prompts[i] for i in judged], REGIMES, progress) if judged else \
+        {"exact": [], "ops": {}, "refused": {}, "seconds": {}, "exact_seconds": 0.0}
+    rerun = [exact[i]["correct"] != r["correct"] for i, r in zip(judged, run["exact"])]
+    ops = {}
+    for context, labels in labels_by_context.items():
+        rows = [j for j, i in enumerate(judged) if prompts[i].context == context]  # into the judged prompts
+        for label, spec in labels.items():
+            if spec not in run["ops"] or not rows:
+                continue
+            entry = ops.setdefault(label, {"specs": {}, "level": level_of(label), "family": parse_op(spec).family})
+            entry["specs"][str(context)] = spec
+            for regime in REGIMES:
+                got = run["ops"][spec][regime]
+                r = entry.setdefault(regime, {"per_prompt": [], "held_bytes": [], "prompts": []})
+                r["per_prompt"] += [got["per_prompt"][j] for j in rows]
+                r["held_bytes"] += [got["held_bytes"][j] for j in rows]
+                r["prompts"] += [judged[j] for j in rows]
+    for entry in ops.values():
+        for regime in REGIMES:
+            r = entry[regime]
+            r["accuracy"] = _accuracy(r["per_prompt"])
+            r["by_depth"] = by_depth(r["per_prompt"])
+            r["mean_key_logprob"] = float(np.mean([x["key_logprob"] for x in r["per_prompt"]]))
+            r["mean_held_bytes"] = float(np.mean(r["held_bytes"]))
+    full = float(np.mean([cache_bytes(loaded.config, Exact(), prefill_length(p, "agnostic"), loaded.dtype)
+                          for p in prompts]))
+    return {"exact": {"per_prompt": exact, "accuracy": _accuracy(exact), "by_depth": by_depth(exact),
+                      "held_bytes": full, "rerun_disagreements": int(sum(rerun))},
+            "gate": gate, "contexts": contexts, "prompts": [p.record() for p in prompts], "ops": ops,
+            "refused": run["refused"],
+            "seconds": {"exact": exact_run["exact_seconds"], "exact_and_fast": run["exact_seconds"],
+                        "per_op": run["seconds"]}}
+
+
+def verdicts(result: dict) -> list[dict]:
+    """Over the prompts of the contexts that pass the gate, paired per prompt: each method against
+    the exact cache, against random and the window at its level, and aware against agnostic —
+    McNemar on right/wrong (`metric` "correct") and the paired bootstrap on the key's
+    log-probability (`metric` "key_logprob")."""
+    exact = result["exact"]["per_prompt"]
+    out = []
+
+    def both(a_name, a_rec, b_name, b_rec, regime, against):
+        for metric in ("correct", "key_logprob"):
+            a = [float(x[metric]) for x in a_rec]
+            b = [float(x[metric]) for x in b_rec]
+            p = compare.paired(a, b, a_name, b_name, unit="prompts")
+            out.append({**p.to_dict(), "metric": metric, "regime": regime, "against": against})
+
+    for label, entry in result["ops"].items():
+        for regime in REGIMES:
+            records = entry[regime]["per_prompt"]
+            both(label, records, "exact", [exact[i] for i in entry[regime]["prompts"]], regime, "exact")
+            level = entry["level"]
+            for base in (f"random@{level:g}", f"window@{level:g}") if level is not None else ():
+                other = result["ops"].get(base)
+                if base != label and other is not None and other[regime]["prompts"] == entry[regime]["prompts"]:
+                    both(label, records, base, other[regime]["per_prompt"], regime, base.split("@")[0])
+        both(f"{label} aware", entry["aware"]["per_prompt"], f"{label} agnostic", entry["agnostic"]["per_prompt"],
+             "both", "regime")
+    return out
+
+
+def kendall(x: list[float], y: list[float]) -> float:
+    tau = scistats.kendalltau(x, y).statistic
+    return float(tau) if np.isfinite(tau) else float("nan")
+
+
+def kl_vs_retrieval(frontier_run: dict | None, results: dict, regime: str = "aware") -> dict:
+    """Does the KL frontier's ranking predict the retrieval ranking? Per press level, Kendall's τ
+    between the methods' mean KL (the frontier, per document) and their retrieval accuracy (over
+    every gated prompt of every haystack; higher KL should mean lower accuracy, so agreement is
+    τ < 0), with a 95 % bootstrap interval resampling the documents and the prompts together."""
+    if not frontier_run:
+        return {"levels": {}, "why": "the frontier was not run for this model"}
+    kl = {}  # label -> per-document KL
+    for spec, r in frontier_run["ops"].items():
+        label = _frontier_label(spec, r.get("level"))
+        if label is not None:
+            kl[label] = r["per_doc_kl"]
+    correct = {}  # label -> right/wrong per gated prompt, over the haystacks
+    for hay in results.values():  # every method's records are on the gated prompts only
+        for label, entry in hay["ops"].items():
+            correct.setdefault(label, []).extend(float(x["correct"]) for x in entry[regime]["per_prompt"])
+    out = {}
+    for level in sorted({level_of(lab) for lab in kl if level_of(lab) is not None}):
+        labels = [lab for lab in kl if level_of(lab) == level and correct.get(lab)]
+        if len(labels) < 3:
+            continue
+        K = np.asarray([kl[lab] for lab in labels])  # (methods, documents)
+        C = np.asarray([correct[lab] for lab in labels])  # (methods, prompts)
+        tau = kendall(K.mean(1).tolist(), C.mean(1).tolist())
+        rng = np.random.default_rng(SEED)
+        boots = []
+        for _ in range(BOOTSTRAP):
+            k = K[:, rng.integers(0, K.shape[1], K.shape[1])].mean(1)
+            c = C[:, rng.integers(0, C.shape[1], C.shape[1])].mean(1)
+            t = kendall(k.tolist(), c.tolist())
+            if np.isfinite(t):
+                boots.append(t)
+        ci = [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))] if boots else None
+        out[f"{level:g}"] = {"methods": labels, "tau": tau, "ci95": ci, "n_documents": int(K.shape[1]),
+                             "n_prompts": int(C.shape[1]), "mean_kl": dict(zip(labels, K.mean(1).tolist())),
+                             "accuracy": dict(zip(labels, C.mean(1).tolist())),
+                             "predicts": ci is not None and ci[1] < 0}
+    return {"regime": regime, "levels": out}
+
+
+def _frontier_label(spec: str, level) -> str | None:
+    """The retrieval label of a frontier op: presses by name and level, a matched window as window@level."""
+    op = parse_op(spec)
+    if isinstance(op, Window) and level is not None and op.sinks == frontier.STREAMING_SINKS:
+        return f"window@{level:g}"
+    ratio = getattr(op, "compression_ratio", None)
+    if ratio is not None and op.name in PRESSES and float(ratio) in LEVELS:
+        return f"{op.name}@{float(ratio):g}"
+    return spec if spec in PRECISION else None
+
+
+def run_model(loaded, prompts_by_haystack: dict[str, list[Prompt]], frontier_run: dict | None,
+              progress: bool = True) -> dict:
+    """retrieval.<model>: per haystack {exact, ops, prompts, gate, contexts, verdicts}, and
+    "kl_vs_retrieval"."""
+    out = {}
+    for hay, prompts in prompts_by_haystack.items():
+        hay_contexts = sorted({p.context for p in prompts})
+        labels = {c: method_specs(next(p for p in prompts if p.context == c), loaded.config) for c in hay_contexts}
+        with torch.inference_mode():
+            result = score_haystack(loaded, prompts, labels, progress)
+        result["verdicts"] = verdicts(result)
+        out[hay] = result
+    return {**out, "kl_vs_retrieval": kl_vs_retrieval(frontier_run, out)}

@@ -1,0 +1,197 @@
+"""Long-range retrieval (kvutils.core.haystack, kvutils.cache.retrieval, chapter 4's analysis): the
+needle lies where the builder says, "correct" is greedy decoding's exact match, a method that keeps
+every entry retrieves exactly as the exact cache (a tie by construction), a window that has evicted
+the needle is scored on a cache without it, the shared prefill and the layer-by-layer decisions give
+what each method computes alone, and the gate and the rank agreement are computed, not assumed."""
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from kvutils.book import chapters
+from kvutils.cache import retrieval
+from kvutils.cache.fast_path import score_fast
+from kvutils.cache.methods.exact import Exact
+from kvutils.cache.prefilled import Prefilled, exact_prefill
+from kvutils.cache.registry import parse_op
+from kvutils.cache.scoring import score_step
+from kvutils.core import haystack
+from kvutils.models.greedy import greedy
+from kvutils.studies.cache_approximations import retrieval as study
+from kvutils.studies.cache_approximations import study as approx_study
+from kvutils.studies.parameters import Chapter4Parameters
+from tests.conftest import load_cached
+
+FAMILIES = ("tiny-llama", "tiny-gemma3", "tiny-neox", "tiny-qwen3")
+QUICK = dict(chapters.QUICK["04_cache_approximations"], corpus="pydoc", device="cpu")
+
+
+def _prompts(loaded, hay="pydoc", contexts=(160,), depths=(0.1, 0.5, 0.9), n=3, **kw):
+    return haystack.build_prompts(loaded.tokenizer, hay, list(contexts), list(depths), n, **kw)
+
+
+@pytest.mark.parametrize("hay", ["pydoc", "filler"])
+def test_the_needle_is_where_the_builder_says(hay):
+    loaded = load_cached("tiny-llama", "float32")
+    tok = loaded.tokenizer
+    prompts = _prompts(loaded, hay, contexts=(256, 512), n=6)
+    assert prompts == _prompts(loaded, hay, contexts=(256, 512), n=6)  # same seed, same prompts
+    for p in prompts:
+        assert len(p.ids) == p.context
+        needle = tok.decode(list(p.ids[p.needle[0]:p.needle[1]]))
+        assert p.key in needle and needle.strip().startswith("The pass key" if hay == "filler" else "One of the special")
+        assert tok.decode(list(p.ids[p.answer:])).strip() == p.key
+        assert p.key not in tok.decode(list(p.ids[p.question:p.answer]))
+        # at the boundary nearest the depth: within half a piece of it
+        start = len(tok("", add_special_tokens=True).input_ids)
+        fill = p.question - start - (p.needle[1] - p.needle[0])
+        assert abs(p.needle[0] - start - p.depth * fill) <= haystack.MAX_PIECE / 2, (p.needle, p.depth, fill)
+    assert [p.depth for p in prompts[:6]] == [0.1, 0.5, 0.9] * 2
+    assert len({p.key for p in prompts}) == len(prompts)
+
+
+def test_bad_depths_contexts_and_needles_are_refused_by_name():
+    loaded = load_cached("tiny-llama", "float32")
+    for bad in ("0,0.5", "0.5,1", "1.5", "a", "0.5,0.5"):
+        with pytest.raises(ValueError, match="depths"):
+            haystack.check_depths(bad)
+    with pytest.raises(ValueError, match="context"):
+        _prompts(loaded, contexts=(64,))
+    with pytest.raises(ValueError, match="needle"):
+        _prompts(loaded, needle="haystack")
+    with pytest.raises(ValueError, match="distractors"):
+        _prompts(loaded, "filler", needle="passkey", distractors=2)
+    with pytest.raises(ValueError, match="retrieval_depths"):
+        approx_study.plan(Chapter4Parameters(**{**QUICK, "retrieval_depths": "0.1,1.0"}))
+    with pytest.raises(ValueError, match="retrieval_models.*not in models"):
+        approx_study.plan(Chapter4Parameters(**{**QUICK, "retrieval_models": "smollm2-135m"}))
+
+
+def test_distractors_are_other_words_and_keys():
+    loaded = load_cached("tiny-llama", "float32")
+    p = _prompts(loaded, contexts=(512,), n=1, distractors=3)[0]
+    text = loaded.tokenizer.decode(list(p.ids[:p.question]))
+    assert text.count("special magic numbers") == 4 and text.count(p.key) == 1
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_correct_is_greedy_decodings_exact_match(family):
+    """Teacher-forced argmax at every answer token == greedy decoding writes the answer."""
+    loaded = load_cached(family, "float32")
+    p = _prompts(loaded, n=1)[0]
+    written, _ = greedy(loaded, torch.tensor([p.ids[:p.answer]]), p.answer_length)
+    greedy_prompt = dataclasses.replace(p, ids=p.ids[:p.answer] + tuple(written[0].tolist()))
+    other = dataclasses.replace(p, ids=greedy_prompt.ids[:-1] + ((greedy_prompt.ids[-1] + 1) % 50,))
+    run = retrieval.score_retrieval(loaded, [], [greedy_prompt, other], progress=False)
+    assert [r["correct"] for r in run["exact"]] == [True, False]
+    assert run["exact"][0]["key_logprob"] > run["exact"][1]["key_logprob"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_keeping_every_entry_retrieves_exactly_as_the_exact_cache(family):
+    """A tie by construction: a window larger than the prompt evicts nothing, so in both regimes it
+    answers every prompt as the exact cache does (the agnostic prefill is the first positions of the
+    shared one: equal up to the fp32 summation-order residue)."""
+    loaded = load_cached(family, "float32")
+    prompts = _prompts(loaded)
+    run = retrieval.score_retrieval(loaded, ["window:size=100000,sinks=4", "snapkv:compression_ratio=0,window=8"],
+                                    prompts, progress=False)
+    for got in run["ops"].values():
+        for regime in retrieval.REGIMES:
+            for r, e in zip(got[regime]["per_prompt"], run["exact"]):
+                assert r["correct"] == e["correct"]
+                assert r["key_logprob"] == pytest.approx(e["key_logprob"], abs=1e-4)
+
+
+@pytest.mark.parametrize("family", ["tiny-llama", "tiny-gemma3"])
+def test_a_window_that_evicted_the_needle_never_reads_it(family):
+    """Checked by position: the window's keep rule drops every needle slot for every answer query,
+    and changing the needle's cached keys and values changes nothing the window computes (while it
+    changes what the exact cache computes)."""
+    loaded = load_cached(family, "float32")
+    p = _prompts(loaded, depths=(0.5,), n=1)[0]
+    op = parse_op("window:size=24,sinks=2")
+    ids = torch.tensor(p.ids)
+    slots = torch.arange(p.needle[0], p.needle[1])
+    assert slots.min() >= op.sinks and not op.keeps(slots, torch.arange(p.answer - 1, p.context)).any()
+    for regime in retrieval.REGIMES:
+        P = retrieval.prefill_length(p, regime)
+        D = p.context - 1 - P
+        pre = exact_prefill(loaded, ids[None, :P])
+        spoiled = Prefilled([(k.clone(), v.clone()) for k, v in pre.kv])
+        for k, v in spoiled.kv:
+            k[..., slots, :] += 3.0
+            v[..., slots, :] -= 3.0
+        assert torch.equal(score_fast(loaded, op, ids, P, D, pre), score_fast(loaded, op, ids, P, D, spoiled))
+        assert not torch.equal(score_fast(loaded, Exact(), ids, P, D, pre), score_fast(loaded, Exact(), ids, P, D, spoiled))
+
+
+@pytest.mark.parametrize("family", ["tiny-llama", "tiny-gemma3"])
+def test_the_shared_prefill_gives_what_each_method_computes_alone(family):
+    """score_retrieval (one prefill, the agnostic one cut from it, presses deciding layer by layer
+    from remembered weights) against each method scored alone on its own prefill: the fast path,
+    and the step path for a decode-time policy."""
+    loaded = load_cached(family, "float32")
+    prompts = _prompts(loaded, n=2)
+    specs = ["snapkv:compression_ratio=0.5,window=8", "random:compression_ratio=0.5", "knorm:compression_ratio=0.25",
+             "expected_attention:compression_ratio=0.5,future=16", "quantize_naive:bits=4",
+             "window:size=40,sinks=4", "tova:compression_ratio=0.5", "pyramidkv:compression_ratio=0.5,window=8"]
+    run = retrieval.score_retrieval(loaded, specs, prompts, progress=False)
+    for spec in specs:
+        op = parse_op(spec)
+        path = score_fast if op.has_fast_path else score_step
+        for regime in retrieval.REGIMES:
+            for i, p in enumerate(prompts):
+                P = retrieval.prefill_length(p, regime)
+                alone = retrieval.answer_record(path(loaded, op, torch.tensor(p.ids), P, p.context - 1 - P), p)
+                got = run["ops"][op.spec][regime]["per_prompt"][i]
+                # the agnostic prefill is cut from the longer one: its fp32 residue (chapter 1) may flip a
+                # near-tie at a press's top-k boundary (one entry of one head), hence a relative tolerance
+                assert got["key_logprob"] == pytest.approx(alone["key_logprob"], rel=1e-4, abs=1e-3), (spec, regime)
+
+
+def test_a_model_below_the_gate_is_not_judged():
+    """A tiny random model retrieves nothing: the exact cache is below 80 % everywhere, so no method
+    is scored or judged there."""
+    loaded = load_cached("tiny-llama", "float32")
+    prompts = _prompts(loaded, contexts=(160, 192))
+    labels = {c: study.method_specs(next(p for p in prompts if p.context == c), loaded.config) for c in (160, 192)}
+    result = study.score_haystack(loaded, prompts, labels, progress=False)
+    assert result["gate"] == {"160": False, "192": False} and result["ops"] == {}
+    assert study.verdicts(result) == []
+
+
+def test_verdicts_pair_each_method_with_the_exact_cache_and_its_baselines():
+    rng = random.Random(0)
+    exact = [{"depth": 0.5, "context": 1024, "correct": True, "key_logprob": -0.1} for _ in range(30)]
+
+    def records(p_right):
+        return [{"depth": 0.5, "context": 1024, "correct": rng.random() < p_right, "key_logprob": -1.0} for _ in range(30)]
+    entry = lambda p: {"level": 0.5, "agnostic": {"per_prompt": records(p), "prompts": list(range(30))},  # noqa: E731
+                       "aware": {"per_prompt": records(p), "prompts": list(range(30))}}
+    result = {"exact": {"per_prompt": exact}, "ops": {"snapkv@0.5": entry(0.0), "random@0.5": entry(1.0),
+                                                       "window@0.5": entry(1.0)}}
+    v = study.verdicts(result)
+    lost = [x for x in v if x["a"] == "snapkv@0.5" and x["b"] == "exact" and x["metric"] == "correct"]
+    assert lost and all(x["verdict"] == "a<b" and x["n"] == 30 for x in lost)
+    assert any(x["a"] == "snapkv@0.5" and x["against"] == "random" for x in v)
+    assert any(x["against"] == "regime" for x in v)
+
+
+def test_kl_ranking_agreement_is_computed_with_its_interval():
+    """Four methods whose KL order is exactly the reverse of their accuracy: τ = -1, and the
+    bootstrap interval lies below 0 with enough documents and prompts."""
+    rng = np.random.default_rng(0)
+    names = ["random@0.5", "knorm@0.5", "snapkv@0.5", "window@0.5"]
+    frontier = {"ops": {}}
+    for i, name in enumerate(names):
+        spec = {"random@0.5": "random:compression_ratio=0.5", "knorm@0.5": "knorm:compression_ratio=0.5",
+                "snapkv@0.5": "snapkv:compression_ratio=0.5", "window@0.5": "window:size=576,sinks=4"}[name]
+        frontier["ops"][spec] = {"per_doc_kl": list(0.1 * (i + 1) + 0.001 * rng.random(8)), "level": 0.5}
+    results = {"pydoc": {"ops": {n: {"aware": {"per_prompt": [{"correct": j < 40 - 10 * i} for j in range(40)]}}
+                                 for i, n in enumerate(names)}}}
+    k = study.kl_vs_retrieval(frontier, results)["levels"]["0.5"]
+    assert k["tau"] == pytest.approx(-1.0) and k["predicts"] and k["ci95"][1] < 0
+    assert k["n_documents"] == 8 and k["n_prompts"] == 40
