@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from kvutils.cache import accept_retrieval
 from kvutils.cache.base import CacheOp
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.hf_quantized import refusal
@@ -266,11 +267,28 @@ def table(run: dict) -> str:
     return "\n".join(rows)
 
 
+def task_of(argv: list[str]) -> str:
+    """The value of --task (the default "kl" when absent)."""
+    for i, arg in enumerate(argv):
+        if arg == "--task" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--task="):
+            return arg.split("=", 1)[1]
+    return "kl"
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if task_of(argv) == "passkey":  # long-range retrieval: its own flags (kvutils.cache.accept_retrieval)
+        return accept_retrieval.main(argv)
     parser = argparse.ArgumentParser(
         prog="python -m kvutils.accept", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Measure KV-cache operations against the exact cache: mean KL, top-1 agreement, perplexity.",
         epilog="operations (--op name or name:key=value,...):\n" + _registry_text())
+    parser.add_argument("--task", default="kl", choices=["kl", "passkey"],
+                        help="kl: teacher-forced KL, top-1 and perplexity on documents (this help); passkey: long-range "
+                        "retrieval of keys hidden in a haystack (python -m kvutils.accept --task passkey --help) "
+                        "(default: %(default)s)")
     parser.add_argument("--model", required=True, type=str.strip,  # " tiny-llama " as the notebooks take it
                         help="registry name, Hugging Face id or local model directory (required)")
     parser.add_argument("--op", dest="ops", action="append", type=_op_arg, required=True,

@@ -103,6 +103,9 @@ def exact_table(retrieval: dict):
                              **{f"depth {d}": _pct(a) for d, a in depths.items()},
                              "all": _pct(sum(x["correct"] for x in rec) / len(rec)),
                              "judged (exact ≥ 80 %)": "yes" if r["gate"][str(context)] else "no"})
+            for context, below in r.get("not_run", {}).items():
+                rows.append({"model": model, "haystack": hay, "context (tokens)": int(context), "prompts": 0,
+                             "all": "not run", "judged (exact ≥ 80 %)": f"no: below the gate at {below}"})
     return page_table(pd.DataFrame(rows).fillna(""))
 
 
@@ -155,14 +158,16 @@ def model_findings(model: str, result: dict) -> list[str]:
                           ((c, sum(x["correct"] for x in r["exact"]["per_prompt"] if str(x["context"]) == c)
                             / max(1, sum(str(x["context"]) == c for x in r["exact"]["per_prompt"])))
                            for c in map(str, r["contexts"])))
+        longer = (f"; the longer {' and '.join(r['not_run'])}-token prompts were not run"
+                  if r.get("not_run") else "")
         if not judged:
-            out.append(f"{model} on {hay}: the exact cache retrieves {exact}, below the 80 % gate everywhere, so the "
-                       "model cannot do this task at these lengths and no method is judged on it.")
+            out.append(f"{model} on {hay}: the exact cache retrieves {exact}, below the 80 % gate, so the model cannot "
+                       f"do this task at this length and no method is judged on it{longer}.")
             continue
-        skipped = [c for c, ok in r["gate"].items() if not ok]
+        skipped = [c for c, ok in r["gate"].items() if not ok] + list(r.get("not_run", {}))
         text = (f"{model} on {hay}: the exact cache retrieves {exact}; methods are judged on the "
                 f"{' and '.join(judged)}-token prompts")
-        text += f" (at {' and '.join(skipped)} tokens it is below the gate)" if skipped else ""
+        text += f" (at {' and '.join(skipped)} tokens it is below the gate, or was not run)" if skipped else ""
         for regime in ("agnostic", "aware"):
             kept, lost, n = kept_and_lost(r, regime)
             text += (f". With the {REGIME_WORDS[regime]}, at n = {n} prompts, no detectable loss against the exact cache: "

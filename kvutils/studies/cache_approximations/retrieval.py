@@ -76,11 +76,24 @@ def by_depth(records: list[dict]) -> dict:
 
 def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, dict[str, str]],
                    progress: bool = True) -> dict:
-    """The exact cache on every prompt first (the gate), then every method on the prompts of the
-    contexts that pass it, in both regimes, its records under the method's label. A context below
-    the gate costs only its exact prefills: no method is scored where none could be judged."""
-    exact_run = score_retrieval(loaded, [], prompts, REGIMES, progress)
-    exact = exact_run["exact"]
+    """The exact cache first, context by context from the shortest (the gate), then every method on
+    the prompts of the contexts that pass it, in both regimes, its records under the method's
+    label. A context below the gate costs only its exact prefills: no method is scored where none
+    could be judged; and the longer contexts are not run at all (retrieval over a longer haystack is
+    not expected to be easier; the page names what was not run and why)."""
+    exact, kept, not_run, failed_at, exact_seconds = [], [], {}, None, 0.0
+    for context in sorted({p.context for p in prompts}):
+        at = [p for p in prompts if p.context == context]
+        if failed_at is not None:
+            not_run[str(context)] = failed_at
+            continue
+        exact_run = score_retrieval(loaded, [], at, REGIMES, progress)
+        exact += exact_run["exact"]
+        kept += at
+        exact_seconds += exact_run["exact_seconds"]
+        if _accuracy(exact_run["exact"]) < GATE:
+            failed_at = context
+    prompts = kept
     contexts = sorted({p.context for p in prompts})
     gate = {str(c): _accuracy([r for r in exact if r["context"] == c]) >= GATE for c in contexts}
     judged = [i for i, p in enumerate(prompts) if gate[str(p.context)]]
@@ -113,9 +126,9 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
                           for p in prompts]))
     return {"exact": {"per_prompt": exact, "accuracy": _accuracy(exact), "by_depth": by_depth(exact),
                       "held_bytes": full, "rerun_disagreements": int(sum(rerun))},
-            "gate": gate, "contexts": contexts, "prompts": [p.record() for p in prompts], "ops": ops,
+            "gate": gate, "contexts": contexts, "not_run": not_run, "prompts": [p.record() for p in prompts], "ops": ops,
             "refused": run["refused"],
-            "seconds": {"exact": exact_run["exact_seconds"], "exact_and_fast": run["exact_seconds"],
+            "seconds": {"exact": exact_seconds, "exact_and_fast": run["exact_seconds"],
                         "per_op": run["seconds"]}}
 
 
