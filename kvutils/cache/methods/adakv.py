@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from kvutils.cache.base import check_fraction
 from kvutils.cache.methods.press import Press, kept_per_head, top_mask
 from kvutils.cache.methods.snapkv import SnapKVPress
@@ -33,6 +31,8 @@ class AdaKVPress(Press):
         SnapKVPress(self.compression_ratio, self.window, self.kernel).check_lengths(prefill, decode)
 
     def decide(self, views):
+        import torch
+
         out = []
         for view in views:
             scores = SnapKVPress(self.compression_ratio, self.window, self.kernel).score(view).float().cpu()
