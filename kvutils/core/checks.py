@@ -14,6 +14,8 @@ from collections.abc import Iterable
 # upper bounds of counts, each with the reason a larger value cannot be meant
 MAX_TOKENS = 1 << 24  # 16,777,216
 TOKENS_WHY = "more positions than any model has: the longest published context is 10 M tokens"
+MAX_ITEMS = 1_000_000  # documents, prompts, examples, steps, repeats
+ITEMS_WHY = "each is computed in turn: a million would take weeks on any machine"
 MAX_SEED = (1 << 64) - 1
 SEED_WHY = "a seed is 64 bits"
 
