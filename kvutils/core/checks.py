@@ -25,7 +25,10 @@ def check_int(name: str, value, low: int, high: int | None = None, why: str = ""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if value < low or (high is not None and value > high):
-        allowed = f">= {low}" if high is None else f"between {low} and {high:,}" + (f" ({why})" if why else "")
+        if high is None or (why and value < low):  # a bound far away, said only when it is passed
+            allowed = f">= {low}"
+        else:
+            allowed = f"between {low} and {high:,}" + (f" ({why})" if why else "")
         shown = f"{value:,}" if abs(value) < 10 ** 30 else f"a number of {len(str(abs(value)))} digits"
         raise ValueError(f"{name} must be {allowed}, got {shown}")
     return value

@@ -88,6 +88,16 @@ def positive_number(name: str, value) -> None:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
 
 
+MAX_ALPHA = 1e6
+ALPHA_WHY = "the adapter's update is scaled by alpha / rank: a million times it would swamp the weights it adapts"
+
+
+def lora_alpha(name: str, value) -> None:
+    positive_number(name, value)
+    if value > MAX_ALPHA:
+        raise ValueError(f"{name} must be at most {MAX_ALPHA:,.0f} ({ALPHA_WHY}), got {value:g}")
+
+
 def percentage(name: str, value) -> None:
     checks.check_number(name, value, 0, 100, low_inclusive=False)
 
@@ -299,7 +309,7 @@ class Chapter5Parameters(Declared):
                                 meaning="depths of the LoRA tails and of the activated adapters (one of each per k)",
                                 allowed="integers 1…L, or `L` (every layer)")
     rank: int = param(8, "LoRA rank r, at least 1", meaning="LoRA rank and scaling", allowed="rank ≥ 1", check=lora_rank)
-    alpha: float = param(16, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=positive_number)
+    alpha: float = param(16, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=lora_alpha)
     targets: str = param("q,k,v,o,mlp", "projections each adapted layer gets: any of q, k, v, o, mlp",
                          meaning="projections adapted", allowed="any of `q`, `k`, `v`, `o`, `mlp`")
     steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs",

@@ -7,6 +7,7 @@ from typing import ClassVar
 from kvutils.cache.base import check_fraction
 from kvutils.cache.methods.press import Press, kept_per_head, top_mask
 from kvutils.cache.methods.snapkv import SnapKVPress
+from kvutils.core import checks
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,9 @@ class AdaKVPress(Press):
 
     def __post_init__(self):
         super().__post_init__()
-        SnapKVPress(self.compression_ratio, self.window, self.kernel)  # same checks
+        checks.check_count(f"{self.name}: window", self.window)  # named as this op's, then SnapKV's own checks
+        checks.check_count(f"{self.name}: kernel", self.kernel)
+        SnapKVPress(self.compression_ratio, self.window, self.kernel)
         check_fraction(self.name, "safeguard", self.safeguard)
 
     def check_lengths(self, prefill, decode):
