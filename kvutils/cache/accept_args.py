@@ -40,7 +40,7 @@ class Task:
 
 
 def _score_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("--task score (teacher-forced scoring on --docs)")
+    group = parser.add_argument_group("task score: teacher-forced scoring on the documents of --docs")
     group.add_argument("--docs", help='"pydoc", a folder of .txt files or a .jsonl with a "text" field (required; each '
                        f"document is read only to its first {data.DOC_PREFIX_BYTES:,} bytes)")
     group.add_argument("--prefill", type=int, default=256,
@@ -49,7 +49,7 @@ def _score_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--n-docs", type=int, default=None, help="use the first N long enough documents (default: all)")
     group.add_argument("--skip-short", action=argparse.BooleanOptionalAction, default=True,
                        help="leave out documents shorter than prefill + decode + 1 tokens, naming them on stderr and "
-                       "in the JSON (default: on; --no-skip-short makes them an error)")
+                       "in the JSON (default: on; off, a short document is an error)")
     group.add_argument("--path", default="fast", choices=PATHS,
                        help="fast (one forward) or step (reference) (default: %(default)s)")
 

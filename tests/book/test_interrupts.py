@@ -160,7 +160,8 @@ def _handles(pid: int, signum: int) -> bool:
 def test_a_tool_interrupted_while_it_imports_says_one_line(signal_name):
     """Importing torch takes seconds before a tool's main sets its handlers; a signal then is one
     line too, not a traceback from inside an import."""
-    run = Watched(["kvutils.accept", "--model", "tiny-llama", "--op", "exact", "--docs", "pydoc"])
+    run = Watched(["kvutils.accept", "--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--prefill", "16",
+                   "--decode", "8"])  # valid: its checks pass in a fraction of a second, then torch is imported
     time.sleep(1.5)  # past the interpreter's own start (no Python handler can exist before it), inside the imports
     code = run.stop(signal_name)
     assert code == interrupt.INTERRUPTED
