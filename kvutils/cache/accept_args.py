@@ -73,7 +73,7 @@ def _check_score(args: argparse.Namespace) -> None:
 
 
 TASKS: dict[str, Task] = {
-    "score": Task("score", "KL, top-1 agreement and perplexity of each --op against the exact cache on --docs",
+    "score": Task("score", "KL, top-1 agreement and perplexity of each operation against the exact cache",
                   _score_flags, _check_score),
 }
 
