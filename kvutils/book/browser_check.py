@@ -407,10 +407,17 @@ def check_explorer(html_dir: str | Path, page: str = EXPLORER_PAGE, scheme: str 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from kvutils.core.checks import check_flags
+
+    parser = argparse.ArgumentParser(prog="python -m kvutils.browser_check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("html_dir", nargs="?", default="_build/html")
     parser.add_argument("--scheme", default="http", choices=["http", "file"])
+    check_flags(parser, argv)
     args = parser.parse_args(argv)
+    if not Path(args.html_dir).expanduser().is_dir():  # before Chromium starts
+        parser.error(f"html_dir: {args.html_dir} is not a folder; build the book first (make book), or give the "
+                     "folder of its HTML")
     report = check_site(args.html_dir, scheme=args.scheme)
     for page, check in report.items():
         print(f"{page}: {check.images} images, {check.formulas} formulas, {check.tables} tables")

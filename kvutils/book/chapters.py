@@ -228,7 +228,11 @@ def main(argv: list[str] | None = None) -> None:
 
         results.check_folder(args.output_dir, "--output-dir")
         for chapter in chapters:
-            DECLARED[NOTEBOOKS[chapter]].check_names(overrides)
+            declared = DECLARED[NOTEBOOKS[chapter]]
+            declared.check_names(overrides)
+            # each value's own check and bound, as the notebook's first cell makes it, but before a kernel starts
+            given = {**(QUICK.get(NOTEBOOKS[chapter], {}) if args.profile == "quick" else {}), **overrides}
+            declared(**{name: value for name, value in given.items() if name != "results_dir"})
             results.check_output(args.results_dir, NOTEBOOKS[chapter], "--results-dir")
         if not chapters and not (args.results_dir.strip() and Path(args.results_dir).is_dir()):
             raise ValueError(f"--results-dir: {args.results_dir!r} is not a folder; the summary pages read the "
@@ -250,14 +254,16 @@ def cli(argv: list[str] | None = None) -> int:
     """`main`, with Ctrl-C or SIGTERM answered by one line (kvutils.core.interrupt): each results file
     and each page's executed copy is replaced as one unit, so an interrupted chapter leaves the
     previous ones as they were."""
-    import papermill
-
     from kvutils.core.interrupt import run_cli
 
     def main_interruptible(args: list[str] | None) -> int:
         try:
-            main(args)
-        except papermill.PapermillExecutionError as err:
+            main(args)  # checks every argument before papermill, a kernel or torch loads
+        except Exception as err:
+            import papermill
+
+            if not isinstance(err, papermill.PapermillExecutionError):
+                raise
             if err.ename == "KeyboardInterrupt":  # Ctrl-C reached the kernel mid-cell
                 raise KeyboardInterrupt from None
             # the chapter's own error, its cell and its executed copy (run_chapter's note); the

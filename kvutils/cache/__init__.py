@@ -13,4 +13,5 @@ step_batched  one token per forward, several documents at once (presses, policie
 sizes         every byte count: formulas per token and per configuration, and bytes actually held
 costs         compute and time of a decode step, memory bandwidth
 accept        the acceptance test (`python -m kvutils.accept`): KL, top-1 and perplexity against the exact cache
+accept_args   its command line's arguments, each checked before torch loads (a task registry: score)
 """

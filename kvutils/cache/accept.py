@@ -12,11 +12,8 @@ per document. Every parameter is checked, and every document's length, before a 
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -24,12 +21,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from kvutils.cache import accept_retrieval
-from kvutils.cache.base import CacheOp
+from kvutils.cache import accept_args, accept_retrieval
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.hf_quantized import refusal
 from kvutils.cache.prefilled import exact_prefill
-from kvutils.cache.registry import OPS, parse_op, parse_ops
+from kvutils.cache.registry import parse_ops
 from kvutils.cache.scoring import PATHS, STEP_BATCH, score_step_many
 from kvutils.cache.sizes import cache_bytes, kept_bytes
 from kvutils.cache.step_batched import batched_step, step_start
@@ -136,6 +132,9 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     if family != "causal":
         raise ValueError(f"model: {getattr(model, 'name', model)} is an {family} model; the cache test needs a causal one")
     used, skipped = tokenize_documents(tokenizer, documents, prefill + decode + 1, n_docs, skip_short)
+    if skipped and progress:  # named now, and in the numbers' "skipped_short"
+        print(f"docs: left out {len(skipped)} document(s) shorter than prefill + decode + 1 = {prefill + decode + 1} "
+              f"tokens: {', '.join(f'{i} ({n} tokens)' for i, n in skipped)}", file=sys.stderr)
     if loaded is None:
         loaded = models.load(model, torch_dtype, device)
     exact_op = Exact()
@@ -228,31 +227,6 @@ def accept(model, op, docs, prefill: int = 256, decode: int = 256, dtype: str = 
 NOT_ALL_SCORED = 3  # the exit status when a requested operation was refused (its reason is in the JSON)
 
 
-def _op_arg(spec: str) -> CacheOp:
-    try:
-        return parse_op(spec)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-# a sentence ends at a period, then a capital; not the period of "et al." or "e.g."
-_SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bcf)(?<!\bvs)\.\s+(?=[A-Z0-9`(\"])")
-
-
-def summary(cls) -> str:
-    """An operation's one-line summary: the first sentence of its docstring, whole."""
-    text = " ".join((cls.__doc__ or cls.name).split())
-    return _SENTENCE_END.split(text, maxsplit=1)[0].rstrip(".") + "."
-
-
-def _registry_text() -> str:
-    lines = []
-    for name, cls in OPS.items():
-        fields = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls))
-        lines.append(f"  {name}{f' ({fields})' if fields else ''}: {summary(cls)}")
-    return "\n".join(lines)
-
-
 def table(run: dict) -> str:
     """A short text table of a run."""
     head = f"{'operation':44s} {'mean KL':>10s} {'top-1 %':>8s} {'ppl':>10s} {'cache KiB':>10s} {'s':>7s}"
@@ -267,56 +241,14 @@ def table(run: dict) -> str:
     return "\n".join(rows)
 
 
-def task_of(argv: list[str]) -> str:
-    """The value of --task (the default "kl" when absent)."""
-    for i, arg in enumerate(argv):
-        if arg == "--task" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--task="):
-            return arg.split("=", 1)[1]
-    return "kl"
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if task_of(argv) == "passkey":  # long-range retrieval: its own flags (kvutils.cache.accept_retrieval)
-        return accept_retrieval.main(argv)
-    parser = argparse.ArgumentParser(
-        prog="python -m kvutils.accept", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Measure KV-cache operations against the exact cache: mean KL, top-1 agreement, perplexity.",
-        epilog="operations (--op name or name:key=value,...):\n" + _registry_text())
-    parser.add_argument("--task", default="kl", choices=["kl", "passkey"],
-                        help="kl: teacher-forced KL, top-1 and perplexity on documents (this help); passkey: long-range "
-                        "retrieval of keys hidden in a haystack (python -m kvutils.accept --task passkey --help) "
-                        "(default: %(default)s)")
-    parser.add_argument("--model", required=True, type=str.strip,  # " tiny-llama " as the notebooks take it
-                        help="registry name, Hugging Face id or local model directory (required)")
-    parser.add_argument("--op", dest="ops", action="append", type=_op_arg, required=True,
-                        help="a cache operation; repeat to score several on one model load (required; "
-                        "an operation this machine cannot run is refused here, before the model loads)")
-    parser.add_argument("--docs", required=True, help='"pydoc", a folder of .txt files or a .jsonl with a "text" '
-                        "field (required; each document is read only to its first "
-                        f"{data.DOC_PREFIX_BYTES:,} bytes)")
-    parser.add_argument("--prefill", type=int, default=256,
-                        help="tokens that fill the cache before the operation (default: %(default)s)")
-    parser.add_argument("--decode", type=int, default=256,
-                        help="teacher-forced tokens scored after it (default: %(default)s)")
-    parser.add_argument("--n-docs", type=int, default=None, help="use the first N documents (default: all)")
-    parser.add_argument("--skip-short", action="store_true",
-                        help="leave out documents that are too short (default: off, they are an error)")
-    parser.add_argument("--dtype", default="float32", choices=list(models.DTYPES), help="(default: %(default)s)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, or auto: accelerate's device_map=\"auto\" "
-                        "spreads the model over every accelerator, then the CPU (default: %(default)s)")
-    parser.add_argument("--path", default="fast", choices=list(PATHS),
-                        help="fast (one forward) or step (reference) (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=None, help="write the numbers here as JSON (default: none, "
-                        "printed only)")
-    checks.check_flags(parser, argv)
-    args = parser.parse_args(argv)
+def main(argv: list[str] | None = None, parsed=None) -> int:
+    """The command: `parsed` is what kvutils.cache.accept_args.parse(argv) returned (the command
+    parses before it imports this module), else argv is parsed here."""
+    parser, args = parsed or accept_args.parse(argv)
+    if args.task == "passkey":  # long-range retrieval (kvutils.cache.accept_retrieval)
+        return accept_retrieval.run(parser, args)
     try:
-        if args.out is not None:  # before any model loads, not after the run
-            args.out = results.check_output_file(args.out, "--out")  # "~/a.json" as the file it names
-        run = accept_many(args.model, args.ops, args.docs, args.prefill, args.decode, args.dtype, args.device,
+        run = accept_many(args.model, args.ops, args.documents, args.prefill, args.decode, args.dtype, args.device,
                           args.n_docs, args.skip_short, args.path)
     except (ValueError, ModelNotAvailable) as err:
         parser.error(str(err))
@@ -346,13 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli(argv: list[str] | None = None) -> int:
-    """`python -m kvutils.accept` and `kvutils-accept`: a kill ends the run as Ctrl-C does, with one
-    line, and --out as it was."""
+def cli(argv: list[str] | None = None, parsed=None) -> int:
+    """`python -m kvutils.accept` and `kvutils-accept` (kvutils.accept.cli, which parses first): a
+    kill ends the run as Ctrl-C does, with one line, and --out as it was."""
     from kvutils.core.interrupt import signals_as_interrupt
 
     with signals_as_interrupt():
-        return main(argv)
+        return main(argv, parsed)
 
 
 if __name__ == "__main__":

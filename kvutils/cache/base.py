@@ -10,17 +10,22 @@ which `kvutils.cache.scoring` turns into decoding (see its docstring for the exa
 - `stored_after(slots)`: the last position whose arrival completes the entry's storage group
   (the entry itself, or the end of KIVI's full-precision residual block).
 The methods, one per file, are in `kvutils.cache.methods`; `kvutils.cache.registry` lists them.
+
+Making an operation (its fields' checks) needs no torch: a command line parses and checks `--op`
+before it imports torch and transformers (seconds), and each method imports torch inside the
+functions that compute. An integer field has an upper bound that says why (`checks.check_count`).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, NoReturn
+from typing import TYPE_CHECKING, ClassVar, NoReturn
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from kvutils.cache.prefilled import KV, kv_forward
-from kvutils.models.loading import Loaded
+    from kvutils.cache.prefilled import KV
+    from kvutils.models.loading import Loaded
 
 
 def reject(op: str, field: str, value, allowed: str) -> NoReturn:
@@ -64,11 +69,15 @@ class CacheOp:
 
     def prefill(self, loaded: Loaded, ids: torch.Tensor) -> KV:
         """Per layer (keys, values) of `ids` (1, prefill), (1, kv_heads, prefill, head_dim)."""
+        from kvutils.cache.prefilled import kv_forward
+
         return kv_forward(loaded, ids)
 
     def keeps(self, slots: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(queries, slots) bool: is the entry at each earlier slot still held when the query at
         each position runs? Must never turn True again once False (eviction is final)."""
+        import torch
+
         return torch.ones(len(queries), len(slots), dtype=torch.bool)
 
     def store(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor):
@@ -115,6 +124,8 @@ def check_bits(op: str, bits) -> None:
 def quantize_symmetric(x: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
     """Round to 2^(bits-1) - 1 signed levels each side of zero, one scale (max |x|) per slice
     along `dim`; returns the dequantised values."""
+    import torch
+
     levels = 2 ** (bits - 1) - 1
     scale = x.abs().amax(dim, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) / levels
     return (x / scale).round().clamp(-levels, levels) * scale
@@ -123,6 +134,8 @@ def quantize_symmetric(x: torch.Tensor, bits: int, dim: int = -1) -> torch.Tenso
 def quantize_asymmetric(x: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
     """Round to 2^bits levels between the slice's min and max along `dim` (scale and zero point,
     as KIVI does); returns the dequantised values."""
+    import torch
+
     low, high = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
     scale = ((high - low) / (2 ** bits - 1)).clamp_min(torch.finfo(x.dtype).tiny)
     return ((x - low) / scale).round() * scale + low

@@ -64,6 +64,11 @@ def parse_op(spec: str | CacheOp) -> CacheOp:
         return spec
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"op: give a name or name:key=value,...; registered: {', '.join(OPS)}")
+    if ";" in spec:  # the separator of the notebooks' `ops`, not of one operation's settings
+        parts = [part.strip() for part in spec.split(";") if part.strip()]
+        raise ValueError(f"op: {spec.strip()!r} holds more than one operation (';' separates operations only in a "
+                         "notebook's ops parameter); give each on its own: on the command line, repeat --op, e.g. "
+                         + " ".join(f"--op '{part}'" for part in parts))
     name, _, args = spec.strip().partition(":")
     if name not in OPS:
         raise ValueError(f"op: unknown operation {name!r}; registered: {', '.join(OPS)}")

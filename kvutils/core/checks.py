@@ -11,16 +11,36 @@ import re
 import sys
 from collections.abc import Iterable
 
-import torch
+# upper bounds of counts, each with the reason a larger value cannot be meant
+MAX_TOKENS = 1 << 24  # 16,777,216
+TOKENS_WHY = "more positions than any model has: the longest published context is 10 M tokens"
+MAX_ITEMS = 1_000_000  # documents, prompts, examples, steps, repeats
+ITEMS_WHY = "each is computed in turn: a million would take weeks on any machine"
+MAX_SEED = (1 << 64) - 1
+SEED_WHY = "a seed is 64 bits"
 
 
-def check_int(name: str, value, low: int, high: int | None = None) -> int:
+def check_int(name: str, value, low: int, high: int | None = None, why: str = "") -> int:
+    """An integer in [low, high]; `why` says why the upper bound is there."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if value < low or (high is not None and value > high):
-        allowed = f">= {low}" if high is None else f"between {low} and {high}"
-        raise ValueError(f"{name} must be {allowed}, got {value}")
+        if high is None or (why and value < low):  # a bound far away, said only when it is passed
+            allowed = f">= {low}"
+        else:
+            allowed = f"between {low} and {high:,}" + (f" ({why})" if why else "")
+        shown = f"{value:,}" if abs(value) < 10 ** 30 else f"a number of {len(str(abs(value)))} digits"
+        raise ValueError(f"{name} must be {allowed}, got {shown}")
     return value
+
+
+def check_count(name: str, value, low: int = 1) -> int:
+    """A number of tokens or positions: at most MAX_TOKENS (TOKENS_WHY)."""
+    return check_int(name, value, low, MAX_TOKENS, TOKENS_WHY)
+
+
+def check_seed(name: str, value) -> int:
+    return check_int(name, value, 0, MAX_SEED, SEED_WHY)
 
 
 def check_choice(name: str, value, allowed: Iterable[str]) -> str:
@@ -52,13 +72,19 @@ def no_repeats(name: str, items: list) -> None:
 
 
 COMPUTE_DEVICES = ("cpu", "cuda", "mps", "xpu")  # 'meta' holds no numbers; the others need plug-ins
+DEVICE_PATTERN = re.compile(r"[a-z_]+(:\d{1,4})?")  # a torch device's form ("cuda:1"), checked before torch loads
 
 
 def check_device(device: str) -> str:
     """A torch device, or "auto": accelerate's device_map="auto" spreads the model over every
     accelerator, then the CPU (kvutils.models.loading.load)."""
-    if device == "auto":
+    if device in ("auto", "cpu"):  # no torch needed: a command line checks it before importing torch
         return device
+    if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
+        raise ValueError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:1', 'mps' or 'auto' "
+                         "(spread over every accelerator, then the CPU)")
+    import torch  # whether the device is present
+
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):

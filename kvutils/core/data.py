@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import torch
-
-from kvutils.core.paths import resolve_path
+from kvutils.core.paths import link_loop, loop_error, resolve_path
 
 DEFAULT_SENSES = "data/senses.json"
 DEFAULT_GARDEN_PATHS = "data/garden_paths.json"
@@ -60,6 +58,9 @@ def check_regular(path: str | Path, parameter: str, shown: str | Path | None = N
         kind = "a dangling symbolic link" if os.path.islink(path) else None
         raise ValueError(f"{parameter}: {shown} is {kind}" if kind else f"{parameter}: file not found: {shown}") from None
     except OSError as err:
+        loop = link_loop(path)
+        if loop is not None:
+            raise loop_error(parameter, shown, loop) from None
         raise ValueError(f"{parameter}: cannot read {shown} ({err.strerror or err})") from None
     if not stat.S_ISREG(info.st_mode):
         raise _not_regular(parameter, shown, info.st_mode)
@@ -379,6 +380,9 @@ def load_corpus(corpus: str = DEFAULT_CORPUS, parameter: str = "corpus") -> list
         docs = [Document(f"pydoc:{name}", _clean(text)) for name, text in sorted(topics.items())]
         return [d for d in docs if len(d.text) >= PYDOC_MIN_CHARS]
     path = resolve_path(corpus)
+    loop = link_loop(path)
+    if loop is not None:
+        raise loop_error(parameter, corpus, loop)
     if path.is_dir():
         return _txt_folder(path, corpus, parameter)
     if path.suffix == ".jsonl" and (path.exists() or path.is_symlink()):
@@ -419,9 +423,11 @@ def check_corpus_size(docs: list[Document], n_docs: int, parameter: str = "n_pro
 
 
 def prompts_from_corpus(tokenizer, docs: list[Document], n: int, length: int,
-                        parameter: str = "prompt_tokens") -> torch.Tensor:
+                        parameter: str = "prompt_tokens"):
     """The first `length` tokens of each of the first `n` documents, as (n, length) token ids.
     A document shorter than `length` tokens is an error naming it, never a silent skip."""
+    import torch
+
     check_corpus_size(docs, n)
     rows, short = [], []
     for doc in docs[:n]:

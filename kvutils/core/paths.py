@@ -10,6 +10,7 @@ still work; the first read of a repository file raises RepositoryNotFound, sayin
 """
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -60,6 +61,34 @@ def resolve_path(path: str | Path) -> Path:
         return given
     from_root = repo_root(needing=f"{given} (it is not in the working directory, {Path.cwd()})") / given
     return from_root if from_root.exists() else given
+
+
+def link_loop(path: str | Path) -> Path | None:
+    """The first part of `path` that is a symbolic link whose chain comes back to itself (following it
+    never ends: the system's "too many levels of symbolic links"), or None."""
+    try:
+        os.stat(path)
+        return None
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            return None
+    given = Path(path)
+    for n in range(1, len(given.parts) + 1):
+        part = Path(*given.parts[:n])
+        try:
+            os.stat(part)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                return part
+            return None
+    return given
+
+
+def loop_error(parameter: str, shown: str | Path, loop: Path) -> ValueError:
+    """The error for a path that runs into a symbolic-link loop (see `link_loop`)."""
+    where = "" if str(loop) == str(shown) else f" ({loop} in it)"
+    return ValueError(f"{parameter}: {shown}{where} is a loop of symbolic links ({loop} -> {os.readlink(loop)} "
+                      "-> ... leads back to itself, so it names no file or folder); point the link at a real one")
 
 
 def __getattr__(name: str) -> Path:

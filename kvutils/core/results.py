@@ -24,7 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from kvutils.core.paths import RepositoryNotFound, repo_root, resolve_path
+from kvutils.core.paths import RepositoryNotFound, link_loop, loop_error, repo_root, resolve_path
 
 PACKAGES = ("kvutils", "torch", "transformers", "gguf", "safetensors", "tokenizers", "numpy",
             "papermill", "jupyter-book", "matplotlib", "seaborn", "peft")
@@ -128,6 +128,9 @@ def expand(folder: str | Path, parameter: str) -> Path:
 
 def _writable_folder(folder: Path, parameter: str, shown: str) -> None:
     """`folder` is a folder this process can write in, or can be created; nothing is left behind."""
+    loop = link_loop(folder)
+    if loop is not None:
+        raise loop_error(parameter, shown, loop)
     existing = folder
     while not existing.exists() and existing != existing.parent:
         if existing.is_symlink():  # mkdir there would fail with a bare "File exists"
@@ -184,6 +187,9 @@ def check_output(results_dir: str | Path, chapter: str, parameter: str = "result
 def check_output_file(path: str | Path, parameter: str) -> Path:
     """Fail now, naming `parameter`, if a file could not be written at `path`. Leaves no new files."""
     path = expand(path, parameter)
+    loop = link_loop(path)
+    if loop is not None:
+        raise loop_error(parameter, path, loop)
     if path.is_dir():
         raise ValueError(f"{parameter}: {path} is a folder; give a file name, e.g. {path / 'accept.json'}")
     _writable_folder(path.parent, parameter, f"{path.parent} (the folder of {path})")

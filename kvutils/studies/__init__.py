@@ -7,4 +7,5 @@ sense_probes/         chapters 2 and 3: a word's cached state in a causal model 
 cache_approximations/ chapter 4: what the cache buys and costs, Table 2, the bytes-vs-fidelity frontier
 qwen3_switch/         chapter 5: switching to a LoRA adapter mid-sequence, what stays exact, what it costs
 performance           appendix B's benchmark (`python -m kvutils.bench`)
+bench_args            its arguments and earlier records, checked before torch loads
 """

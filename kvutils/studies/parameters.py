@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from kvutils.core import checks
 from kvutils.core.declared import Declared, param
 from kvutils.core.haystack import check_depths
-from kvutils.models.loading import DTYPES
+from kvutils.models.checks import DTYPES
 from kvutils.studies.qwen3_switch.tasks import TASKS
-from kvutils.studies.sense_probes.probes import DEFAULT_REPEAT_TEMPLATE, DISTANCES, check_repeat_template
+from kvutils.studies.sense_probes.templates import DEFAULT_REPEAT_TEMPLATE, DISTANCES, check_repeat_template
 
 RECOMPUTE_MODES = ("one_pass", "per_step")  # chapter 1's no-cache side
 DEFAULT_OPS = "default"  # chapter 4: the article's twelve rows and this book's additions (cache.ARTICLE_OPS + EXTRA_OPS)
@@ -25,8 +25,35 @@ DEFAULT_OPS = "default"  # chapter 4: the article's twelve rows and this book's 
 # --------------------------------------------------------------------------- checks of one value
 
 
-def at_least(low: int):
-    return lambda name, value: checks.check_int(name, value, low)
+# upper bounds, each naming why a larger value cannot be meant (a value past them fails at once, not
+# after minutes of model loading with an overflow or an allocation that names no parameter)
+MAX_LAYERS = 10_000
+LAYERS_WHY = "more layers than any model has: the deepest published have a few hundred"
+MAX_RANK = 65_536
+RANK_WHY = ("wider than any model's layers: a rank at a layer's width is already a full update (and chapter 5 "
+            "also checks that the adapters fit in memory, from each model's config)")
+
+
+def at_least(low: int, high: int = checks.MAX_ITEMS, why: str = checks.ITEMS_WHY):
+    """A count of things computed in turn (documents, prompts, repeats): `low` … a million."""
+    return lambda name, value: checks.check_int(name, value, low, high, why)
+
+
+def tokens(low: int = 1):
+    """A number of tokens: `low` … more than any model's context (checks.MAX_TOKENS)."""
+    return lambda name, value: checks.check_count(name, value, low)
+
+
+def layers(name: str, value) -> None:
+    checks.check_int(name, value, 1, MAX_LAYERS, LAYERS_WHY)
+
+
+def lora_rank(name: str, value) -> None:
+    checks.check_int(name, value, 1, MAX_RANK, RANK_WHY)
+
+
+def seed_bits(name: str, value) -> None:
+    checks.check_seed(name, value)
 
 
 def one_of(allowed):
@@ -38,7 +65,7 @@ def some_of(allowed):
 
 
 def integers(name: str, value) -> None:
-    checks.check_int_list(name, value, 1)
+    checks.check_int_list(name, value, 1, checks.MAX_TOKENS)
 
 
 def usable_device(name: str, value) -> None:
@@ -64,6 +91,16 @@ def true_or_false(name: str, value) -> None:
 def positive_number(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
+
+
+MAX_ALPHA = 1e6
+ALPHA_WHY = "the adapter's update is scaled by alpha / rank: a million times it would swamp the weights it adapts"
+
+
+def lora_alpha(name: str, value) -> None:
+    positive_number(name, value)
+    if value > MAX_ALPHA:
+        raise ValueError(f"{name} must be at most {MAX_ALPHA:,.0f} ({ALPHA_WHY}), got {value:g}")
 
 
 def percentage(name: str, value) -> None:
@@ -138,9 +175,9 @@ class Chapter1Parameters(Declared):
     n_prompts: int = param(24, "prompts, one per corpus document (the article used 24)",
                            meaning="prompts, one per document", allowed="1 … documents in the corpus", check=at_least(1))
     prompt_tokens: int = param(32, "tokens per prompt (article: 32)", meaning="tokens per prompt",
-                               allowed="≥ 1, every document at least this long", check=at_least(1))
+                               allowed="≥ 1, every document at least this long", check=tokens())
     new_tokens: int = param(64, "greedy tokens generated after each prompt (article: 64)", meaning="greedy tokens per prompt",
-                            allowed="≥ 1, `prompt_tokens + new_tokens` ≤ model context", check=at_least(1))
+                            allowed="≥ 1, `prompt_tokens + new_tokens` ≤ model context", check=tokens())
     recompute: str = param("one_pass", 'no-cache side: "one_pass" (one full forward over the final text) or "per_step" '
                            "(regenerate from scratch each step, the article's procedure)",
                            meaning="how the no-cache side is computed",
@@ -194,7 +231,7 @@ class Chapter3Parameters(Declared):
     explorer_word: str = param("bank", "the sentence pair the explorer shows first (a word of senses_file)",
                                meaning="the pair the attention explorer shows first", allowed="a word of `senses_file`")
     explorer_layer: int = param(2, "the layer (1-based) the explorer shows first", meaning="the layer (1-based) it shows first",
-                                allowed="≥ 1 (capped at the model's depth)", check=at_least(1))
+                                allowed="≥ 1 (capped at the model's depth)", check=layers)
     batch_size: int = sentence_batch()
     results_dir: str = chapter_results_dir()
     device: str = torch_device()
@@ -226,12 +263,12 @@ class Chapter4Parameters(Declared):
                              meaning="leave out documents shorter than `prefill + decode + 1` tokens (listed on the page)",
                              allowed="`True`; `False` stops with an error naming them", check=true_or_false)
     prefill: int = param(256, "tokens cached before teacher-forced decoding (article: 256)",
-                         meaning="cached tokens, then teacher-forced tokens", allowed="≥ 1", check=at_least(1))
+                         meaning="cached tokens, then teacher-forced tokens", allowed="≥ 1", check=tokens())
     decode: int = param(256, "teacher-forced tokens scored after the prefill (article: 256)", row="prefill",
-                        check=at_least(1))
+                        check=tokens())
     chunk_decode: int = param(64, "teacher-forced tokens for the chunk rows: 128 context + 128 chunk + 64 (the article's)",
                               meaning="teacher-forced tokens of the chunk rows (128 + 128 + this)", allowed="≥ 1",
-                              check=at_least(1))
+                              check=tokens())
     contexts: str | int = param("128,2000", "context lengths at which one decode step is timed (article: 128 and 2,000)",
                                 meaning="context lengths of the decode-step timing", allowed="integers separated by commas",
                                 check=integers)
@@ -252,10 +289,10 @@ class Chapter4Parameters(Declared):
     frontier_prefill: int = param(1024, "frontier tokens cached before decoding (long enough that SnapKV's 64-token window "
                                   "is a small share)", meaning="frontier tokens cached before decoding",
                                   note="SnapKV's 64-token window is 6 % of it; Table 2 keeps the article's 256",
-                                  allowed="≥ 1, and more than each press's window", check=at_least(1))
+                                  allowed="≥ 1, and more than each press's window", check=tokens())
     frontier_decode: int = param(128, "frontier tokens teacher-forced and scored after the prefill (decode-time policies "
                                  "step through each)", meaning="frontier tokens teacher-forced and scored after the prefill",
-                                 allowed="≥ 1", check=at_least(1))
+                                 allowed="≥ 1", check=tokens())
     retrieval_models: str = param("gemma3-270m,smollm2-135m", "models on the long-range retrieval test (a subset of "
                                   "models; \"\" for none)", meaning="models on the long-range retrieval test",
                                   allowed='a subset of `models`; `""` for none')
@@ -293,8 +330,8 @@ class Chapter5Parameters(Declared):
                                 'the top, "L" for every layer',
                                 meaning="depths of the LoRA tails and of the activated adapters (one of each per k)",
                                 allowed="integers 1…L, or `L` (every layer)")
-    rank: int = param(8, "LoRA rank r, at least 1", meaning="LoRA rank and scaling", allowed="rank ≥ 1", check=at_least(1))
-    alpha: float = param(16, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=positive_number)
+    rank: int = param(8, "LoRA rank r, at least 1", meaning="LoRA rank and scaling", allowed="rank ≥ 1", check=lora_rank)
+    alpha: float = param(16, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=lora_alpha)
     targets: str = param("q,k,v,o,mlp", "projections each adapted layer gets: any of q, k, v, o, mlp",
                          meaning="projections adapted", allowed="any of `q`, `k`, `v`, `o`, `mlp`")
     steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs",
@@ -308,7 +345,7 @@ class Chapter5Parameters(Declared):
                              meaning="precision of training (evaluation keeps `dtype`)",
                              allowed="`auto` (bfloat16 autocast where the device multiplies bfloat16 natively: a CPU with "
                                      "AVX512-BF16/AMX, a CUDA GPU; else float32), `float32`, `bfloat16`")
-    seed: int = param(0, "seeds the examples, adapter initialisation and batch order", row="steps", check=at_least(0))
+    seed: int = param(0, "seeds the examples, adapter initialisation and batch order", row="steps", check=seed_bits)
     marker: str = param("", "the switch marker, which invokes the activated adapters; empty: the marker of the task",
                         meaning="the switch marker (the activated adapters' invocation)", note="the task's own",
                         allowed="visible text that tokenises the same after the text", check=visible_marker)
@@ -346,10 +383,10 @@ class Chapter5Parameters(Declared):
     patch_pairs: int = param(32, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
                              "right)", row="patch_k", check=at_least(1))
     patch_layer_groups: int = param(6, "columns of the patching map: the layers in this many contiguous groups",
-                                    row="patch_k", check=at_least(1))
+                                    row="patch_k", check=layers)
     bench_tokens: int = param(256, "prefix length of the cost benchmark (tokens of the default corpus)",
                               meaning="prefix length and repeats of the cost benchmark",
-                              allowed="`bench_tokens` ≥ 8, `timing_repeats` ≥ 1", check=at_least(8))
+                              allowed="`bench_tokens` ≥ 8, `timing_repeats` ≥ 1", check=tokens(8))
     timing_repeats: int = param(3, "timed repetitions per policy (the median is reported)", row="bench_tokens",
                                 check=at_least(1))
     dtype: str = param("float32", '"float32" or "float64"', meaning="precision of training, switching and scoring",

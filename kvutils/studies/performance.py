@@ -1,32 +1,10 @@
 """Benchmark: ratios measured side by side in one run (never timed tests — these machines are noisy).
 
-    python -m kvutils.bench [--model smollm2-135m] [--repeats 3] [--results-dir results] [--quick]
-
-`--quick` (the tests, on a tiny model) shrinks every size; the book's appendix renders the full run.
-
-Prints and writes results/bench.json:
-- first load (GGUF -> safetensors conversion, in a fresh cache folder) vs a load from the cache;
-- kvutils' cached greedy decoding vs transformers' own cached `generate`, per token;
-- chapter 1's no-cache side: one full forward vs regenerating from scratch at every step;
-- chapter 4's teacher-forced scoring: the fast path vs the step-by-step reference path, in fp32
-  on a window that evicts while decoding, and on naive int4 in fp64 and fp32. Quantisation and
-  casts are discontinuous: in fp32 a last-bit difference between the paths before quantising can
-  move a value to the next level, so the two paths are compared for exactness in fp64; and on one
-  prefill-time press (SnapKV at compression 0.5), whose kept set is fixed after the prefill;
-- the step cost of one decode-time policy (TOVA at compression 0.5, which has only the step path):
-  its scoring time against the exact cache's on the fast path and on the step path; and, with 8
-  documents decoded together as the acceptance run does, its time per decoded token against the
-  bandwidth bound of one cached step;
-- one decode step with vs without the cache at 2,000 tokens of context, and the cached step
-  against the memory-bandwidth bound (weight + cache bytes ÷ measured bandwidth);
-- chapter 5's switch to a LoRA tail: tail patch vs full recompute of the prefix, per k;
-- the wall time of every chapter, from its results file, where one exists, the set-up's (written
-  by `make book` to results/setup_seconds.txt) and the benchmark's own.
+What it measures and writes to results/bench.json is kvutils.studies.bench_args' description (its
+`--help`); the arguments are checked there, before this module and torch are imported.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -37,11 +15,11 @@ from pathlib import Path
 import torch
 
 from kvutils.cache.costs import memory_bandwidth, repeat_seconds
-from kvutils.core import checks, results
-from kvutils.core.catalog import NOTEBOOKS
+from kvutils.core import results
 from kvutils.models import loading as models
 from kvutils.models.greedy import greedy, recompute_logits
-from kvutils.models.registry import EMBEDDED, TINY
+from kvutils.models.registry import EMBEDDED
+from kvutils.studies import bench_args
 
 # sizes: (decode prompt, decode new tokens, teacher prefill, teacher decode, long context, switch tokens)
 SIZES = {"full": (32, 64, 256, 64, 2000, 256), "quick": (8, 8, 32, 16, 128, 32)}
@@ -200,55 +178,10 @@ def bench_step_at(loaded: models.Loaded, context: int, repeats: int, bandwidth: 
             "bound_ms": bandwidth_bound_ms(loaded, ids.shape[-1], bandwidth)}
 
 
-def chapter_times(results_dir: str | Path) -> dict:
-    out = {}
-    for name in NOTEBOOKS.values():
-        path = results.results_path(results_dir, name)
-        if path.is_file():
-            out[name] = results.load_results(results_dir, name, "--results-dir")["wall_time_s"]
-    return out
-
-
-def earlier_records(results_dir: str | Path) -> dict:
-    """What `make book` recorded before the benchmark: each chapter's wall time, the lanes' and
-    the set-up's; a damaged file is an error naming it."""
-    out = {"chapter_wall_time_s": chapter_times(results_dir)}
-    lanes = Path(results_dir) / "chapter_lanes.json"
-    if lanes.is_file():
-        try:
-            out["chapter_lanes"] = json.loads(lanes.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"--results-dir: {lanes} is damaged ({err}); delete it or rerun make book") from None
-    setup = Path(results_dir) / "setup_seconds.txt"
-    if setup.is_file():
-        text = setup.read_text(encoding="utf-8", errors="replace").strip()
-        try:
-            out["setup_s"] = float(text)
-        except ValueError:
-            raise ValueError(f"--results-dir: {setup} should hold the set-up's seconds, but holds {text[:40]!r}; "
-                             "delete it or rerun make book") from None
-    return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kvutils.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m", help="an embedded causal model key")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--results-dir", default="results")
-    parser.add_argument("--quick", action="store_true", help="small sizes (for the tests)")
-    checks.check_flags(parser, argv)
-    args = parser.parse_args(argv)
-    causal = [k for k, e in {**EMBEDDED, **TINY}.items() if e.family == "causal"]
-    if args.model not in causal:
-        parser.error(f"--model: {args.model!r} is not an embedded or tiny causal model; choose one of {causal}")
-    if args.repeats < 1:
-        parser.error(f"--repeats: {args.repeats} must be at least 1")
-    try:  # before any model loads
-        args.results_dir = str(results.check_output(args.results_dir, "bench", "--results-dir"))  # "~/…" expanded
-        earlier = earlier_records(args.results_dir)
-    except ValueError as err:
-        parser.error(str(err))
+def main(argv: list[str] | None = None, parsed=None) -> None:
+    """The benchmark; `parsed` is what kvutils.studies.bench_args.parse(argv) returned (the command
+    checks its arguments before it imports this module, and torch), else argv is parsed here."""
+    args, earlier = parsed or bench_args.parse(argv)
     started = time.perf_counter()
     prompt, new, prefill, decode, context, switch_tokens = SIZES["quick" if args.quick else "full"]
     report = {"model": args.model, "profile": "quick" if args.quick else "full", "repeats": args.repeats,
@@ -311,11 +244,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"benchmark: {report['wall_time_s']:.0f} s")
 
 
-def cli(argv: list[str] | None = None) -> int:
+def cli(argv: list[str] | None = None, parsed=None) -> int:
     """`python -m kvutils.bench` and `kvutils-bench`: Ctrl-C or SIGTERM ends with one line."""
     from kvutils.core.interrupt import run_cli
 
-    return run_cli(main, argv, "bench.json is as it was")
+    return run_cli(lambda args: main(args, parsed), argv, "bench.json is as it was")
 
 
 if __name__ == "__main__":

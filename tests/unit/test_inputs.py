@@ -582,7 +582,8 @@ def test_ctrl_c_in_the_accept_cli_prints_one_line(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setattr(accept, "accept_many", interrupted)
     out = tmp_path / "a.json"
-    code = accept.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--out", str(out)])
+    code = accept.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--prefill", "16", "--decode", "8",
+                        "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 130 and err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err
     assert not out.exists()

@@ -21,6 +21,7 @@ from conftest import load_cached
 
 from kvutils.book import chapters
 from kvutils.cache import accept as acceptance
+from kvutils.cache import registry
 from kvutils.cache.methods.hf_quantized import backend_missing
 from kvutils.cache.registry import parse_op
 from kvutils.core import data, interrupt, params, results
@@ -232,7 +233,8 @@ def test_accept_out_of_memory_is_said_as_such_not_as_interrupted(monkeypatch, ca
     def exhaust(*args, **kwargs):
         raise MemoryError
     monkeypatch.setattr(acceptance, "accept_many", exhaust)
-    status = acceptance.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc"])
+    status = acceptance.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--prefill", "16",
+                              "--decode", "8"])  # within tiny-llama's 512 positions, checked before the run
     err = capsys.readouterr().err
     assert status == interrupt.OUT_OF_MEMORY != interrupt.INTERRUPTED
     assert "out of memory" in err and "interrupted" not in err
@@ -281,7 +283,8 @@ def test_the_cli_strips_a_model_name_as_the_notebooks_do(monkeypatch):
         return {"refused": {}}
     monkeypatch.setattr(acceptance, "accept_many", record)
     monkeypatch.setattr(acceptance, "table", lambda run: "")
-    assert acceptance.main(["--model", " tiny-llama ", "--op", "exact", "--docs", "pydoc"]) == 0
+    assert acceptance.main(["--model", " tiny-llama ", "--op", "exact", "--docs", "pydoc", "--prefill", "16",
+                            "--decode", "8"]) == 0
     assert seen["model"] == "tiny-llama"
 
 
@@ -297,7 +300,7 @@ def _help(capsys) -> str:
 def test_help_shows_each_operations_whole_first_sentence(capsys):
     text = _help(capsys)
     lines = {name: next(line for line in text.splitlines() if re.match(rf"\s+{name}[ :(]", line))
-             for name in acceptance.OPS}
+             for name in registry.OPS}
     for line in lines.values():
         summary = line.split("): ", 1)[-1] if "): " in line else line.split(": ", 1)[1]
         assert summary.endswith(".") and summary.count("(") == summary.count(")"), line  # not cut inside "(Liu et al."
@@ -307,7 +310,8 @@ def test_help_shows_each_operations_whole_first_sentence(capsys):
 
 def test_help_shows_every_flags_default(capsys):
     text = " ".join(_help(capsys).split())
-    for flag in ("--prefill", "--decode", "--n-docs", "--skip-short", "--dtype", "--device", "--path", "--out"):
+    for flag in ("--prefill", "--decode", "--n-docs", "--no-skip-short", "--dtype", "--device", "--path", "--out",
+                 "--task"):
         described = text.split(f" {flag} ", 2)[-1].split(" --", 1)[0]
         assert "default" in described, flag
     assert "(default: 256)" in text

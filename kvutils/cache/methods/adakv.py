@@ -4,11 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from kvutils.cache.base import check_fraction
 from kvutils.cache.methods.press import Press, kept_per_head, top_mask
 from kvutils.cache.methods.snapkv import SnapKVPress
+from kvutils.core import checks
 
 
 @dataclass(frozen=True)
@@ -26,13 +25,17 @@ class AdaKVPress(Press):
 
     def __post_init__(self):
         super().__post_init__()
-        SnapKVPress(self.compression_ratio, self.window, self.kernel)  # same checks
+        checks.check_count(f"{self.name}: window", self.window)  # named as this op's, then SnapKV's own checks
+        checks.check_count(f"{self.name}: kernel", self.kernel)
+        SnapKVPress(self.compression_ratio, self.window, self.kernel)
         check_fraction(self.name, "safeguard", self.safeguard)
 
     def check_lengths(self, prefill, decode):
         SnapKVPress(self.compression_ratio, self.window, self.kernel).check_lengths(prefill, decode)
 
     def decide(self, views):
+        import torch
+
         out = []
         for view in views:
             scores = SnapKVPress(self.compression_ratio, self.window, self.kernel).score(view).float().cpu()

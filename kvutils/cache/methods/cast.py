@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from kvutils.cache.base import CacheOp, reject
 
 
@@ -18,16 +16,17 @@ class Cast(CacheOp):
     family: ClassVar[str] = "precision (cast)"
     examples: ClassVar[tuple[str, ...]] = ("cast:dtype=float16", "cast:dtype=bfloat16")
     transforms_storage: ClassVar[bool] = True
-    DTYPES: ClassVar[dict] = {"float16": torch.float16, "bfloat16": torch.bfloat16,
-                              "float32": torch.float32, "float64": torch.float64}
+    DTYPES: ClassVar[dict[str, int]] = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}  # bytes per element
 
     def __post_init__(self):
         if self.dtype not in self.DTYPES:
             reject(self.name, "dtype", self.dtype, f"one of {', '.join(self.DTYPES)}")
 
     def store(self, keys, values, slots):
-        low = self.DTYPES[self.dtype]
+        import torch
+
+        low = getattr(torch, self.dtype)
         return keys.to(low).to(keys.dtype), values.to(low).to(values.dtype)
 
     def stored_bytes(self, n, kv_heads, head_dim, element_bytes):
-        return 2 * n * kv_heads * head_dim * self.DTYPES[self.dtype].itemsize
+        return 2 * n * kv_heads * head_dim * self.DTYPES[self.dtype]

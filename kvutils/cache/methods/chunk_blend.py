@@ -6,7 +6,6 @@ from typing import ClassVar
 
 from kvutils.cache.base import check_fraction
 from kvutils.cache.methods.chunk_reuse import Chunk, ChunkReuse
-from kvutils.cache.prefilled import kv_forward, recompute_selected
 from kvutils.core import checks
 
 
@@ -23,9 +22,11 @@ class ChunkBlend(Chunk):
 
     def __post_init__(self):
         check_fraction(self.name, "recompute_fraction", self.recompute_fraction)
-        checks.check_int(f"{self.name}: chunk", self.chunk, 1)
+        checks.check_count(f"{self.name}: chunk", self.chunk)
 
     def prefill(self, loaded, ids):
+        from kvutils.cache.prefilled import kv_forward, recompute_selected
+
         reused = ChunkReuse("reindexed", self.chunk).prefill(loaded, ids)
         count = round(self.recompute_fraction * self.chunk)
         if count == 0:

@@ -4,12 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from kvutils.cache.base import CacheOp, reject
-from kvutils.cache.prefilled import kv_forward
 from kvutils.core import checks
-from kvutils.models.rotary import rotate_keys
 
 
 class Chunk(CacheOp):
@@ -25,6 +21,8 @@ class Chunk(CacheOp):
 
     def _alone(self, loaded, ids):
         """(the context's length, the chunk's K/V computed alone)."""
+        from kvutils.cache.prefilled import kv_forward
+
         context = ids.shape[-1] - self.chunk
         return context, kv_forward(loaded, ids[:, context:])
 
@@ -43,9 +41,14 @@ class ChunkReuse(Chunk):
     def __post_init__(self):
         if self.positions not in ("original", "reindexed"):
             reject(self.name, "positions", self.positions, "'original' or 'reindexed'")
-        checks.check_int(f"{self.name}: chunk", self.chunk, 1)
+        checks.check_count(f"{self.name}: chunk", self.chunk)
 
     def prefill(self, loaded, ids):
+        import torch
+
+        from kvutils.cache.prefilled import kv_forward
+        from kvutils.models.rotary import rotate_keys
+
         context, alone = self._alone(loaded, ids)
         exact = kv_forward(loaded, ids[:, :context])
         out = []

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, ClassVar
 
 from kvutils.cache.base import reject
 from kvutils.cache.methods.press import Press
 from kvutils.core import checks
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -29,14 +29,17 @@ class ExpectedAttentionPress(Press):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.check_int(f"{self.name}: future", self.future, 1)
-        checks.check_int(f"{self.name}: sinks", self.sinks, 0)
+        checks.check_count(f"{self.name}: future", self.future)
+        checks.check_count(f"{self.name}: sinks", self.sinks, 0)
 
     def check_lengths(self, prefill, decode):
         if self.sinks >= prefill - 1:
             reject(self.name, "sinks", self.sinks, f"smaller than prefill - 1 = {prefill - 1}")
 
     def score(self, view):
+        import torch
+        import torch.nn.functional as F
+
         P, d = view.keys.shape[-2], view.keys.shape[-1]
         positions = torch.arange(P)
         cos, sin = view.rotary(positions)  # un-rotate: the rotation by -t is (cos t, -sin t)
@@ -59,6 +62,8 @@ class ExpectedAttentionPress(Press):
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x·cos + rotate_half(x)·sin, the rotary convention of Llama, Gemma, Qwen and NeoX."""
+    import torch
+
     half = x.shape[-1] // 2
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
@@ -66,6 +71,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 def rotation_matrix(cos: torch.Tensor, sin: torch.Tensor, d: int) -> torch.Tensor:
     """(d, d) matrix R with R x = the rotary rotation of x by (cos, sin) on the first len(cos)
     channels and the identity on the rest."""
+    import torch
+
     eye = torch.eye(d, dtype=cos.dtype)
     r = cos.shape[-1]
     rotated = torch.cat([rotate(eye[:, :r], cos, sin), eye[:, r:]], -1)  # row j: R applied to e_j

@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from kvutils.cache.base import check_fraction
 from kvutils.cache.methods.policy import DecodePolicy
 from kvutils.cache.methods.press import kept_per_head, top_mask
@@ -28,6 +26,8 @@ class H2O(DecodePolicy):
         check_fraction(self.name, "recent", self.recent)
 
     def start(self, view):
+        import torch
+
         P = view.keys.shape[-2]
         budget = kept_per_head(P, self.compression_ratio)
         recent = min(int(budget * self.recent), budget)
@@ -37,6 +37,8 @@ class H2O(DecodePolicy):
         return {"held": held, "acc": acc, "budget": budget, "recent": recent}
 
     def step_many(self, state, weights):
+        import torch
+
         docs, kv_heads, _ = state["held"].shape
         w = weights[:, :, 0].double().cpu()  # (docs, heads, n + 1)
         w = w.view(docs, kv_heads, -1, w.shape[-1]).sum(2)  # (docs, kv_heads, n + 1)

@@ -58,9 +58,9 @@ class HFQuantized(CacheOp):
     def __post_init__(self):
         if self.backend not in BACKENDS:
             reject(self.name, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
-        checks.check_int(f"{self.name}: nbits", self.nbits, 1)
-        checks.check_int(f"{self.name}: group", self.group, 1)
-        checks.check_int(f"{self.name}: residual", self.residual, 1)
+        checks.check_int(f"{self.name}: nbits", self.nbits, 1, 8, "quanto and hqq store at most 8 bits a value")
+        checks.check_count(f"{self.name}: group", self.group)
+        checks.check_count(f"{self.name}: residual", self.residual)
         missing = backend_missing(self.backend)  # when the op is parsed, not after a model loaded
         if missing:
             raise ValueError(missing)

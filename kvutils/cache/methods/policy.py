@@ -9,12 +9,13 @@ scores it. Attention weights are softmax(q·k × the model's scale) under the mo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from kvutils.cache.base import CacheOp
 from kvutils.cache.methods.press import check_ratio
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,13 @@ class DecodePolicy(CacheOp):
         check_ratio(self.name, self.compression_ratio)
 
     def stack(self, states: list[dict]) -> dict:
+        import torch
+
         return {k: torch.stack([s[k] for s in states]) if torch.is_tensor(v) else v for k, v in states[0].items()}
 
     def step(self, state, weights):
+        import torch
+
         stepped = self.step_many(self.stack([state]), weights)
         state.update({k: v[0] if torch.is_tensor(v) else v for k, v in stepped.items()})
         return state

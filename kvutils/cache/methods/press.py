@@ -13,12 +13,14 @@ Gemma 3's sliding window where the layer has one).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from kvutils.cache.base import CacheOp, reject
-from kvutils.cache.prefilled import LayerView
+
+if TYPE_CHECKING:
+    import torch
+
+    from kvutils.cache.prefilled import LayerView
 
 
 def check_ratio(op: str, value) -> None:
@@ -33,6 +35,8 @@ def kept_per_head(prefill: int, compression_ratio: float) -> int:
 
 def top_mask(scores: torch.Tensor, n: int) -> torch.Tensor:
     """(rows, P) bool: the `n` highest scores of each row (ties: the earlier position)."""
+    import torch
+
     keep = torch.zeros(scores.shape, dtype=torch.bool)
     keep.scatter_(-1, scores.float().cpu().topk(n, dim=-1, sorted=False).indices, True)
     return keep

@@ -21,7 +21,7 @@ class PyramidKVPress(SnapKVPress):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.check_int(f"{self.name}: beta", self.beta, 1)
+        checks.check_count(f"{self.name}: beta", self.beta)
 
     def budget(self, view):
         q_len, w = view.keys.shape[-2], self.window

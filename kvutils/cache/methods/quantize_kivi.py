@@ -5,8 +5,6 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from kvutils.cache.base import SCALE_BYTES, CacheOp, check_bits, quantize_asymmetric, reject
 from kvutils.core import checks
 from kvutils.models.layers import kv_shape
@@ -34,8 +32,8 @@ class QuantizeKivi(CacheOp):
 
     def __post_init__(self):
         check_bits(self.name, self.bits)
-        checks.check_int(f"{self.name}: group", self.group, 1)
-        checks.check_int(f"{self.name}: residual", self.residual, 1)
+        checks.check_count(f"{self.name}: group", self.group)
+        checks.check_count(f"{self.name}: residual", self.residual)
         if self.residual % self.group:
             reject(self.name, "residual", self.residual, f"a multiple of group={self.group}")
 
@@ -52,6 +50,8 @@ class QuantizeKivi(CacheOp):
         return slots + self.residual
 
     def store_keys(self, keys, slots):
+        import torch
+
         if int(slots[0]) % self.group or not torch.equal(slots, torch.arange(int(slots[0]), int(slots[0]) + len(slots))):
             raise ValueError(f"{self.name}: stores whole groups of {self.group} contiguous tokens")
         seq, whole = keys.shape[-2], keys.shape[-2] // self.group * self.group

@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from kvutils.cache.methods.press import Press
 from kvutils.core import checks
 
@@ -21,8 +19,11 @@ class RandomPress(Press):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.check_int(f"{self.name}: seed", self.seed, 0)
+        checks.check_seed(f"{self.name}: seed", self.seed)
 
     def score(self, view):
-        g = torch.Generator().manual_seed(self.seed * 100_003 + view.layer)
+        import torch
+
+        # within 64 bits for every seed: torch takes no larger one (the same draw as before for seeds < 1.8e14)
+        g = torch.Generator().manual_seed((self.seed * 100_003 + view.layer) % (1 << 64))
         return torch.rand(view.keys.shape[1:3], generator=g)

@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch.nn.functional as F
-
 from kvutils.cache.base import reject
 from kvutils.cache.methods.press import Press
 from kvutils.core import checks
@@ -25,8 +23,8 @@ class SnapKVPress(Press):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.check_int(f"{self.name}: window", self.window, 1)
-        checks.check_int(f"{self.name}: kernel", self.kernel, 1)
+        checks.check_count(f"{self.name}: window", self.window)
+        checks.check_count(f"{self.name}: kernel", self.kernel)
         if self.kernel % 2 == 0:
             reject(self.name, "kernel", self.kernel, "an odd integer (the pool is centred)")
 
@@ -35,6 +33,8 @@ class SnapKVPress(Press):
             reject(self.name, "window", self.window, f"smaller than prefill={prefill}")
 
     def score(self, view):
+        import torch.nn.functional as F
+
         w = self.window
         weights = view.weights(last=w)[0, :, :, :-w].float()  # (heads, window, P - window)
         scores = F.avg_pool1d(weights.mean(1, keepdim=True).transpose(0, 1), self.kernel,

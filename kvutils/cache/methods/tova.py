@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from kvutils.cache.methods.policy import DecodePolicy
 from kvutils.cache.methods.press import kept_per_head, top_mask
 
@@ -29,6 +27,8 @@ class TOVA(DecodePolicy):
         return {"held": held, "budget": budget}
 
     def step_many(self, state, weights):
+        import torch
+
         docs, kv_heads, _ = state["held"].shape
         w = weights[:, :, 0].double().mean(1).cpu()  # (docs, n + 1)
         held = torch.cat([state["held"], torch.ones(docs, kv_heads, 1, dtype=torch.bool)], -1)

@@ -24,8 +24,8 @@ class Window(CacheOp):
                                            "window:size=10,sinks=2,reindex=true")
 
     def __post_init__(self):
-        checks.check_int(f"{self.name}: size", self.size, 1)
-        checks.check_int(f"{self.name}: sinks", self.sinks, 0)
+        checks.check_count(f"{self.name}: size", self.size)
+        checks.check_count(f"{self.name}: sinks", self.sinks, 0)
         if self.sinks >= self.size:
             reject(self.name, "sinks", self.sinks, f"smaller than size={self.size}")
         if not isinstance(self.reindex, bool):

@@ -72,6 +72,37 @@ class Plan:
 # --------------------------------------------------------------------------- checking the parameters
 
 
+ADAPTER_COPIES = 4  # fp32 words per adapter weight while training: the weight, its gradient, AdamW's two moments
+
+
+def adapter_bytes(config, k: int, rank: int, targets: list[str]) -> int:
+    """Bytes the LoRA tail of depth `k` needs while training, from the config alone: each adapted
+    projection (in -> out) gets rank x (in + out) weights (A and B), ADAPTER_COPIES fp32 words each;
+    `mlp` counts three projections (gate, up, down)."""
+    from kvutils.models.layers import kv_shape
+
+    kv_heads, head_dim = kv_shape(config)
+    width, heads = config.hidden_size, config.num_attention_heads
+    inner = getattr(config, "intermediate_size", None) or 4 * width
+    sides = {"q": width + heads * head_dim, "k": width + kv_heads * head_dim, "v": width + kv_heads * head_dim,
+             "o": heads * head_dim + width, "mlp": 3 * (width + inner)}
+    return rank * sum(sides[t] for t in targets) * k * 4 * ADAPTER_COPIES
+
+
+def check_rank_fits(config, ks: list[int], rank: int, targets: list[str], name: str) -> None:
+    """The deepest tail's adapters must fit in this machine's memory: rank too large for it is an
+    error naming `rank`, before the model loads (not an allocation failure after it)."""
+    import psutil
+
+    need, memory = adapter_bytes(config, max(ks), rank, targets), psutil.virtual_memory().total
+    if need > memory:
+        fits = max(1, rank * memory // need)
+        raise ValueError(f"rank: {rank:,} would need {need / 2**30:,.1f} GiB for the k={max(ks)} tail of {name} while "
+                         f"training (weights, gradients and AdamW's two moments of rank x (in + out) per adapted "
+                         f"projection), more than this machine's {memory / 2**30:,.1f} GiB of memory; give at most "
+                         f"rank {fits:,}")
+
+
 def model_config(name: str, resolved: models.Resolved):
     """The (text) config of a model, from its config file alone: no weights load."""
     from transformers import AutoConfig
@@ -203,10 +234,10 @@ def check_task(p: Chapter5Parameters) -> TaskData:
     if p.task == "senses":
         words = data.load_senses(p.senses_file)
         return TaskData(p.task, marker, words=split_words(words, p.train_words, p.heldout_words))
-    checks.check_int("passage_tokens", p.passage_tokens, 4)
-    checks.check_int("candidate_tokens", p.candidate_tokens, CONTINUATION_BINS)
+    checks.check_count("passage_tokens", p.passage_tokens, 4)
+    checks.check_count("candidate_tokens", p.candidate_tokens, CONTINUATION_BINS)
     for name, value in (("n_train", p.n_train), ("n_heldout", p.n_heldout)):
-        checks.check_int(name, value, 2)
+        checks.check_int(name, value, 2, checks.MAX_ITEMS, checks.ITEMS_WHY)
         if value % 2:
             raise ValueError(f"{name} must be even (each passage A is shown with its true continuation and "
                              f"with another document's passage), got {value}")
@@ -244,6 +275,7 @@ def plan(p: Chapter5Parameters) -> Plan:
         family_of(config.model_type, r.name)  # an unknown architecture fails here
         n_layers = config.num_hidden_layers
         ks = parse_k_values(p.k_values, n_layers, r.name)
+        check_rank_fits(config, ks, p.rank, target_list, r.name)
         p_k = parse_k(p.patch_k, n_layers, r.name, "patch_k")
         if p_k not in ks:
             raise ValueError(f"patch_k: {p.patch_k!r} (k={p_k}) is not one of the trained k_values {ks} of {r.name}")

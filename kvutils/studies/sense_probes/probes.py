@@ -22,41 +22,15 @@ from tqdm import tqdm
 from kvutils.core.data import Word
 from kvutils.core.hooks import bert_key_modules, capture_outputs
 from kvutils.models.loading import Loaded
-
-DISTANCES = ("cosine", "euclidean")
-DEFAULT_REPEAT_TEMPLATE = "{prefix}{continuation} The {word}"
-CONTEXT_TEMPLATE = "{prefix}{continuation}"
-REPEAT_FIELDS = ("prefix", "continuation", "word")
-
+from kvutils.studies.sense_probes.templates import (  # noqa: F401 (probes.DISTANCES, ... as before)
+    CONTEXT_TEMPLATE,
+    DEFAULT_REPEAT_TEMPLATE,
+    DISTANCES,
+    REPEAT_FIELDS,
+    check_repeat_template,
+)
 
 # --------------------------------------------------------------------------- building the inputs
-
-
-def check_repeat_template(template: str, parameter: str = "repeat_template") -> str:
-    """The template must name {prefix} (where the word first occurs) and {word} (its new position)
-    once each, and may add {continuation}; plain fields only (no !r or :spec)."""
-    if not isinstance(template, str):
-        raise ValueError(f"{parameter} must be a string, got {template!r}")
-    try:
-        parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
-    except ValueError as err:
-        raise ValueError(f"{parameter}: {template!r} is not a format string ({err})") from None
-    fields = [f for f, _, _ in parsed]
-    decorated = [f for f, spec, conv in parsed if spec or conv]
-    if decorated:
-        raise ValueError(f"{parameter}: {template!r} formats {decorated}; write plain fields such as {{word}}, "
-                         "without !conversions or :specs")
-    unknown = sorted(set(fields) - set(REPEAT_FIELDS))
-    if unknown:
-        raise ValueError(f"{parameter}: unknown field(s) {unknown} in {template!r}; "
-                         f"allowed: {{prefix}}, {{continuation}}, {{word}}")
-    if fields.count("word") != 1:
-        raise ValueError(f"{parameter}: {template!r} must contain {{word}} exactly once (the word's "
-                         f"new position), e.g. {DEFAULT_REPEAT_TEMPLATE!r}")
-    if fields.count("prefix") != 1:
-        raise ValueError(f"{parameter}: {template!r} must contain {{prefix}} exactly once (where the word "
-                         f"first occurs, whose cached state the probe reads), e.g. {DEFAULT_REPEAT_TEMPLATE!r}")
-    return template
 
 
 def _render(template: str, values: dict[str, str]) -> tuple[str, dict[str, tuple[int, int]]]:
