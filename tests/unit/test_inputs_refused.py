@@ -64,6 +64,14 @@ def bad_inputs(tmp_path_factory):
                                        ["--model", "vocab_size 100", "token ids up to 299"]),
         "prefill past the model": ([*accept, "--docs", "pydoc", "--op", "exact", "--prefill", "100000000"],
                                    ["--prefill must be between 1 and"]),
+        "passkey: depth 0": ([*accept, "--task", "passkey", "--op", "exact", "--depths", "0,0.5", "--context", "256"],
+                             ["--depths", "outside (0, 1)"]),
+        "passkey: context past the model": ([*accept, "--task", "passkey", "--op", "exact", "--context", "4096"],
+                                            ["--context", "longer than tiny-llama handles"]),
+        "passkey: haystack missing": ([*accept, "--task", "passkey", "--op", "exact", "--haystack", str(tmp / "none"), "--context", "256"],
+                                      ["--haystack", "does not exist"]),
+        "passkey: distractors for the pass key": ([*accept, "--task", "passkey", "--op", "exact", "--haystack", "filler",
+                                                   "--distractors", "2", "--context", "256"], ["--distractors", "pass key has one needle"]),
         "chapters: misspelt parameter": (["kvutils.chapters", "03", "-p", "distanse", "cosine", "--no-pages",
                                           "--results-dir", str(tmp / "res")], ["distanse", "did you mean distance?"]),
         "chapters: rank": (["kvutils.chapters", "05", "-p", "rank", "100000000", "--no-pages", "--results-dir",
@@ -95,6 +103,8 @@ def _mismatched_model(folder):
 
 CASES = ["docs missing", "unknown op", "misspelt flag", "23-digit window", "65-bit seed", "; in one --op",
          "--out in a link loop", "--docs a link loop", "tokenizer of another model", "prefill past the model",
+         "passkey: depth 0", "passkey: context past the model", "passkey: haystack missing",
+         "passkey: distractors for the pass key",
          "chapters: misspelt parameter", "chapters: rank", "chapters: seed", "bench: repeats", "bench: misspelt flag",
          "results_diff: no folder", "browser_check: no folder"]
 
