@@ -11,10 +11,11 @@ regimes, which differ in what the operation compresses:
 The answer is scored by the teacher-forced scorer's own paths (`kvutils.cache.scoring`): the fast
 path (one forward) where the operation has one, the batched step path for decode-time policies and
 transformers' cache objects. Per prompt and operation:
-- `correct`: every answer token is the argmax after the tokens before it. Greedy decoding reads the
-  same cache as teacher forcing for as long as the tokens agree, so this is greedy decoding writing
-  the key exactly (its first len(answer) tokens), found without decoding;
-- `key_logprob`: the log-probability of the key's tokens (the answer), summed, in nats.
+- `correct`: every token of the key is the argmax after the tokens before it, the answer's leading
+  separator (a space; the model may prefer a quote) given. Greedy decoding reads the same cache as
+  teacher forcing for as long as the tokens agree, so this is greedy decoding writing the key
+  exactly once the separator is written, found without decoding;
+- `key_logprob`: the log-probability of the key's tokens (after the separator), summed, in nats.
 Presses and decode-time policies decide from what the prefill saw layer by layer, every method and
 both regimes from one computation of each layer's attention weights (`prefilled.Remembered`).
 """
@@ -48,11 +49,14 @@ def prefill_length(prompt: Prompt, regime: str) -> int:
 
 
 def answer_record(logits: torch.Tensor, prompt: Prompt) -> dict:
-    """`correct` and `key_logprob` from the logits (A, vocab) that predict the answer's A tokens."""
-    target = torch.tensor(prompt.ids[prompt.answer:])  # (A,)
+    """`correct` and `key_logprob` from the logits (A, vocab) that predict the answer's A tokens:
+    the key's tokens after the first, the separator (a space) the answer starts with, which the
+    model may write otherwise (a quote) without missing the key."""
+    target = torch.tensor(prompt.ids[prompt.answer + prompt.key_from:])  # (A - key_from,) the key's digits
     logp = logits[-len(target):].double().log_softmax(-1)
-    return {"depth": prompt.depth, "context": prompt.context, "correct": bool((logp.argmax(-1) == target.to(logp.device)).all()),
-            "key_logprob": float(logp.gather(-1, target[:, None].to(logp.device)).sum())}
+    target = target.to(logp.device)
+    return {"depth": prompt.depth, "context": prompt.context, "correct": bool((logp.argmax(-1) == target).all()),
+            "key_logprob": float(logp.gather(-1, target[:, None]).sum())}
 
 
 def _is_policy(op) -> bool:

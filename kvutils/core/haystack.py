@@ -60,6 +60,7 @@ class Prompt:
     word: str | None  # the magic needle's word (None for the pass key)
     haystack: str
     documents: tuple[str, ...] = field(default=())  # the corpus documents the haystack is cut from
+    key_from: int = 0  # answer tokens before the key's digits: the separator (a space) where it is a token of its own
 
     @property
     def answer_length(self) -> int:
@@ -165,6 +166,8 @@ def build_prompt(tokenizer, hay: Haystack, context: int, depth: float, needle: s
     bos = tokenizer("", add_special_tokens=True).input_ids  # the BOS token where the model has one
     needles = [encode(_needle_text(needle, k, w)) for k, w in zip(keys, words)]
     question, answer = encode(_question_text(needle, words[0])), encode(" " + keys[0])
+    space = encode(" ")
+    key_from = len(space) if space and answer[:len(space)] == space and len(answer) > len(space) else 0
     fill = context - len(bos) - sum(map(len, needles)) - len(question) - len(answer)
     if fill < 8 * (1 + distractors):
         raise ValueError(f"context: {context} tokens leave {fill} for the haystack around the needle "
@@ -192,7 +195,7 @@ def build_prompt(tokenizer, hay: Haystack, context: int, depth: float, needle: s
     a = len(ids)
     ids += answer
     assert len(ids) == context, (len(ids), context)
-    return Prompt(tuple(ids), q, a, span, depth, context, keys[0], words[0], hay.name, documents)
+    return Prompt(tuple(ids), q, a, span, depth, context, keys[0], words[0], hay.name, documents, key_from)
 
 
 def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[float], n_prompts: int,

@@ -97,7 +97,7 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
     contexts = sorted({p.context for p in prompts})
     gate = {str(c): _accuracy([r for r in exact if r["context"] == c]) >= GATE for c in contexts}
     judged = [i for i, p in enumerate(prompts) if gate[str(p.context)]]
-    specs = list(dict.fromkeys(s for c, labels in labels_by_context.items() if gate[str(c)] for s in labels.values()))
+    specs = list(dict.fromkeys(s for c, labels in labels_by_context.items() if gate.get(str(c)) for s in labels.values()))
     run = score_retrieval(loaded, specs, [prompts[i] for i in judged], REGIMES, progress) if judged else \
         {"exact": [], "ops": {}, "refused": {}, "seconds": {}, "exact_seconds": 0.0}
     rerun = [exact[i]["correct"] != r["correct"] for i, r in zip(judged, run["exact"])]
