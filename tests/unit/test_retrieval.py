@@ -195,3 +195,29 @@ def test_kl_ranking_agreement_is_computed_with_its_interval():
     k = study.kl_vs_retrieval(frontier, results)["levels"]["0.5"]
     assert k["tau"] == pytest.approx(-1.0) and k["predicts"] and k["ci95"][1] < 0
     assert k["n_documents"] == 8 and k["n_prompts"] == 40
+
+
+def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
+    """With the gate lowered (a tiny random model retrieves nothing), every part of the page is
+    drawn from a real run: the chart names both models' panels, the tables hold every method, and
+    the glued sentences carry n and the interval or say that nothing separates."""
+    from kvutils.report import common
+    from kvutils.report import retrieval as page
+
+    monkeypatch.setattr(study, "GATE", 0.0)
+    numbers = {"retrieval": {}}
+    for family in ("tiny-llama", "tiny-gemma3"):
+        loaded = load_cached(family, "float32")
+        prompts = {"pydoc": _prompts(loaded, contexts=(160,), n=3), "filler": _prompts(loaded, "filler", contexts=(160,), n=3)}
+        numbers["retrieval"][family] = study.run_model(loaded, prompts, None, progress=False)
+    result = numbers["retrieval"]["tiny-llama"]["pydoc"]
+    assert set(result["ops"]) == set(study.method_specs(_prompts(load_cached("tiny-llama", "float32"), n=1)[0],
+                                                        load_cached("tiny-llama", "float32").config))
+    fig = page.plot_retrieval(numbers["retrieval"])
+    assert common.illegible_text(fig) == [] and "tiny-gemma3" in fig._suptitle.get_text()
+    assert len(page.depth_table(numbers["retrieval"])) == 2 * 2 * len(result["ops"])
+    assert len(page.exact_table(numbers["retrieval"])) == 4
+    glue = page.retrieval_glue(numbers)
+    assert "n = 3 prompts" in glue["retrieval"] and "question after compression" in glue["retrieval"]
+    assert "the frontier was not run" in glue["retrieval_kl"]
+    assert "kvpress" in glue["retrieval_kvpress"]
