@@ -5,11 +5,15 @@ predicts the retrieval ranking (every verdict computed in
 `kvutils.studies.cache_approximations.retrieval` through `kvutils.core.compare`)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
+from kvutils.cache.registry import parse_op
 from kvutils.core import compare
 from kvutils.report.common import page_table, styled
 from kvutils.report.frontier import COLOURS, SPARE_COLOURS
+from kvutils.report.frontier import label as frontier_label
 
 REGIME_MARKERS = {"agnostic": "o", "aware": "^"}
 REGIME_WORDS = {"agnostic": "question after compression", "aware": "question in the compressed prefill"}
@@ -18,6 +22,17 @@ NOT_HAYSTACKS = ("kl_vs_retrieval",)
 
 def haystacks(model_result: dict) -> dict:
     return {k: v for k, v in model_result.items() if k not in NOT_HAYSTACKS}
+
+
+def short(label: str) -> str:
+    """A method's label as the page shows it: "snapkv@0.5" as it is, a precision spec by name and
+    bits ("kivi 4-bit", "naive 8-bit", "bfloat16")."""
+    if "@" in label:
+        return label
+    op = parse_op(label)
+    if op.name == "quantize_naive":
+        return f"naive {op.bits}-bit"
+    return frontier_label(label)
 
 
 def method_of(label: str) -> str:
@@ -117,14 +132,14 @@ def depth_table(retrieval: dict):
         for hay, r in haystacks(result).items():
             full = _exact_bytes(r)
             for label, entry in r["ops"].items():
-                row = {"model, haystack": f"{model}, {hay}", "method": label,
+                row = {"model, haystack": f"{model}, {hay}", "method": short(label),
                        "held %": f"{100 * entry['agnostic']['mean_held_bytes'] / full:.0f}"}
-                for regime, short in (("agnostic", "after"), ("aware", "with")):
+                for regime, when in (("agnostic", "after"), ("aware", "with")):
                     per = {}
                     for x in entry[regime]["per_prompt"]:
                         per.setdefault(x["depth"], []).append(x["correct"])
                     for d in sorted(per):
-                        row[f"{short} q., {d:g}"] = f"{100 * sum(per[d]) / len(per[d]):.0f}"
+                        row[f"{when} q., {d:g}"] = f"{100 * sum(per[d]) / len(per[d]):.0f}"
                 rows.append(row)
     return page_table(pd.DataFrame(rows).fillna(""))
 
@@ -145,9 +160,15 @@ def kept_and_lost(r: dict, regime: str) -> tuple[list[str], list[str], int]:
     the paired test puts below it, in one regime; and n."""
     vs_exact = [(v, p) for v, p in zip([v for v in r["verdicts"] if v["against"] == "exact" and v["metric"] == "correct"],
                                        _verdicts(r, "exact")) if v["regime"] == regime]
-    kept = [p.a for _, p in vs_exact if not p.separated]
-    lost = [p.a for _, p in vs_exact if p.verdict == compare.A_LOWER]
+    kept = [short(p.a) for _, p in vs_exact if not p.separated]
+    lost = [short(p.a) for _, p in vs_exact if p.verdict == compare.A_LOWER]
     return kept, lost, (vs_exact[0][1].n if vs_exact else 0)
+
+
+def _short_regime(name: str) -> str:
+    """"<label> aware" -> "<short label> with the question"."""
+    label, regime = name.rsplit(" ", 1)
+    return f"{short(label)} {'with the question' if regime == 'aware' else 'before the question'}"
 
 
 def model_findings(model: str, result: dict) -> list[str]:
@@ -172,7 +193,8 @@ def model_findings(model: str, result: dict) -> list[str]:
             kept, lost, n = kept_and_lost(r, regime)
             text += (f". With the {REGIME_WORDS[regime]}, at n = {n} prompts, no detectable loss against the exact cache: "
                      f"{_names(kept)}; fewer keys retrieved: {_names(lost)}")
-        regime_diffs = [p for p in _verdicts(r, "regime") if p.separated]
+        regime_diffs = [dataclasses.replace(p, a=_short_regime(p.a), b=_short_regime(p.b))
+                        for p in _verdicts(r, "regime") if p.separated]
         if regime_diffs:
             text += ". Where the regime changes the outcome: " + "; ".join(
                 p.sentence(lower_is_better=False, metric="keys retrieved") for p in regime_diffs)
