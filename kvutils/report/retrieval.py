@@ -60,7 +60,7 @@ def retrieval_points(retrieval: dict) -> pd.DataFrame:
                     rows.append({"model": model, "haystack": hay, "method": method_of(label), "label": label,
                                  "regime": regime, "held % of exact": 100 * e["mean_held_bytes"] / full,
                                  "accuracy %": 100 * e["accuracy"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["model", "haystack", "method", "label", "regime", "held % of exact", "accuracy %"])
 
 
 @styled
@@ -89,6 +89,9 @@ def plot_retrieval(retrieval: dict):
         for _, p in sub.iterrows():
             ax.plot(p["held % of exact"], p["accuracy %"], marker=REGIME_MARKERS[p["regime"]], color=colours[p["method"]],
                     ms=6, mec="white", mew=0.5, lw=0, alpha=0.85)
+        if sub.empty:
+            ax.text(0.5, 0.5, "no method judged:\nthe exact cache is below the 80 % gate", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=10)
         ax.set_title(f"{model}, {hay}", fontsize=11)
         ax.set_xlabel("bytes held after the prefill (% of exact)")
         ax.set_ylabel("keys retrieved (%)")

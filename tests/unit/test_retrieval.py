@@ -6,6 +6,7 @@ what each method computes alone, and the gate and the rank agreement are compute
 import dataclasses
 import random
 
+import matplotlib.text
 import numpy as np
 import pytest
 import torch
@@ -159,8 +160,20 @@ def test_a_model_below_the_gate_is_not_judged():
     prompts = _prompts(loaded, contexts=(160, 192))
     labels = {c: study.method_specs(next(p for p in prompts if p.context == c), loaded.config) for c in (160, 192)}
     result = study.score_haystack(loaded, prompts, labels, progress=False)
-    assert result["gate"] == {"160": False, "192": False} and result["ops"] == {}
+    assert result["gate"] == {"160": False} and result["not_run"] == {"192": 160} and result["ops"] == {}
+    assert len(result["exact"]["per_prompt"]) == 3  # the longer context is not run after a failure
     assert study.verdicts(result) == []
+    from kvutils.report import common
+    from kvutils.report import retrieval as page
+
+    result["verdicts"] = []
+    numbers = {"retrieval": {"tiny-llama": {"pydoc": result, "kl_vs_retrieval": study.kl_vs_retrieval(None, {})}}}
+    fig = page.plot_retrieval(numbers["retrieval"])
+    assert common.illegible_text(fig) == []
+    assert "below the 80 % gate" in " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+    assert page.depth_table(numbers["retrieval"]).empty
+    assert list(page.exact_table(numbers["retrieval"])["all"]) == ["0 %", "not run"]
+    assert "cannot do this task" in page.retrieval_glue(numbers)["retrieval"]
 
 
 def test_verdicts_pair_each_method_with_the_exact_cache_and_its_baselines():
