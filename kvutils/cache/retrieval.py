@@ -104,10 +104,12 @@ class _Scores:
 
 @torch.inference_mode()
 def score_retrieval(loaded: Loaded, ops, prompts: list[Prompt], regimes: tuple[str, ...] = REGIMES,
-                    progress: bool = True) -> dict:
+                    progress: bool = True, give_up=None) -> dict:
     """Every operation on every prompt in each regime. Returns {"exact": [record per prompt],
     "ops": {spec: {regime: {"per_prompt": [...], "held_bytes": [...]}}}, "seconds": {spec: s},
-    "exact_seconds", "refused": {spec: why}} (a record: depth, context, correct, key_logprob)."""
+    "exact_seconds", "refused": {spec: why}, "gave_up": bool} (a record: depth, context, correct,
+    key_logprob). `give_up(exact records so far)` True: the operations are not scored on the
+    prompts left (only the exact cache is), and "gave_up" says so."""
     ops = parse_ops(ops)
     refused = {op.spec: why for op in ops if hasattr(op, "make_cache") and (why := refusal(loaded.config, op))}
     scored = [op for op in ops if op.spec not in refused]
@@ -115,17 +117,19 @@ def score_retrieval(loaded: Loaded, ops, prompts: list[Prompt], regimes: tuple[s
         op.check_model(loaded.config)
     deciders = [op for op in scored if op.needs_views]
     scores = _Scores(scored, regimes, len(prompts))
-    exact, exact_seconds = [], 0.0
+    exact, exact_seconds, gave_up = [], 0.0, False
     with tqdm(total=len(prompts), desc=f"retrieval {loaded.name}", disable=not progress, unit="prompt") as bar:
         for group in range(0, len(prompts), STEP_BATCH):
             pending: dict[tuple[str, str], list] = {}
             for p in range(group, min(group + STEP_BATCH, len(prompts))):
+                gave_up = gave_up or (give_up is not None and give_up(exact))
                 t0 = time.perf_counter()
-                exact.append(_score_prompt(loaded, scored, deciders, prompts[p], p, regimes, scores, pending))
+                exact.append(_score_prompt(loaded, [] if gave_up else scored, [] if gave_up else deciders, prompts[p], p,
+                                           regimes, scores, pending))
                 exact_seconds += time.perf_counter() - t0
                 bar.update()
             _score_pending(loaded, scored, prompts, pending, scores)
-    return {"exact": exact, "exact_seconds": round(exact_seconds, 3), "refused": refused,
+    return {"exact": exact, "exact_seconds": round(exact_seconds, 3), "refused": refused, "gave_up": gave_up,
             "seconds": {k: round(v, 3) for k, v in scores.seconds.items()},
             "ops": {op.spec: {r: {"per_prompt": scores.records[op.spec][r], "held_bytes": scores.held[op.spec][r]}
                               for r in regimes} for op in scored}}

@@ -76,45 +76,47 @@ def by_depth(records: list[dict]) -> dict:
 
 def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, dict[str, str]],
                    progress: bool = True) -> dict:
-    """The exact cache first, context by context from the shortest (the gate), then every method on
-    the prompts of the contexts that pass it, in both regimes, its records under the method's
-    label. A context below the gate costs only its exact prefills: no method is scored where none
-    could be judged; and the longer contexts are not run at all (retrieval over a longer haystack is
-    not expected to be easier; the page names what was not run and why)."""
-    exact, kept, not_run, failed_at, exact_seconds = [], [], {}, None, 0.0
+    """Context by context from the shortest: the exact cache and every method on each prompt (one
+    prefill), in both regimes, each method's records under its label; then the gate. Once a
+    context's exact misses are too many for the gate, its methods are no longer scored (no method
+    is judged where the exact cache fails), and the longer contexts are not run at all (retrieval
+    over a longer haystack is not expected to be easier; the page names what was not run)."""
+    exact, kept, not_run, failed_at = [], [], {}, None
+    ops, refused, seconds = {}, {}, {"exact_and_methods": 0.0, "per_op": {}}
     for context in sorted({p.context for p in prompts}):
         at = [p for p in prompts if p.context == context]
         if failed_at is not None:
             not_run[str(context)] = failed_at
             continue
-        exact_run = score_retrieval(loaded, [], at, REGIMES, progress)
-        exact += exact_run["exact"]
+        allowed = int((1 - GATE) * len(at) + 1e-9)  # misses the gate tolerates
+
+        def hopeless(records, allowed=allowed):
+            return sum(not r["correct"] for r in records) > allowed
+        run = score_retrieval(loaded, list(labels_by_context[context].values()), at, REGIMES, progress, hopeless)
+        exact += run["exact"]
         kept += at
-        exact_seconds += exact_run["exact_seconds"]
-        if _accuracy(exact_run["exact"]) < GATE:
+        refused.update(run["refused"])
+        seconds["exact_and_methods"] += run["exact_seconds"]
+        for spec, s in run["seconds"].items():
+            seconds["per_op"][spec] = seconds["per_op"].get(spec, 0.0) + s
+        if _accuracy(run["exact"]) < GATE:
             failed_at = context
-    prompts = kept
-    contexts = sorted({p.context for p in prompts})
-    gate = {str(c): _accuracy([r for r in exact if r["context"] == c]) >= GATE for c in contexts}
-    judged = [i for i, p in enumerate(prompts) if gate[str(p.context)]]
-    specs = list(dict.fromkeys(s for c, labels in labels_by_context.items() if gate.get(str(c)) for s in labels.values()))
-    run = score_retrieval(loaded, specs, [prompts[i] for i in judged], REGIMES, progress) if judged else \
-        {"exact": [], "ops": {}, "refused": {}, "seconds": {}, "exact_seconds": 0.0}
-    rerun = [exact[i]["correct"] != r["correct"] for i, r in zip(judged, run["exact"])]
-    ops = {}
-    for context, labels in labels_by_context.items():
-        rows = [j for j, i in enumerate(judged) if prompts[i].context == context]  # into the judged prompts
-        for label, spec in labels.items():
-            if spec not in run["ops"] or not rows:
+            continue
+        offset = len(kept) - len(at)
+        for label, spec in labels_by_context[context].items():
+            if spec not in run["ops"]:
                 continue
             entry = ops.setdefault(label, {"specs": {}, "level": level_of(label), "family": parse_op(spec).family})
             entry["specs"][str(context)] = spec
             for regime in REGIMES:
                 got = run["ops"][spec][regime]
                 r = entry.setdefault(regime, {"per_prompt": [], "held_bytes": [], "prompts": []})
-                r["per_prompt"] += [got["per_prompt"][j] for j in rows]
-                r["held_bytes"] += [got["held_bytes"][j] for j in rows]
-                r["prompts"] += [judged[j] for j in rows]
+                r["per_prompt"] += got["per_prompt"]
+                r["held_bytes"] += got["held_bytes"]
+                r["prompts"] += list(range(offset, offset + len(at)))
+    prompts = kept
+    contexts = sorted({p.context for p in prompts})
+    gate = {str(c): _accuracy([r for r in exact if r["context"] == c]) >= GATE for c in contexts}
     for entry in ops.values():
         for regime in REGIMES:
             r = entry[regime]
@@ -125,11 +127,9 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
     full = float(np.mean([cache_bytes(loaded.config, Exact(), prefill_length(p, "agnostic"), loaded.dtype)
                           for p in prompts]))
     return {"exact": {"per_prompt": exact, "accuracy": _accuracy(exact), "by_depth": by_depth(exact),
-                      "held_bytes": full, "rerun_disagreements": int(sum(rerun))},
+                      "held_bytes": full},
             "gate": gate, "contexts": contexts, "not_run": not_run, "prompts": [p.record() for p in prompts], "ops": ops,
-            "refused": run["refused"],
-            "seconds": {"exact": exact_seconds, "exact_and_fast": run["exact_seconds"],
-                        "per_op": run["seconds"]}}
+            "refused": refused, "seconds": seconds}
 
 
 def verdicts(result: dict) -> list[dict]:
