@@ -168,6 +168,12 @@ def kept_and_lost(r: dict, regime: str) -> tuple[list[str], list[str], int]:
     return kept, lost, (vs_exact[0][1].n if vs_exact else 0)
 
 
+def _exact_at(r: dict, context: int) -> str:
+    """"22 of 24 (92 %) at 1024 tokens": the exact cache's keys retrieved at one context."""
+    rec = [x["correct"] for x in r["exact"]["per_prompt"] if x["context"] == context]
+    return f"{sum(rec)} of {len(rec)} ({_pct(sum(rec) / len(rec))}) at {context} tokens"
+
+
 def _short_regime(name: str) -> str:
     """"<label> aware" -> "<short label> with the question"."""
     label, regime = name.rsplit(" ", 1)
@@ -178,10 +184,7 @@ def model_findings(model: str, result: dict) -> list[str]:
     out = []
     for hay, r in haystacks(result).items():
         judged = [c for c, ok in r["gate"].items() if ok]
-        exact = ", ".join(f"{_pct(a)} at {c} tokens" for c, a in
-                          ((c, sum(x["correct"] for x in r["exact"]["per_prompt"] if str(x["context"]) == c)
-                            / max(1, sum(str(x["context"]) == c for x in r["exact"]["per_prompt"])))
-                           for c in map(str, r["contexts"])))
+        exact = ", ".join(_exact_at(r, c) for c in r["contexts"])
         longer = (f"; the longer {' and '.join(r['not_run'])}-token prompts were not run"
                   if r.get("not_run") else "")
         if not judged:
