@@ -48,7 +48,19 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     gemma_ties = {(t["a"].split(":")[0], t["b"] and t["b"].split(":")[0]) for t in frontier["tiny-gemma3"]["construction_ties"]}
     assert (("adakv", "snapkv") in gemma_ties) == (frontier["tiny-gemma3"]["kv_heads"] == 1)
     assert llama["random:compression_ratio=0.5,seed=0"]["cache_bytes"] == frontier["tiny-llama"]["exact_cache_bytes"] / 2
-    for figure in ("04_decode_step", "04_bytes_per_token", "04_approximations", "04_blend_sweep", "04_frontier"):
+    # long-range retrieval: a tiny random model retrieves nothing, so each (model, haystack) stops at the
+    # gate of its shortest context, with its exact records, and no method is judged
+    retrieval = numbers["retrieval"]
+    assert set(retrieval) == {"tiny-llama", "tiny-gemma3"}
+    for model in retrieval.values():
+        assert set(model) == {"pydoc", "filler", "kl_vs_retrieval"}
+        for hay in ("pydoc", "filler"):
+            r = model[hay]
+            assert r["gate"] == {"128": False} and r["not_run"] == {"160": 128} and r["ops"] == {}
+            assert len(r["exact"]["per_prompt"]) == 3 and r["verdicts"] == []
+            assert {"depth", "context", "correct", "key_logprob"} <= set(r["exact"]["per_prompt"][0])
+    for figure in ("04_decode_step", "04_bytes_per_token", "04_approximations", "04_blend_sweep", "04_frontier",
+                   "04_retrieval"):
         assert (root / "results" / "figures" / f"{figure}.png").stat().st_size > 10_000
     # Table 2 gains the frontier's methods as rows, saying on how many documents; its own rows keep their numbers
     table = report_costs.approximations_table(numbers["table2"], frontier)
