@@ -269,4 +269,9 @@ def retrieval_setup(numbers: dict) -> str:
             needle = "RULER's magic number" if r["prompts"] and r["prompts"][0]["word"] else "the pass key"
             parts.append(f"{model}, {hay} ({needle}): {n} prompts over contexts "
                          f"{', '.join(map(str, r['contexts']))} tokens and {len(r['ops'])} methods in 2 regimes")
-    return "; ".join(parts) + "." if parts else "not run."
+    if not parts:
+        return "not run."
+    judged = sorted({lab for res in retrieval.values() for hay in haystacks(res).values() for lab in hay["ops"]},
+                    key=lambda lab: (lab.split("@")[-1] if "@" in lab else "", lab))
+    methods = f" The methods: {', '.join(short(lab) for lab in judged)}." if judged else ""
+    return "; ".join(parts) + "." + methods

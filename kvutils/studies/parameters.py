@@ -302,7 +302,7 @@ class Chapter4Parameters(Declared):
                                           meaning="retrieval prompt lengths (tokens)",
                                           allowed="integers ≥ 128 separated by commas, within the model's context",
                                           check=integers)
-    retrieval_prompts: int = param(24, "real-text questions per context (depths taken in turn)",
+    retrieval_prompts: int = param(12, "real-text questions per context (depths taken in turn)",
                                    meaning="real-text questions per context", allowed="≥ 1", check=at_least(1))
     filler_prompts: int = param(6, "pass-key questions per context in the repeated filler (the easy control; 0: none)",
                                 meaning="pass-key questions per context in the filler (0: none)", allowed="≥ 0",
