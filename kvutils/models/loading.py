@@ -208,4 +208,9 @@ def _build_tiny(tiny: Tiny, attn_implementation: str | None) -> Loaded:
     with torch.random.fork_rng():
         torch.manual_seed(TINY_SEED)
         model = auto.from_config(config, dtype=torch.float32)
+        if tiny.bias_std:
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    if name.endswith(".bias"):
+                        param.normal_(0.0, tiny.bias_std)
     return Loaded(model, tokenizer, tiny.key, tiny.family, torch.float32, f"random-seed-{TINY_SEED}")
