@@ -260,8 +260,9 @@ class Chapter5Parameters(Declared):
     NOTEBOOK = "05_qwen3_switch"
     EXAMPLE = "-p models Qwen/Qwen3-0.6B"
 
-    models: str = param("smollm2-135m,gemma3-270m", "causal models: registry keys, Hugging Face ids (e.g. Qwen/Qwen3-0.6B "
-                        "where its weights exist) or local paths", meaning="causal models",
+    models: str = param("qwen2.5-0.5b,smollm2-135m", "causal models: registry keys (qwen2.5-0.5b is the chapter's Qwen), "
+                        "Hugging Face ids (e.g. Qwen/Qwen3-0.6B where its weights exist) or local paths",
+                        meaning="causal models (`qwen2.5-0.5b`: the chapter's Qwen, a Qwen2)",
                         allowed="registry keys, hub ids (`Qwen/Qwen3-0.6B` where its weights exist), local dirs")
     task: str = param("continuation", '"continuation" (does passage B continue passage A?) or "senses" (name the sense of '
                       "an ambiguous word)", meaning="what the adapters learn after the marker",
@@ -275,11 +276,12 @@ class Chapter5Parameters(Declared):
     alpha: float = param(16, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=positive_number)
     targets: str = param("q,k,v,o,mlp", "projections each adapted layer gets: any of q, k, v, o, mlp",
                          meaning="projections adapted", allowed="any of `q`, `k`, `v`, `o`, `mlp`")
-    steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs",
+    steps: str | int = param("96,qwen2.5-0.5b:40", "AdamW steps per adapter: one number, or a default then model:steps "
+                             "pairs (fewer for the Qwen, whose steps cost several of SmolLM2's)",
                              meaning="AdamW training (the seed also draws the examples)",
                              allowed="`steps`, `lr`: one number, or a default then `model:value` pairs")
-    lr: str | float = param("0.003,gemma3-270m:0.001", "AdamW learning rate: one number, or a default then model:rate "
-                            "pairs (Gemma 3 diverges at 0.003)", row="steps")
+    lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.002", "AdamW learning rate: one number, or a default "
+                            "then model:rate pairs (Gemma 3 diverges at 0.003)", row="steps")
     batch_size: int = param(16, "training examples per step", row="steps", check=at_least(1))
     train_dtype: str = param("auto", 'training precision: "auto" (bfloat16 autocast where the device multiplies bfloat16 '
                              'natively, else float32), "float32" or "bfloat16"',
