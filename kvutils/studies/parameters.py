@@ -276,12 +276,12 @@ class Chapter5Parameters(Declared):
     alpha: float = param(16, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=positive_number)
     targets: str = param("q,k,v,o,mlp", "projections each adapted layer gets: any of q, k, v, o, mlp",
                          meaning="projections adapted", allowed="any of `q`, `k`, `v`, `o`, `mlp`")
-    steps: str | int = param("96,qwen2.5-0.5b:40", "AdamW steps per adapter: one number, or a default then model:steps "
+    steps: str | int = param("96,qwen2.5-0.5b:24", "AdamW steps per adapter: one number, or a default then model:steps "
                              "pairs (fewer for the Qwen, whose steps cost several of SmolLM2's)",
                              meaning="AdamW training (the seed also draws the examples)",
                              allowed="`steps`, `lr`: one number, or a default then `model:value` pairs")
-    lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.002", "AdamW learning rate: one number, or a default "
-                            "then model:rate pairs (Gemma 3 diverges at 0.003)", row="steps")
+    lr: str | float = param("0.003,gemma3-270m:0.001", "AdamW learning rate: one number, or a default then model:rate "
+                            "pairs (Gemma 3 diverges at 0.003)", row="steps")
     batch_size: int = param(16, "training examples per step", row="steps", check=at_least(1))
     train_dtype: str = param("auto", 'training precision: "auto" (bfloat16 autocast where the device multiplies bfloat16 '
                              'natively, else float32), "float32" or "bfloat16"',
@@ -323,7 +323,7 @@ class Chapter5Parameters(Declared):
                                        "unpatched adapter answers right); columns of the map",
                                allowed="one of `k_values`; ≥ 1 (at most the pairs the task gives: half the held-out "
                                        "examples for `continuation`); 1…L")
-    patch_pairs: int = param(32, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
+    patch_pairs: int = param(16, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
                              "right)", row="patch_k", check=at_least(1))
     patch_layer_groups: int = param(6, "columns of the patching map: the layers in this many contiguous groups",
                                     row="patch_k", check=at_least(1))
