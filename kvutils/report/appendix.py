@@ -56,7 +56,7 @@ def qwen_left_out(runs: dict, model: str = CHAPTER5_QWEN) -> tuple[pd.DataFrame,
     def w(name: str) -> int:
         counts.setdefault(name, per_token_weights(name))
         return counts[name]["layers"] + counts[name]["head"]
-    share_col = f"{model}'s FLOPs per token ÷ theirs together"
+    share_col = "FLOPs per token: the Qwen's ÷ theirs"
     rows, extra = [], {}
     for chapter in WITHOUT_QWEN:
         run = runs.get(chapter)
@@ -65,11 +65,11 @@ def qwen_left_out(runs: dict, model: str = CHAPTER5_QWEN) -> tuple[pd.DataFrame,
             continue
         share = w(model) / sum(w(n) for n in names)
         extra[chapter] = run["wall_time_s"] * share
-        rows.append({"chapter": chapter, "its models": ", ".join(names),
+        rows.append({"chapter": chapter, "models": ", ".join(names),
                      "wall time (min)": fmt(run["wall_time_s"] / 60, 3), share_col: fmt(share, 3),
-                     "estimated extra time (min)": fmt(extra[chapter] / 60, 3)})
-    table = pd.DataFrame(rows, columns=["chapter", "its models", "wall time (min)", share_col,
-                                        "estimated extra time (min)"]).set_index("chapter")
+                     "with the Qwen: estimated extra (min)": fmt(extra[chapter] / 60, 3)})
+    table = pd.DataFrame(rows, columns=["chapter", "models", "wall time (min)", share_col,
+                                        "with the Qwen: estimated extra (min)"]).set_index("chapter")
     if not extra:
         return table, {"qwen_left_out": f"every chapter that could run {model} ran it"}
     fp64_gb = w(model) and counts[model]["parameters"] * 8 / 1e9

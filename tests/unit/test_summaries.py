@@ -293,7 +293,7 @@ def test_what_the_chapters_qwen_would_cost_where_it_did_not_run_is_computed():
     qwen, smol = (sum(per_token_weights(n)[k] for k in ("layers", "head")) for n in ("qwen2.5-0.5b", "smollm2-135m"))
     assert 3.5 < qwen / smol < 3.8  # the design's "about 3.7x SmolLM2's FLOPs per token"
     extra_min = 600.0 * qwen / smol / 60
-    assert table.loc["01_cache_exactness", "estimated extra time (min)"] == f"{extra_min:.3g}"
+    assert table.loc["01_cache_exactness", "with the Qwen: estimated extra (min)"] == f"{extra_min:.3g}"
     assert glue["qwen_left_out"].startswith(f"qwen2.5-0.5b is left out of 01_cache_exactness: adding it would take "
                                             f"an estimated {extra_min:.3g} more minutes")
     assert "GB for its weights in fp64" in glue["qwen_left_out"]
