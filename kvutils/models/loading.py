@@ -208,4 +208,31 @@ def _build_tiny(tiny: Tiny, attn_implementation: str | None) -> Loaded:
     with torch.random.fork_rng():
         torch.manual_seed(TINY_SEED)
         model = auto.from_config(config, dtype=torch.float32)
+        if tiny.bias_std:
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    if name.endswith(".bias"):
+                        param.normal_(0.0, tiny.bias_std)
     return Loaded(model, tokenizer, tiny.key, tiny.family, torch.float32, f"random-seed-{TINY_SEED}")
+
+
+def per_token_weights(name: str) -> dict[str, int]:
+    """{"layers": weights of the decoder layers' linear maps, "head": weights of the output head,
+    "parameters": every parameter}: 2 × (layers + head) is a forward pass's FLOPs per token, beside
+    attention. Counted on a skeleton built from the model's config on the meta device: no weights
+    are read."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    resolved = resolve(name)
+    if resolved.kind == "tiny":
+        vocab = len(load_tokenizer(TINY[name].tokenizer_from))  # as _build_tiny sizes it
+        config = AutoConfig.for_model(TINY[name].model_type, vocab_size=vocab, **TINY[name].config)
+    else:
+        path = converted_dir(name) if resolved.kind == "embedded" else resolved.path
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    layers = sum(m.weight.numel() for module_name, m in model.named_modules()
+                 if isinstance(m, torch.nn.Linear) and ".layers." in f".{module_name}.")
+    return {"layers": layers, "head": model.get_output_embeddings().weight.numel(),
+            "parameters": sum(p.numel() for p in model.parameters())}

@@ -25,6 +25,10 @@ ARTICLE_MODELS = {
     "05": {"models": "Qwen/Qwen3-0.6B"},
 }
 BOOK_TARGET_S = 30 * 60
+# chapter 5's default Qwen, and the chapters that run without it (make book's 40 minutes on 2 cores
+# leave no room for it there): what adding it would cost is estimated from their own runs
+CHAPTER5_QWEN = "qwen2.5-0.5b"
+WITHOUT_QWEN = ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "04_cache_approximations")
 
 
 def rerun_commands() -> pd.DataFrame:
@@ -36,6 +40,44 @@ def rerun_commands() -> pd.DataFrame:
                      "rerun and rebuild the book": f'make chapter N={n} PARAMS="{flags}"',
                      "papermill alone": f"papermill notebooks/{NOTEBOOKS[n]}.ipynb out.ipynb {flags}"})
     return pd.DataFrame(rows).set_index("chapter")
+
+
+def qwen_left_out(runs: dict, model: str = CHAPTER5_QWEN) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Per chapter of WITHOUT_QWEN that ran without `model`: its wall time, and an estimate of what
+    adding `model` to its `models` would add, assuming the chapter's time grows with the weights each
+    token multiplies through (`kvutils.models.loading.per_token_weights`): wall time × w(model) ÷ the
+    sum of w over its models. Returns the table and the sentence (`qwen_left_out`) that names what
+    was left out, its estimated cost and the model's fp64 weights (chapter 1 loads each model in fp64)."""
+    from kvutils.models.checks import parse_model_list
+    from kvutils.models.loading import per_token_weights
+
+    counts: dict[str, dict] = {}
+
+    def w(name: str) -> int:
+        counts.setdefault(name, per_token_weights(name))
+        return counts[name]["layers"] + counts[name]["head"]
+    share_col = "FLOPs per token: the Qwen's ÷ theirs"
+    rows, extra = [], {}
+    for chapter in WITHOUT_QWEN:
+        run = runs.get(chapter)
+        names = parse_model_list(run["parameters"]["models"]) if run else []
+        if run is None or model in names:
+            continue
+        share = w(model) / sum(w(n) for n in names)
+        extra[chapter] = run["wall_time_s"] * share
+        rows.append({"chapter": chapter, "models": ", ".join(names),
+                     "wall time (min)": fmt(run["wall_time_s"] / 60, 3), share_col: fmt(share, 3),
+                     "with the Qwen: estimated extra (min)": fmt(extra[chapter] / 60, 3)})
+    table = pd.DataFrame(rows, columns=["chapter", "models", "wall time (min)", share_col,
+                                        "with the Qwen: estimated extra (min)"]).set_index("chapter")
+    if not extra:
+        return table, {"qwen_left_out": f"every chapter that could run {model} ran it"}
+    fp64_gb = w(model) and counts[model]["parameters"] * 8 / 1e9
+    return table, {"qwen_left_out": (
+        f"{model} is left out of {', '.join(extra)}: adding it would take an estimated "
+        f"{fmt(sum(extra.values()) / 60, 3)} more minutes of one thread in all (each chapter's own run time, "
+        f"scaled by {model}'s FLOPs per token against its models'), and {fmt(fp64_gb, 2)} GB for its weights "
+        "in fp64 in chapter 1")}
 
 
 def available_runs(results_dir) -> dict[str, dict]:

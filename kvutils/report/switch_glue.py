@@ -7,6 +7,7 @@ import math
 
 from kvutils.core import compare
 from kvutils.lora.switching import nan_max
+from kvutils.models.registry import EMBEDDED, TINY
 from kvutils.report import switch_verdicts as rsv
 from kvutils.report.common import fmt
 from kvutils.report.qwen3_switch import adapter_label
@@ -69,6 +70,19 @@ def train_dtype_text(numbers: dict, parameters: dict) -> str:
     return f"{how}; every evaluation runs in {parameters['dtype']}"
 
 
+def what_models_are(names) -> str:
+    """What each model of the run is, as the registry describes it (architecture, weights, size)."""
+    notes = []
+    for name in names:
+        if name in EMBEDDED:
+            notes.append(f"{name}, {EMBEDDED[name].description}")
+        elif name in TINY:
+            notes.append(f"{name}, a tiny random {TINY[name].model_type} model (seeded) that only the tests use")
+        else:
+            notes.append(f"{name}, loaded from its own files")
+    return "; ".join(notes)
+
+
 def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
     """Every number and every finding the prose cites, as text; each finding's wording follows the numbers."""
     task = parameters["task"]
@@ -78,7 +92,7 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
            "marker": repr(parameters["marker"] or switch_tasks.MARKERS[task]), "dtype": parameters["dtype"],
            "method": compare.METHOD, "exact_examples": str(parameters["exact_examples"]),
            "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in {parameters['dtype']}",
-           "train_dtype": train_dtype_text(numbers, parameters)}
+           "train_dtype": train_dtype_text(numbers, parameters), "what": what_models_are(numbers)}
     if task == "senses":
         out["data"] = (f"trained on the contexts and reference sentences of the words "
                        f"{parameters['train_words'].replace(',', ', ')}, "

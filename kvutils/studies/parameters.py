@@ -319,8 +319,9 @@ class Chapter5Parameters(Declared):
     NOTEBOOK = "05_qwen3_switch"
     EXAMPLE = "-p models Qwen/Qwen3-0.6B"
 
-    models: str = param("smollm2-135m,gemma3-270m", "causal models: registry keys, Hugging Face ids (e.g. Qwen/Qwen3-0.6B "
-                        "where its weights exist) or local paths", meaning="causal models",
+    models: str = param("qwen2.5-0.5b,smollm2-135m", "causal models: registry keys (qwen2.5-0.5b is the chapter's Qwen), "
+                        "Hugging Face ids (e.g. Qwen/Qwen3-0.6B where its weights exist) or local paths",
+                        meaning="causal models (`qwen2.5-0.5b`: the chapter's Qwen, a Qwen2)",
                         allowed="registry keys, hub ids (`Qwen/Qwen3-0.6B` where its weights exist), local dirs")
     task: str = param("continuation", '"continuation" (does passage B continue passage A?) or "senses" (name the sense of '
                       "an ambiguous word)", meaning="what the adapters learn after the marker",
@@ -337,8 +338,9 @@ class Chapter5Parameters(Declared):
     steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs",
                              meaning="AdamW training (the seed also draws the examples)",
                              allowed="`steps`, `lr`: one number, or a default then `model:value` pairs")
-    lr: str | float = param("0.003,gemma3-270m:0.001", "AdamW learning rate: one number, or a default then model:rate "
-                            "pairs (Gemma 3 diverges at 0.003)", row="steps")
+    lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.001", "AdamW learning rate: one number, or a default "
+                            "then model:rate pairs (Gemma 3 diverges at 0.003; the Qwen's tails collapse to one answer "
+                            "there)", row="steps")
     batch_size: int = param(16, "training examples per step", row="steps", check=at_least(1))
     train_dtype: str = param("auto", 'training precision: "auto" (bfloat16 autocast where the device multiplies bfloat16 '
                              'natively, else float32), "float32" or "bfloat16"',
@@ -380,7 +382,7 @@ class Chapter5Parameters(Declared):
                                        "unpatched adapter answers right); columns of the map",
                                allowed="one of `k_values`; ≥ 1 (at most the pairs the task gives: half the held-out "
                                        "examples for `continuation`); 1…L")
-    patch_pairs: int = param(32, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
+    patch_pairs: int = param(16, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
                              "right)", row="patch_k", check=at_least(1))
     patch_layer_groups: int = param(6, "columns of the patching map: the layers in this many contiguous groups",
                                     row="patch_k", check=layers)

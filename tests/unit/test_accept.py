@@ -69,7 +69,7 @@ def test_fast_path_equals_step_path(name, op, texts):
 
 
 @pytest.mark.parametrize("op", [op for op in WITH_FAST if op.needs_views], ids=lambda op: op.spec)
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gemma3"])
 def test_press_fast_path_equals_step_path_in_fp64(name, op, texts):
     """In fp64 the per-head masked forward of all decoded tokens and the token-by-token one agree to
     rounding (the presses decide in fp64 too, so both paths keep the same entries)."""

@@ -189,7 +189,7 @@ def test_only_a_bounded_prefix_of_a_long_document_is_tokenised(tmp_path):
     assert counting.chars < len(docs[0].text) / 100
 
 
-@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m", "qwen2.5-0.5b"])
 def test_tokenising_a_prefix_keeps_the_same_tokens_as_tokenising_everything(name):
     """Wrong if the prefix were cut too close: a word split at the cut would change the last tokens."""
     tokenizer = models.load_tokenizer(name)

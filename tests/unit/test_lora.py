@@ -29,7 +29,7 @@ from kvutils.lora.switching import answer_logits, base_prefill, layer_difference
 from kvutils.lora.tails import active_adapter, adapter_parameters, check_marker, first_changed_layer, invocation_tokens, lora_tail
 from kvutils.lora.training import Batch, left_pad, resolve_train_dtype, train_adapter
 
-FAMILIES = ["tiny-qwen3", "tiny-llama", "tiny-gemma3"]
+FAMILIES = ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gemma3"]
 TEXT = "The bank of the river was muddy after the heavy storm."
 MARKER = "\nSense:"
 
@@ -122,7 +122,7 @@ def test_activated_adapter_leaves_the_prefix_kv_of_the_base(name):
 
 
 def loaded_layers(name):
-    return {"tiny-qwen3": 4, "tiny-llama": 2, "tiny-gemma3": 6}[name]
+    return {"tiny-qwen3": 4, "tiny-qwen2": 4, "tiny-llama": 2, "tiny-gemma3": 6}[name]
 
 
 def test_skipping_lower_layers_from_the_boundary_gives_the_same_logits():

@@ -59,7 +59,7 @@ def test_model_list_parsing():
         parse_model_list("tiny-llama,tiny-llama")
 
 
-@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m", "minilm-l6"])
+@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m", "qwen2.5-0.5b", "minilm-l6"])
 def test_all_study_words_are_single_tokens(name):
     data.check_words_for_tokenizer(data.load_senses(), load_tokenizer(name), name)
 

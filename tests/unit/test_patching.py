@@ -56,7 +56,7 @@ def _marker(loaded):
     return torch.tensor([invocation_tokens(loaded.tokenizer, MARKER)])
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-gemma3"])
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gemma3"])
 def test_patching_the_shared_prefix_changes_nothing(name):
     loaded = load_cached(name, "float32")
     target, source = _prefill_sharing_the_prefix(loaded, "The bank", [A, B])

@@ -102,7 +102,7 @@ def test_batched_presses_and_policies_equal_each_document_alone(name, spec, text
     assert (batched[0] - exact).abs().max() > 1e-5
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-neox"])  # QuantizedCache refuses sliding layers
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-neox"])  # QuantizedCache refuses sliding layers
 def test_batched_fp8_cache_object_keeps_each_documents_scale(name, texts):
     loaded = load_cached(name, "float64")
     op = parse_op(FP8)

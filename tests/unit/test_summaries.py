@@ -262,7 +262,8 @@ def test_frontier_comparisons_are_counted_from_the_paired_verdicts():
 # number formats and hashes.
 _ALLOWED_NUMBERS = re.compile(r"RQ\d|fp32|fp64|bf16|top-1|sha256|Pythia-160M|BERT-base|Qwen3-0\.6B|"
                               r"chapters? [\d, and]+|Appendix [AB]|"
-                              r"smollm2-135m|bits=4,group=32,residual=128|--prefill 256 --decode 256|mathjax@\d")
+                              r"smollm2-135m|bits=4,group=32,residual=128|--prefill 256 --decode 256|mathjax@\d|"
+                              r"gemma3-270m|qwen2\.5-0\.5b|Qwen2\.5-Coder-0\.5B-Instruct|Qwen2|Q5_0|N=01")
 
 
 @pytest.mark.parametrize("name", ["06_conclusions", "appendix_a_reproducibility", "appendix_b_performance"])
@@ -277,3 +278,23 @@ def test_summary_pages_type_no_result_number(name):
         prose = re.sub(r"\{glue(?::\w+)?\}`[^`]+`", "", "".join(cell["source"]))
         prose = _ALLOWED_NUMBERS.sub("", prose)
         assert not re.findall(r"\d", prose), f"{name}: a typed number in {prose!r}"
+
+
+def test_what_the_chapters_qwen_would_cost_where_it_did_not_run_is_computed():
+    """Appendix A names the chapters that ran without chapter 5's Qwen and estimates, from each one's
+    own run time and the models' FLOPs per token, what adding it would cost; a chapter it joined has no row."""
+    from kvutils.models.loading import per_token_weights
+
+    runs = {"01_cache_exactness": {"parameters": {"models": "smollm2-135m"}, "wall_time_s": 600.0},
+            "03_sense_probes": {"parameters": {"models": "smollm2-135m,qwen2.5-0.5b"}, "wall_time_s": 60.0},
+            "05_qwen3_switch": {"parameters": {"models": "smollm2-135m"}, "wall_time_s": 900.0}}
+    table, glue = ra.qwen_left_out(runs)
+    assert list(table.index) == ["01_cache_exactness"]
+    qwen, smol = (sum(per_token_weights(n)[k] for k in ("layers", "head")) for n in ("qwen2.5-0.5b", "smollm2-135m"))
+    assert 3.5 < qwen / smol < 3.8  # the design's "about 3.7x SmolLM2's FLOPs per token"
+    extra_min = 600.0 * qwen / smol / 60
+    assert table.loc["01_cache_exactness", "with the Qwen: estimated extra (min)"] == f"{extra_min:.3g}"
+    assert glue["qwen_left_out"].startswith(f"qwen2.5-0.5b is left out of 01_cache_exactness: adding it would take "
+                                            f"an estimated {extra_min:.3g} more minutes")
+    assert "GB for its weights in fp64" in glue["qwen_left_out"]
+    assert ra.qwen_left_out({})[1] == {"qwen_left_out": "every chapter that could run qwen2.5-0.5b ran it"}
