@@ -293,12 +293,14 @@ class Chapter4Parameters(Declared):
     frontier_decode: int = param(128, "frontier tokens teacher-forced and scored after the prefill (decode-time policies "
                                  "step through each)", meaning="frontier tokens teacher-forced and scored after the prefill",
                                  allowed="≥ 1", check=tokens())
-    retrieval_models: str = param("gemma3-270m,smollm2-135m", "models on the long-range retrieval test (a subset of "
-                                  "models; \"\" for none)", meaning="models on the long-range retrieval test",
+    retrieval_models: str = param("smollm2-135m", "models on the long-range retrieval test (a subset of models; \"\" for "
+                                  "none; each model at 1,024 tokens adds about 8 minutes)",
+                                  meaning="models on the long-range retrieval test",
                                   allowed='a subset of `models`; `""` for none')
     retrieval_corpus: str = param("pydoc", "real-text haystack for RULER's magic-number needles: " + CORPUS_DOC,
                                   meaning="real-text haystack (RULER's magic-number needles)", allowed=CORPUS)
-    retrieval_contexts: str | int = param("1024,2048", "prompt lengths in tokens, each a separate test",
+    retrieval_contexts: str | int = param("1024", "prompt lengths in tokens, each a separate test (2048 costs about three "
+                                          "times 1024 per question)",
                                           meaning="retrieval prompt lengths (tokens)",
                                           allowed="integers ≥ 128 separated by commas, within the model's context",
                                           check=integers)
