@@ -41,7 +41,7 @@ QUICK = {
                       "snapkv:compression_ratio=0.5,window=8; adakv:compression_ratio=0.5,window=8; "
                       "pyramidkv:compression_ratio=0.5,window=8; expected_attention:compression_ratio=0.5,future=64; "
                       "h2o:compression_ratio=0.25; tova:compression_ratio=0.25; hf_quantized:backend=fp8"),
-        retrieval_models="tiny-llama,tiny-gemma3", retrieval_contexts="128,160", retrieval_prompts=3, filler_prompts=3),
+        retrieval_models="tiny-llama", retrieval_contexts="128,160", retrieval_prompts=3, filler_prompts=3),
     "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", patch_k=2, rank=4, alpha=8, steps=3,
                             batch_size=8, n_train=16, n_heldout=8, passage_tokens=16, candidate_tokens=8,
                             patch_pairs=2, exact_examples=4, patch_layer_groups=2, bench_tokens=32,

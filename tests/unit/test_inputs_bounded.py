@@ -486,6 +486,7 @@ SPECIAL = [
     ("02_bert_contrast", dict(models="tiny-llama"), lambda p: p.models == ["tiny-llama"]),
     ("03_sense_probes", dict(encoder="tiny-bert"), lambda p: p.encoders == ["tiny-bert"]),
     ("04_cache_approximations", dict(frontier_models=""), lambda p: p.frontier_models == []),  # "" for none
+    ("04_cache_approximations", dict(retrieval_models=""), lambda p: p.retrieval_models == []),  # "" for none
     ("04_cache_approximations", dict(contexts=32), lambda p: p.contexts == [32]),  # one number, as papermill passes it
     ("04_cache_approximations", dict(table2_models="tiny-llama"), lambda p: p.table2_models == ["tiny-llama"]),
     ("05_qwen3_switch", dict(eval_corpus=""), lambda p: bool(p.models[0].heldout)),  # every 4th document
