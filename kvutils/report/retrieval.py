@@ -161,11 +161,11 @@ def _names(items: list[str]) -> str:
 def kept_and_lost(r: dict, regime: str) -> tuple[list[str], list[str], int]:
     """Methods with no detectable accuracy loss against the exact cache (or identical), and those
     the paired test puts below it, in one regime; and n."""
-    vs_exact = [(v, p) for v, p in zip([v for v in r["verdicts"] if v["against"] == "exact" and v["metric"] == "correct"],
-                                       _verdicts(r, "exact")) if v["regime"] == regime]
-    kept = [short(p.a) for _, p in vs_exact if not p.separated]
-    lost = [short(p.a) for _, p in vs_exact if p.verdict == compare.A_LOWER]
-    return kept, lost, (vs_exact[0][1].n if vs_exact else 0)
+    vs_exact = [compare.Paired.from_dict(v) for v in r["verdicts"]
+                if v["against"] == "exact" and v["metric"] == "correct" and v["regime"] == regime]
+    kept = [short(p.a) for p in vs_exact if not p.separated]
+    lost = [short(p.a) for p in vs_exact if p.verdict == compare.A_LOWER]
+    return kept, lost, (vs_exact[0].n if vs_exact else 0)
 
 
 def _exact_at(r: dict, context: int) -> str:
