@@ -156,6 +156,9 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     seconds = {op.spec: 0.0 for op in scored}
     stats = {op.spec: [{} for _ in used] for op in scored}
     exact_nll, exact_seconds = [], 0.0
+    # per document: the exact decode pass, and each one-document operation's scoring (the time column's pairs)
+    decode_seconds = [None] * len(used)
+    doc_seconds = {op.spec: [None] * len(used) for op in scored if op not in batched}
     # `with`: the bar is closed before an interrupt is reported, not redrawn after it
     with tqdm(total=len(used), desc=f"accept {loaded.name}", disable=not progress, unit="doc") as bar:
         for group in range(0, len(used), STEP_BATCH):
@@ -163,8 +166,10 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
             for d, (_, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
                 t0 = time.perf_counter()
                 prefilled = exact_prefill(loaded, ids[None, :prefill], views=views)  # shared by every op that starts from it
+                t1 = time.perf_counter()
                 reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
                 exact_seconds += time.perf_counter() - t0
+                decode_seconds[d] = time.perf_counter() - t1  # the exact cache's decode pass alone
                 targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
                 references[d] = (reference, targets)
                 for op in scored:
@@ -175,6 +180,7 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
                         logits = (reference if op == exact_op and path == "fast" else
                                   PATHS[op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled, stats=stats[op.spec][d]))
                         per_step[op.spec][d] = compare(reference, logits, targets)
+                        doc_seconds[op.spec][d] = time.perf_counter() - t0
                     seconds[op.spec] += time.perf_counter() - t0
                 exact_nll.append(compare(reference, reference, targets)["nll_exact"])
                 del prefilled
@@ -198,6 +204,7 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
             "cache_bytes": (sum(held[op.spec]) / len(held[op.spec]) if op.data_dependent
                             else cache_bytes(loaded.config, op, prefill, loaded.dtype)),
             "seconds": round(seconds[op.spec], 3),
+            **({"seconds_per_document": [round(x, 4) for x in doc_seconds[op.spec]]} if op.spec in doc_seconds else {}),
             "per_document": [{"id": doc.id, **_summary([s])} for (doc, _), s in zip(used, steps)],
         }
     nll = torch.cat(exact_nll)
@@ -208,7 +215,8 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
         "exact_perplexity": math.exp(nll.mean().item()),
         "exact_perplexity_per_document": [math.exp(x.mean().item()) for x in exact_nll],
         "exact_cache_bytes": cache_bytes(loaded.config, exact_op, prefill, loaded.dtype),
-        "exact_seconds": round(exact_seconds, 3), "ops": out_ops, "refused": refused,
+        "exact_seconds": round(exact_seconds, 3), "exact_decode_seconds_per_document": [round(x, 4) for x in decode_seconds],
+        "ops": out_ops, "refused": refused,
         "seconds": round(time.time() - started, 2),
     }
 

@@ -8,16 +8,23 @@ KL divergence, held-out examples for accuracy, repeats for time), the effect is 
 differences a − b; its 95 % interval is a paired percentile bootstrap (`scipy.stats.bootstrap`,
 10,000 resamples of the units, fixed seed, so the same numbers give the same interval). A verdict
 needs both the interval to exclude 0 and an exact two-sided sign test over the non-zero
-differences at p < 0.05 (for right/wrong outcomes that sign test is McNemar's exact test). So
-with fewer than 6 units that differ no verdict is possible: 2/2⁵ = 0.0625. Otherwise the result
-is "no detectable difference at n = …". Differences that are all exactly zero are "identical":
-a tie the caller must explain (it usually holds by construction), never a measured one.
+differences at p < 0.05 (for right/wrong outcomes that sign test is McNemar's exact test). Below
+6 units no verdict is possible whatever the data (the smallest p is 2/2⁵ = 0.0625 at 5,
+`smallest_p`): such a result is "cannot separate" (`CANNOT`), and the page says the test could
+not decide at that n, not that it found no difference. Otherwise the result is "no detectable
+difference at n = …". Differences that are all exactly zero are "identical": a tie the caller
+must explain (it usually holds by construction), never a measured one.
+
+Two groups of repeats that are not paired (timings at two context lengths) are compared by an
+exact Mann–Whitney rank test (`ranked`): with 5 repeats a side, every repeat of one above every
+repeat of the other gives p = 2/252 ≈ 0.008.
 
 A rate against chance (a probe right on 19 of 32 pairs where guessing gives 1/2) is an exact
 binomial test with its Clopper–Pearson interval (`against_chance`).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -32,6 +39,7 @@ SEED = 0  # the bootstrap's seed: same numbers, same interval
 A_LOWER, A_HIGHER = "a<b", "a>b"
 NO_DIFFERENCE = "no detectable difference"
 IDENTICAL = "identical"
+CANNOT = "cannot separate"  # too few units for the exact test to reach p < ALPHA, whatever the data
 
 METHOD = ("Comparisons are paired over the unit that varies (documents, held-out examples or "
           "repeats): the effect is the mean difference, its 95 % interval a paired bootstrap "
@@ -86,11 +94,18 @@ class Paired:
         return (f"n = {self.n} {self.unit}, difference {_signed(self.effect, digits)} "
                 f"[{_signed(lo, digits)}, {_signed(hi, digits)}]")
 
+    def cannot_clause(self, digits: int = 3) -> str:
+        """Why no verdict could be drawn at this n, with the difference measured."""
+        return (f"no verdict possible at n = {self.n} {self.unit} (an exact sign test over {self.n} reaches p ≥ "
+                f"{smallest_p(self.n):.2g} whatever the data; {self.interval(digits)})")
+
     def sentence(self, lower_is_better: bool = True, metric: str = "", digits: int = 3) -> str:
         """One clause: who is better and by how much, or that no difference was detected."""
         what = f" in {metric}" if metric else ""
         if self.verdict == IDENTICAL:
             return f"{self.a} and {self.b} are identical{what} on all {self.n} {self.unit}"
+        if self.verdict == CANNOT:
+            return f"{self.a} against {self.b}{what}: {self.cannot_clause(digits)}"
         if not self.separated:
             return (f"no detectable difference{what} between {self.a} and {self.b} at "
                     f"{self.interval(digits)}, 95 % interval, p = {self.p:.2g}")
@@ -110,6 +125,16 @@ def _bootstrap_mean(diffs: np.ndarray, seed: int) -> tuple[float, float]:
     res = stats.bootstrap((diffs,), np.mean, n_resamples=RESAMPLES, confidence_level=1 - ALPHA,
                           method="percentile", vectorized=True, rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p an exact sign test can give over n units (all differing one way)."""
+    return min(1.0, 2 * 0.5 ** n) if n > 0 else 1.0
+
+
+def can_separate(n: int) -> bool:
+    """Whether n paired units can ever give a verdict at ALPHA (n ≥ 6)."""
+    return smallest_p(n) < ALPHA
 
 
 def sign_test(diffs: Sequence[float]) -> float:
@@ -140,7 +165,7 @@ def paired(a: Sequence[float], b: Sequence[float], a_name: str = "a", b_name: st
         return Paired(a_name, b_name, n, 0.0, (0.0, 0.0), 1.0, IDENTICAL, unit)
     p = sign_test(diffs)
     ci = _bootstrap_mean(diffs, seed) if n >= 2 else None
-    verdict = NO_DIFFERENCE
+    verdict = NO_DIFFERENCE if can_separate(n) else CANNOT
     if ci is not None and p < ALPHA and (ci[0] > 0 or ci[1] < 0):
         verdict = A_HIGHER if ci[0] > 0 else A_LOWER
     return Paired(a_name, b_name, n, effect, ci, p, verdict, unit)
@@ -194,6 +219,50 @@ def against_chance(successes: int, n: int, chance: float) -> Rate:
     significant = test.pvalue < ALPHA
     return Rate(int(successes), int(n), float(chance), rate, (float(ci.low), float(ci.high)),
                 float(test.pvalue), significant and rate > chance, significant and rate < chance)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """Two unpaired groups of repeats: an exact two-sided Mann–Whitney test. `verdict` A_HIGHER when
+    a's values lie above b's (p < ALPHA), A_LOWER below, CANNOT where the group sizes cannot reach
+    ALPHA whatever the data, else NO_DIFFERENCE."""
+
+    a: str
+    b: str
+    n_a: int
+    n_b: int
+    p: float
+    verdict: str
+
+    def clause(self) -> str:
+        sizes = f"{self.n_a} and {self.n_b} repeats"
+        if self.verdict == CANNOT:
+            return (f"no verdict possible with {sizes} (an exact rank test reaches p ≥ "
+                    f"{smallest_rank_p(self.n_a, self.n_b):.2g} whatever the data)")
+        if self.verdict == NO_DIFFERENCE:
+            return f"no detectable difference between {self.a} and {self.b} ({sizes}, exact rank test p = {self.p:.2g})"
+        side = "above" if self.verdict == A_HIGHER else "below"
+        return f"{self.a} lies {side} {self.b} ({sizes}, exact rank test p = {self.p:.2g})"
+
+
+def smallest_rank_p(n_a: int, n_b: int) -> float:
+    """The smallest two-sided p of an exact Mann–Whitney test with these group sizes."""
+    return min(1.0, 2 / math.comb(n_a + n_b, n_a)) if n_a and n_b else 1.0
+
+
+def ranked(a: Sequence[float], b: Sequence[float], a_name: str = "a", b_name: str = "b") -> Ranked:
+    """a against b, two groups of repeats that are not paired (an exact Mann–Whitney test)."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.ndim != 1 or y.ndim != 1 or not x.size or not y.size:
+        raise ValueError(f"ranked: {a_name} and {b_name} must be non-empty lists")
+    p = float(stats.mannwhitneyu(x, y, alternative="two-sided", method="exact").pvalue)
+    if smallest_rank_p(x.size, y.size) >= ALPHA:
+        verdict = CANNOT
+    elif p < ALPHA:
+        verdict = A_HIGHER if np.median(x) > np.median(y) else A_LOWER
+    else:
+        verdict = NO_DIFFERENCE
+    return Ranked(a_name, b_name, int(x.size), int(y.size), p, verdict)
 
 
 def pairwise(values: Mapping[str, Sequence[float]], unit: str = "documents",

@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from kvutils.core import compare
 from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.compare import against_chance
@@ -23,6 +24,7 @@ from kvutils.report.guide import (  # noqa: F401
     EXACT,
     FP64_TOLERANCE,
     NEAR,
+    OPEN,
     Verdict,
     chapter4_ops,
     chapter_numbers,
@@ -32,8 +34,9 @@ from kvutils.report.guide import (  # noqa: F401
     guide_coverage,
     plot_decision_guide,
 )
-from kvutils.report.sense_probes import first_stays_at, peak_depths
+from kvutils.report.sense_probes import first_stays_at, layer_count, layer_tests, peak_depths
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
+from kvutils.studies.qwen3_switch.verdicts import accuracy_pair
 
 # our logit scale and the article model's are "near" within this factor: only then can its residue check ours
 NEAR_SCALE = 2.0
@@ -167,37 +170,64 @@ def rq3_table(runs: dict) -> pd.DataFrame:
         ops = chapter4_ops(run)
         for spec, label in RQ3_OPS:
             if spec in ops:
-                rows[f"top-1 agreement (%): {label}"][f"ours: {model}"] = fmt(ops[spec]["top1_agreement_pct"], 4)
+                rows[f"top-1 agreement (%): {label}"][f"ours: {model}"] = (
+                    f"{fmt(ops[spec]['top1_agreement_pct'], 4)} (n = {len(ops[spec]['per_document'])} documents)")
     for model, longest in _longest_steps(numbers).items():
         rows[speed][f"ours: {model}"] = f"{speedup_text(longest)} at {longest['context']} tokens"
     return rows_table(rows, "finding")
 
 
+def stale_against_tail(r: dict, k: int) -> str:
+    """Chapter 5's own paired test on its held-out examples: stale reuse against the tail patch at k."""
+    held = r["switch"]["heldout"]
+    a, b = held[f"tail{k}"]["stale"], held[f"tail{k}"]["tail_patch"]
+    p = accuracy_pair(a, b, "stale", "tail patch")
+    if p.separated:
+        word = "stale lower" if p.verdict == compare.A_LOWER else "stale higher"
+    elif p.verdict == compare.IDENTICAL:
+        word = "identical answers"
+    else:
+        word = "no detectable difference"
+    low, high = (100 * x for x in p.ci95) if p.ci95 is not None else (math.nan, math.nan)
+    return (f"{fmt(a['accuracy_pct'], 3)}% vs {fmt(b['accuracy_pct'], 3)}% (k = {k}, n = {p.n}; difference "
+            f"{fmt(100 * p.effect, 3)} points [{fmt(low, 3)}, {fmt(high, 3)}], p = {p.p:.2g}): {word}")
+
+
 def rq4_table(runs: dict) -> pd.DataFrame:
     """Beyond the article: what stays exact when a LoRA adapter on the last k layers takes over."""
+    stale_acc = "stale cache against the tail patch: held-out accuracy, largest k (paired)"
     rows: dict[str, dict[str, str]] = {"tail patch vs full recompute: largest |logit difference|": {},
-                                       "stale cache: top-1 agreement (%), largest k": {},
+                                       "stale cache: top-1 agreement with the recompute (%), largest k": {},
+                                       stale_acc: {},
                                        "tail patch time ÷ full recompute time, per k": {}}
     for model, r in chapter_numbers(runs, "05").items():
         col = f"ours: {model}"
         scores, per_k = r["switch"]["scores"], r["cost"]["per_k"]
-        rows["tail patch vs full recompute: largest |logit difference|"][col] = fmt(
-            max(scores[f"tail{k}"]["tail_patch"]["max_abs_logit_diff"] for k in r["k_values"]))
+        n_exact = scores[f"tail{min(r['k_values'])}"]["tail_patch"]["n"]
+        rows["tail patch vs full recompute: largest |logit difference|"][col] = (
+            fmt(max(scores[f"tail{k}"]["tail_patch"]["max_abs_logit_diff"] for k in r["k_values"]))
+            + f" (n = {n_exact} examples per k)")
         k_max = max(r["k_values"])
-        rows["stale cache: top-1 agreement (%), largest k"][col] = (
-            f"{fmt(scores[f'tail{k_max}']['stale']['top1_agree_pct'], 4)} (k = {k_max})")
+        stale = scores[f"tail{k_max}"]["stale"]
+        rows["stale cache: top-1 agreement with the recompute (%), largest k"][col] = (
+            f"{fmt(stale['top1_agree_pct'], 4)} (k = {k_max}, n = {stale['n']} examples)")
+        rows[stale_acc][col] = stale_against_tail(r, k_max)
         rows["tail patch time ÷ full recompute time, per k"][col] = ", ".join(
-            f"k={k}: {fmt(per_k[str(k)]['tail_time_fraction'], 3)}" for k in r["k_values"])
+            f"k={k}: {fmt(per_k[str(k)]['tail_time_fraction'], 3)}" for k in r["k_values"]) + (
+            f" (median of {len(per_k[str(r['k_values'][0])]['tail_patch'].get('seconds_repeats') or [])} repeats)")
     return rows_table(rows, "finding")
 
 
-def _placed(ours: list[float], published: float) -> str:
-    """Where our values lie against one published figure: a placement, not a test."""
-    if all(v < published for v in ours):
-        return "below it on every model"
-    if all(v > published for v in ours):
-        return "above it on every model"
-    return "on both sides of it or level with it, depending on the model"
+def _placed(ours: dict[str, float], published: float) -> str:
+    """Where our values (per model) lie against one published figure, naming the models: a
+    placement, not a test."""
+    models = ", ".join(ours)
+    which = f"on {models}" if len(ours) == 1 else f"on each model scored ({models})"
+    if all(v < published for v in ours.values()):
+        return f"below it {which}"
+    if all(v > published for v in ours.values()):
+        return f"above it {which}"
+    return f"on both sides of it or level with it, depending on the model ({models})"
 
 
 def fp32_reason(fp32: dict, article_fp32: dict) -> str:
@@ -214,7 +244,7 @@ def fp32_reason(fp32: dict, article_fp32: dict) -> str:
     head = (f"fp32 residue, largest |logit difference| between cached and no-cache decoding — {'; '.join(parts)} — "
             f"against {ARTICLE_MODEL}'s {fmt(art['max_logit_diff'])} ({recompute_mode({'recompute': 'per_step'})}, "
             f"{art['n']} prompts) at a median logit std of {fmt(art['median_logit_std'], 3)}. "
-            f"Ours lies {_placed(list(worst.values()), art['max_logit_diff'])} (a published figure without its "
+            f"Ours lies {_placed(worst, art['max_logit_diff'])} (a published figure without its "
             "per-prompt values: a placement, not a test). ")
     stds = [r["decode"]["median_logit_std"] for r in fp32.values()]
     typical = sorted(stds)[len(stds) // 2]
@@ -255,12 +285,14 @@ def attention_reason(causal: dict, article_attention: dict) -> str:
     parts = []
     for m, r in causal.items():
         cont, first = r["attention"]["continuation"], r["attention"]["first_token"]
-        sink = sum(f > c for f, c in zip(first, cont))
+        tests = layer_tests(r["attention"], "first_token", "continuation")
+        sink = (f"paired over the items of each layer as in chapter 3, the first token {layer_count(tests, 'the text')}"
+                if tests is not None else "these results hold no per-item shares, so the layers are not tested")
         parts.append(
             f"{m}: {fmt(min(cont), 3)}–{fmt(max(cont), 3)} on the disambiguating text, so "
             f"{_shares(cont, lo, hi)}; up to {fmt(max(first), 3)} on the first token ({r['first_token']!r}), above "
             f"the article's largest first-token share in {sum(f > art_first for f in first)} of {len(first)} layers; "
-            f"its mean share on the first token exceeds its mean share on the text in {sink} of {len(first)} layers")
+            f"{sink}")
     return ("Share of the later copy's attention (per layer, mean over heads and items) — " + "; ".join(parts)
             + f". The article reports only the range over {ARTICLE_MODEL}'s layers ({fmt(lo)}–{fmt(hi)} on the "
             f"text, at most {fmt(art_first)} on the first token), without per-item values, so this places our "
@@ -274,7 +306,7 @@ def precision_reason(bf16: dict, art_top1: float, weights: str) -> str:
         return "bf16 was not among chapter 4's operations in this run"
     ours = "; ".join(f"{m}: a bf16 cache keeps {fmt(r['top1_agreement_pct'], 4)}% top-1 agreement (KL "
                      f"{fmt(r['mean_kl'], 3)} nats)" for m, r in bf16.items())
-    placed = _placed([r["top1_agreement_pct"] for r in bf16.values()], art_top1)
+    placed = _placed({m: r["top1_agreement_pct"] for m, r in bf16.items()}, art_top1)
     return (f"{ours}, against {fmt(art_top1)}% for {ARTICLE_MODEL} (a published figure: ours lies {placed}; a "
             f"placement, not a test). {weights}. Why the agreement differs is not tested here: the models, their "
             "weights, the text and the logits' scale all differ, and that smaller logits move less under the same "
@@ -330,11 +362,11 @@ def speed_reason(ch4: dict, machine: dict, article_speedup: float) -> str:
     grew = {m: speedup_grew(d["steps"]) for m, d in ch4["decode"].items()}
     timed = [g for g in grew.values() if g is not None]
     trend = ("Only one context was timed, so no trend is measured; " if not timed else
-             "In this run the speed-up grew with context on every model (every repeat pair at a longer context "
-             "above every one at the shorter), as expected where recomputation grows with the context and a cached "
-             "step barely does; " if all(timed) else
-             "In this run the speed-up did not grow clearly with context on every model (the repeat pairs' ranges at "
-             "successive contexts are not all apart; see chapter 4); ")
+             "In this run the speed-up grew with context on every model (an exact rank test over the repeat pairs "
+             "puts each longer context's speed-ups above the shorter's at p < 0.05; chapter 4 gives each test), as "
+             "expected where recomputation grows with the context and a cached step barely does; " if all(timed) else
+             "In this run the speed-up did not grow detectably with context on every model (the rank test over the "
+             "repeat pairs does not put every longer context above the shorter; see chapter 4); ")
     return ("Speed-up of the exact cache at the longest context: " + "; ".join(
         f"{m}, {s['context']} tokens: {speedup_text(s)}" for m, s in longest.items())
         + f", timed {where}, on {cores} cores and {threads} torch thread(s). For {ARTICLE_MODEL} at 2000 tokens on "

@@ -243,13 +243,47 @@ def _construction(run: dict, a: str, b: str) -> str | None:
     return "; ".join(reached[b]) if reached.get(b) else None
 
 
+def _tie_groups(run: dict, identical: list[dict]) -> list[tuple[list[str], list[str], bool]]:
+    """The identical pairs of one level joined into groups (a = b and b = c: one group of three), one
+    clause each: (members in order of first appearance, the distinct construction reasons, whether
+    some pair of the group has none)."""
+    group: dict[str, int] = {}
+    groups: list[dict] = []
+    for v in identical:
+        a, b = v["a"], v["b"]
+        ga, gb = group.get(a), group.get(b)
+        if ga is None and gb is None:
+            groups.append({"members": [a, b], "whys": [], "unexplained": False})
+            ga = gb = len(groups) - 1
+        elif ga is None or gb is None:
+            ga = gb = ga if ga is not None else gb
+            groups[ga]["members"].append(b if b not in groups[ga]["members"] else a)
+        elif ga != gb:  # two groups meet: fold the second into the first
+            groups[ga]["members"] += groups[gb]["members"]
+            groups[ga]["whys"] += groups[gb]["whys"]
+            groups[ga]["unexplained"] |= groups[gb]["unexplained"]
+            for m in groups[gb]["members"]:
+                group[m] = ga
+            groups[gb] = None
+        group[a] = group[b] = ga
+        why = _construction(run, a, b)
+        if why is None:
+            groups[ga]["unexplained"] = True
+        else:  # a chained reason repeats its links' reasons: each fact once
+            groups[ga]["whys"] += [w for w in why.split("; ") if w not in groups[ga]["whys"]]
+    return [(g["members"], g["whys"], g["unexplained"]) for g in groups if g is not None]
+
+
 def _level_text(run: dict, level: str, info: dict) -> str:
     n = len(run["documents"])
     specs = [s for s, r in run["ops"].items() if str(r.get("level")) == level]
     if info["best"]:
         head = f"**{label(info['best'])}** has the lowest mean KL and the tests put it ahead of every other method"
     else:
-        head = f"no single best: no detectable difference at n = {n} among {_names(info['leaders'])} (lowest mean first)"
+        head = (f"no single best: no detectable difference at n = {n} among {_names(info['leaders'])} (lowest mean first)"
+                if compare.can_separate(n) else
+                f"no single best: no verdict is possible at n = {n} documents (the test needs at least 6) among "
+                f"{_names(info['leaders'])} (lowest mean first)")
     text = f"at compression {level} ({len(specs)} methods): {head}"
     held = [_held_pct(run, run["ops"][s]) for s in specs]
     if held and max(held) > HELD_SPREAD * min(held):
@@ -268,10 +302,12 @@ def _level_text(run: dict, level: str, info: dict) -> str:
                  f"worse than random: {_names(worse)}" if worse else ""]
         text += "; " + "; ".join(p for p in parts if p)
     identical = [v for v in run["verdicts"] if str(v["level"]) == level and v["verdict"] == compare.IDENTICAL]
-    for v in identical:
-        why = _construction(run, v["a"], v["b"])
-        text += (f"; {label(v['a'])} and {label(v['b'])} are identical by construction ({why})" if why else
-                 f"; {label(v['a'])} and {label(v['b'])} scored identically on all {n} documents (no construction explains it)")
+    for members, whys, unexplained in _tie_groups(run, identical):
+        names = _names(members)
+        if unexplained:
+            text += f"; {names} scored identically on all {n} documents (no construction explains it)"
+        else:
+            text += f"; {names} are identical by construction ({'; '.join(whys)})"
     text += (f"; {len(info['flipping'])} of {info['pairs']} pairwise orders flip in more than 5% of resamples"
              if info["pairs"] else "")
     return text

@@ -1,6 +1,9 @@
 """The conclusions' decision guide: every cache operation the chapters scored on one model, sorted
-by fixed thresholds into exact, near-exact and costly (a table and a figure), what the guide covers,
-and how many of chapter 4's frontier comparisons its paired tests separated."""
+into exact (a theorem, or a tie by construction), near-exact and costly (each only where a paired
+test separates the operation from the threshold, or, for stale reuse, from the tail patch), and
+"not separated" otherwise; each row with its n, its interval, its bytes against an fp32 and a bf16
+cache and its time against the exact decode (a table and a figure), what the guide covers, and how
+many of chapter 4's frontier comparisons its paired tests separated."""
 from __future__ import annotations
 
 import math
@@ -8,11 +11,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from kvutils.core import compare
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.checks import check_number
 from kvutils.core.compare import IDENTICAL, Paired
 from kvutils.report.cache_approximations import article_rows_by_spec
 from kvutils.report.common import fmt, styled
+from kvutils.studies.qwen3_switch.study import TOLERANCE as SWITCH_TOLERANCE
 
 ARTICLE_MODEL = "Pythia-160M"
 # |logit difference| below which fp64 decoding counts as equal up to rounding (the theorem's test)
@@ -37,65 +42,155 @@ class Verdict:
 
 
 EXACT = Verdict("exact", "exact (to rounding): adopt as a pure saving", "#2a9d8f")
-NEAR = Verdict("near-exact", "near-exact here: confirm on your model", "#e9c46a")
-COSTLY = Verdict("costly", "costs quality: measure before buying", "#e76f51")
+NEAR = Verdict("near-exact", "near-exact here (tested above the threshold): confirm on your model", "#e9c46a")
+COSTLY = Verdict("costly", "costs quality (tested): measure before buying", "#e76f51")
+OPEN = Verdict("not separated", "not separated at this n: no verdict, measure on your model", "#b8b8b8")
+VERDICTS = (EXACT, NEAR, COSTLY, OPEN)
+
+
+def threshold_test(name: str, per_document: list[float], near_exact_pct: float) -> compare.Paired:
+    """An operation's top-1 agreement per document against the threshold, paired over the documents:
+    the same rule as every comparison of the book (interval and sign test)."""
+    return compare.paired(per_document, [near_exact_pct] * len(per_document), name, f"{fmt(near_exact_pct)}%")
+
+
+def _tested(test: compare.Paired) -> Verdict:
+    return NEAR if test.verdict == compare.A_HIGHER else COSTLY if test.verdict == compare.A_LOWER else OPEN
 
 
 def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
-    """One row per cache operation, for the first Table-2 model: verdict, our top-1 agreement and KL,
-    the article's top-1, cache bytes relative to the exact cache, and how it is checked."""
+    """One row per cache operation, for the first Table-2 model: verdict, our top-1 agreement (with n
+    and, for chapter 4's operations, its 95 % interval over documents) and KL, the article's top-1,
+    cache bytes against an fp32 and a bf16 cache, the time against the exact decode, and the test."""
     check_number("near_exact_pct", near_exact_pct, 0, 100, low_inclusive=False)
-    ch1, ch4, ch5 = chapter_numbers(runs, "01"), chapter_numbers(runs, "04"), chapter_numbers(runs, "05")
+    ch4 = chapter_numbers(runs, "04")
     model, run = next(iter(ch4["table2"].items()))
+    rows = chapter1_rows(chapter_numbers(runs, "01")) + chapter5_rows(runs)
     art = article_rows_by_spec()
-    rows = []
-    decode = [r[d]["decode"] for r in ch1.values() for d in r]
-    top1 = min(d["argmax_agreement_pct"] for d in decode)
-    # the theorem is judged in fp64, where rounding is far below the tolerance; fp32 alone cannot separate the two
-    fp64_decode = [r["float64"]["decode"] for r in ch1.values() if "float64" in r]
-    exact_decode = bool(fp64_decode) and all(
-        d["max_logit_diff"] <= FP64_TOLERANCE and d["identical"] == d["n_prompts"] for d in fp64_decode)
-    rows.append(dict(operation="exact cache vs recomputation (ch. 1)",
-                     verdict=EXACT if exact_decode else NEAR if top1 >= near_exact_pct else COSTLY,
-                     top1=top1, kl=None, article_top1=100.0, bytes_pct=100.0,
-                     check="theorem; tested on every architecture"))
-    fp64 = [r["float64"]["prefixes"] for r in ch1.values() if "float64" in r]
-    exact_prefix = (all(p["max_diff_across_continuations"] <= FP64_TOLERANCE for p in fp64) if fp64 else
-                    all(r[d]["prefixes"]["bit_identical"] == r[d]["prefixes"]["n_prefixes"] for r in ch1.values() for d in r))
-    rows.append(dict(operation="prefix reuse across continuations (ch. 1)", verdict=EXACT if exact_prefix else NEAR,
-                     top1=100.0, kl=None, article_top1=None, bytes_pct=100.0,
-                     check="theorem; tested on every architecture"))
-    for m, r in ch5.items():
-        k = max(r["k_values"])
-        for policy, name in (("tail_patch", "LoRA switch, tail patch"), ("stale", "LoRA switch, stale cache")):
-            s = r["switch"]["scores"][f"tail{k}"][policy]
-            verdict = EXACT if s["max_abs_logit_diff"] <= FP64_TOLERANCE else (
-                NEAR if s["top1_agree_pct"] >= near_exact_pct else COSTLY)
-            rows.append(dict(operation=f"{name} (ch. 5, {m}, k = {k})", verdict=verdict, top1=s["top1_agree_pct"],
-                             kl=s["kl_mean"], article_top1=None, bytes_pct=100.0,
-                             check="theorem (tail patch); chapter 5" if policy == "tail_patch" else "chapter 5"))
-    exact_bytes = run["plain"]["exact_cache_bytes"] if run["plain"] else None
+    plain = run["plain"]
     for spec, o in chapter4_ops(run).items():
         if o["name"] == "exact":
             continue
-        bytes_pct = 100.0 * o["cache_bytes"] / exact_bytes if exact_bytes and o["name"] not in (
-            "chunk_reuse", "chunk_blend") else 100.0
-        rows.append(_op_row(spec, o, near_exact_pct, art, bytes_pct, "acceptance test (kvutils.cache.accept), Table 2"))
+        chunk = o["name"] in ("chunk_reuse", "chunk_blend")
+        source = plain if spec in ((plain or {}).get("ops") or {}) else run["chunks"]
+        rows.append(_op_row(spec, o, near_exact_pct, art, source, None if chunk else plain["exact_cache_bytes"]
+                            if plain else None, "acceptance test (kvutils.cache.accept), Table 2"))
     front = ch4.get("frontier", {}).get(model)
     for spec, o in _frontier_only(run, front).items():
-        rows.append(_op_row(spec, o, near_exact_pct, art, 100.0 * o["cache_bytes"] / front["exact_cache_bytes"],
+        rows.append(_op_row(spec, o, near_exact_pct, art, front, front["exact_cache_bytes"],
                             f"acceptance test, the frontier's {_count(len(front['documents']), 'document')}"))
     return rows
+
+
+def _row(operation: str, verdict: Verdict, top1: float | None, n: str, **extra) -> dict:
+    """A guide row: the fields every row has, then this row's."""
+    row = dict(operation=operation, verdict=verdict, top1=top1, n=n, top1_ci=None, kl=None, article_top1=None,
+               bytes_pct=100.0, bytes_bf16_pct=None, time_ratio=None, test="", check="")
+    return row | extra
+
+
+def chapter1_rows(ch1: dict) -> list[dict]:
+    """The exact cache and prefix reuse: theorems, judged in fp64 where rounding is far below the tolerance."""
+    decode = [r[d]["decode"] for r in ch1.values() for d in r]
+    top1 = min(d["argmax_agreement_pct"] for d in decode)
+    n = f"{sum(d['n_prompts'] for d in decode)} prompt runs"
+    fp64_decode = [r["float64"]["decode"] for r in ch1.values() if "float64" in r]
+    exact_decode = bool(fp64_decode) and all(
+        d["max_logit_diff"] <= FP64_TOLERANCE and d["identical"] == d["n_prompts"] for d in fp64_decode)
+    fp64 = [r["float64"]["prefixes"] for r in ch1.values() if "float64" in r]
+    exact_prefix = (all(p["max_diff_across_continuations"] <= FP64_TOLERANCE for p in fp64) if fp64 else
+                    all(r[d]["prefixes"]["bit_identical"] == r[d]["prefixes"]["n_prefixes"] for r in ch1.values() for d in r))
+    theorem = "theorem; tested on every architecture"
+    return [_row("exact cache vs recomputation (ch. 1)", EXACT if exact_decode else OPEN, top1, n, article_top1=100.0,
+                 check=theorem, test=f"fp64 |logit difference| ≤ {FP64_TOLERANCE:g}" if exact_decode else
+                 "fp64 not within the rounding tolerance: see chapter 1"),
+            _row("prefix reuse across continuations (ch. 1)", EXACT if exact_prefix else OPEN, 100.0,
+                 f"{sum(r[d]['prefixes']['n_prefixes'] for r in ch1.values() for d in r)} prefixes", check=theorem,
+                 test="bit-identical or within the fp64 tolerance" if exact_prefix else "see chapter 1")]
+
+
+def chapter5_rows(runs: dict) -> list[dict]:
+    """The LoRA switch at the deepest k: the tail patch (a theorem, within chapter 5's tolerance for its
+    precision) and stale reuse, judged by chapter 5's own paired test on its held-out examples."""
+    ch5 = chapter_numbers(runs, "05")
+    dtype = runs[NOTEBOOKS["05"]].get("parameters", {}).get("dtype", "float32")
+    tolerance = SWITCH_TOLERANCE.get(dtype, FP64_TOLERANCE)
+    rows = []
+    for m, r in ch5.items():
+        k = max(r["k_values"])
+        patch, stale = (r["switch"]["scores"][f"tail{k}"][p] for p in ("tail_patch", "stale"))
+        held = r["switch"]["heldout"][f"tail{k}"]
+        exact = patch["max_abs_logit_diff"] <= tolerance
+        rows.append(_row(f"LoRA switch, tail patch (ch. 5, {m}, k = {k})", EXACT if exact else OPEN,
+                         patch["top1_agree_pct"], f"{patch['n']} examples", kl=patch["kl_mean"],
+                         check="theorem (tail patch); chapter 5",
+                         test=f"largest |logit difference| {fmt(patch['max_abs_logit_diff'], 2)} against the "
+                              f"recompute; {dtype} tolerance {tolerance:g}"))
+        test = compare.paired_binary(held["stale"]["right_per_example"], held["tail_patch"]["right_per_example"],
+                                     "stale", "tail patch")
+        verdict = COSTLY if test.verdict == compare.A_LOWER else OPEN
+        rows.append(_row(f"LoRA switch, stale cache (ch. 5, {m}, k = {k})", verdict, stale["top1_agree_pct"],
+                         f"{stale['n']} examples (top-1); {test.n} held-out (test)", kl=stale["kl_mean"],
+                         check="chapter 5", test=f"held-out accuracy vs the tail patch {fmt(100 * test.effect, 3)} "
+                                                 f"points ({threshold_clause_paired(test)})"))
+    return rows
+
+
+def threshold_clause_paired(test: compare.Paired) -> str:
+    """Stale against the tail patch, short."""
+    if test.separated:
+        return f"{'lower' if test.verdict == compare.A_LOWER else 'higher'}, n = {test.n}, p = {test.p:.2g}"
+    if test.verdict == compare.IDENTICAL:
+        return f"identical answers on all {test.n}"
+    return f"no detectable difference at n = {test.n}, p = {test.p:.2g}"
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
-def _op_row(spec: str, o: dict, near_exact_pct: float, art: dict, bytes_pct: float, check: str) -> dict:
-    verdict = EXACT if o["mean_kl"] == 0 else (NEAR if o["top1_agreement_pct"] >= near_exact_pct else COSTLY)
-    return dict(operation=spec, verdict=verdict, top1=o["top1_agreement_pct"], kl=o["mean_kl"],
-                article_top1=art[spec]["top1_pct"] if spec in art else None, bytes_pct=bytes_pct, check=check)
+def time_ratios(o: dict, run: dict) -> list[float] | None:
+    """Per document, the operation's scoring time over the exact cache's decode pass on the same
+    document (None where the run kept no per-document times, or the operation decodes token by token)."""
+    own, exact = o.get("seconds_per_document"), run.get("exact_decode_seconds_per_document")
+    if not own or not exact or len(own) != len(exact):
+        return None
+    return [a / b for a, b in zip(own, exact) if b > 0] or None
+
+
+def _bf16_factor(run: dict) -> float:
+    """Bytes of the run's exact cache over a bf16 cache's (2 for an fp32 run)."""
+    return {"float32": 2.0, "float64": 4.0, "bfloat16": 1.0, "float16": 1.0}.get(run.get("dtype", "float32"), 2.0)
+
+
+def _op_row(spec: str, o: dict, near_exact_pct: float, art: dict, run: dict, exact_bytes: float | None,
+            check: str) -> dict:
+    docs = [d["top1_agreement_pct"] for d in o.get("per_document") or []]
+    test = threshold_test(spec, docs, near_exact_pct) if docs else None
+    if o["mean_kl"] == 0:
+        verdict = EXACT  # every document's distribution unchanged: a tie the operation's construction explains
+    else:
+        verdict = _tested(test) if test is not None else OPEN
+    bytes_pct = 100.0 * o["cache_bytes"] / exact_bytes if exact_bytes else 100.0
+    ci = tuple(near_exact_pct + x for x in test.ci95) if test is not None and test.ci95 is not None else None
+    return _row(spec, verdict, o["top1_agreement_pct"], f"{len(docs)} documents" if docs else "—", top1_ci=ci,
+                kl=o["mean_kl"], article_top1=art[spec]["top1_pct"] if spec in art else None, bytes_pct=bytes_pct,
+                bytes_bf16_pct=bytes_pct * _bf16_factor(run) if exact_bytes else None,
+                time_ratio=time_ratios(o, run), check=check,
+                test=threshold_clause(test, near_exact_pct) if test is not None and o["mean_kl"] != 0 else
+                ("mean KL 0 on every document (by construction)" if o["mean_kl"] == 0 else "no per-document values"))
+
+
+def threshold_clause(test: compare.Paired, near_exact_pct: float) -> str:
+    """The top-1 test against the threshold, short: the side, or why there is none, with p."""
+    at = f"{fmt(near_exact_pct)}%"
+    if test.verdict == compare.A_HIGHER:
+        return f"above {at} (p = {test.p:.2g})"
+    if test.verdict == compare.A_LOWER:
+        return f"below {at} (p = {test.p:.2g})"
+    if test.verdict == compare.CANNOT:
+        return f"no verdict possible at n = {test.n} (smallest p {compare.smallest_p(test.n):.2g})"
+    return f"no detectable difference from {at} (p = {test.p:.2g}{'; interval includes it' if test.p < 0.05 else ''})"
 
 
 def _frontier_only(table2_run: dict, frontier_run: dict | None) -> dict:
@@ -135,7 +230,7 @@ def guide_coverage(runs: dict, rows: list[dict], model: str) -> str:
 
 def frontier_verdicts(ch4: dict) -> str:
     """How many of the frontier's pairwise comparisons (kvutils.core.compare, paired over its documents)
-    separated two methods, per model; the guide's verdict colours are thresholds, not these tests."""
+    separated two methods, per model; the guide's colours test each method against the threshold instead."""
     parts = []
     for m, run in ch4.get("frontier", {}).items():
         tests = [Paired.from_dict({"p": math.nan, **v}) for v in run.get("verdicts") or []]
@@ -149,15 +244,35 @@ def frontier_verdicts(ch4: dict) -> str:
         return ("Chapter 4's frontier recorded no paired comparisons in this run, so the guide ranks none of its methods "
                 "against another")
     return ("Which of chapter 4's methods beats which is decided there, by paired tests over documents ("
-            + "; ".join(parts) + "); the guide's colours are fixed thresholds on one model, not those tests")
+            + "; ".join(parts) + "); the guide's colours test each method against the threshold on one model, not "
+            "against each other")
+
+
+def _top1_text(r: dict) -> str:
+    if r["top1"] is None:
+        return "—"
+    ci = f" [{fmt(r['top1_ci'][0], 4)}, {fmt(r['top1_ci'][1], 4)}]" if r["top1_ci"] else ""
+    return f"{fmt(r['top1'], 4)}{ci}, n = {r['n']}"
+
+
+def _time_text(ratios: list[float] | None) -> str:
+    if not ratios:
+        return "—"
+    ordered = sorted(ratios)
+    median = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    return f"{fmt(median, 3)} ({fmt(ordered[0], 3)}–{fmt(ordered[-1], 3)}, n = {len(ordered)})"
 
 
 def decision_table(rows: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame([{
-        "operation": r["operation"], "verdict": r["verdict"].name, "top-1 agreement (%)": fmt(r["top1"], 4),
+        "operation": r["operation"], "verdict": r["verdict"].name,
+        "top-1 agreement (%) [95 % interval], n": _top1_text(r),
         f"article (%), {ARTICLE_MODEL}": fmt(r["article_top1"]) if r["article_top1"] is not None else "—",
         "mean KL (nats)": fmt(r["kl"], 3) if r["kl"] is not None else "—",
-        "cache size vs exact (%)": fmt(r["bytes_pct"], 3), "checked by": r["check"]} for r in rows])
+        "cache vs fp32 / vs bf16 (%)": fmt(r["bytes_pct"], 3) + (
+            f" / {fmt(r['bytes_bf16_pct'], 3)}" if r["bytes_bf16_pct"] is not None else ""),
+        "time ÷ exact decode, median (range, n)": _time_text(r["time_ratio"]),
+        "test; checked by": f"{r['test']}; {r['check']}"} for r in rows])
     return table.set_index("operation")
 
 
@@ -170,7 +285,7 @@ def plot_decision_guide(rows: list[dict], model: str):
 
     fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 2.8))
     y = range(len(rows))
-    ax.barh(list(y), [r["top1"] for r in rows], color=[r["verdict"].colour for r in rows])
+    ax.barh(list(y), [r["top1"] if r["top1"] is not None else 0 for r in rows], color=[r["verdict"].colour for r in rows])
     for i, r in enumerate(rows):  # a column right of the 100% line, clear of the bars and marks
         ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=9)
     marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
@@ -183,7 +298,7 @@ def plot_decision_guide(rows: list[dict], model: str):
     ax.set_xlabel("top-1 agreement with exact decoding (%)\nlabel: cache size as % of the exact cache")
     ax.set_ylabel("cache operation")
     ax.set_title(f"Decision guide: which cache operations are free\nmodel: {model} (chapters 1, 4, 5)")
-    handles = [Patch(color=v.colour, label=v.label) for v in (EXACT, NEAR, COSTLY)]
+    handles = [Patch(color=v.colour, label=v.label) for v in VERDICTS]
     handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.3, -0.12), ncol=1)
     fig.tight_layout()

@@ -211,7 +211,9 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
         return (f"it is above chance at depth{'s' if len(above) > 1 else ''} {_depths(above)} but not at every later "
                 f"depth, so this run does not show it from one depth on (n = {n} items per depth)")
     return (f"no depth shows a detectable difference from chance at n = {n} items (the most: depth {best}, "
-            f"{rates[best].sentence()})")
+            f"{rates[best].sentence()}; that p is the smallest of {len(rates)} depths' and is not corrected for "
+            "choosing it, and the items are words in two senses each, not independent draws, so it overstates "
+            "the evidence)")
 
 
 def _new_reading(model: str, probe: dict) -> str:
@@ -238,7 +240,7 @@ def layer_tests(att: dict, a: str, b: str) -> list[compare.Paired] | None:
             for layer in range(n_layers)]
 
 
-def _layer_count(tests: list[compare.Paired], than: str) -> str:
+def layer_count(tests: list[compare.Paired], than: str) -> str:
     """'takes detectably more than … in 12 of 18 layers, detectably less in 2, with no detectable
     difference at n = 32 items in 4'."""
     n = len(tests)
@@ -251,7 +253,8 @@ def _layer_count(tests: list[compare.Paired], than: str) -> str:
     if lower:
         text += f", detectably less in {lower}"
     if rest:
-        text += f", with no detectable difference at n = {items} items in {rest}"
+        text += (f", with no detectable difference at n = {items} items in {rest}" if compare.can_separate(items) else
+                 f", and no verdict is possible at n = {items} items in {rest} (the test needs at least 6)")
     return text
 
 
@@ -266,8 +269,8 @@ def _attention_reading(model: str, r: dict) -> str:
         return (f"{model}: these results hold no per-item attention shares, so no layer's shares are compared; "
                 f"{sink} takes at most {fmt(max(att['first_token']), 3)}")
     return (f"{model}: paired over the items of each layer, the continuation "
-            + _layer_count(cont_vs_old, "the old copy of the word") + f"; {sink}, "
-            + _layer_count(sink_vs_cont, "the continuation"))
+            + layer_count(cont_vs_old, "the old copy of the word") + f"; {sink}, "
+            + layer_count(sink_vs_cont, "the continuation"))
 
 
 SPLIT_TOLERANCE = 1e-6  # the four attention shares of a layer against 1 (softmax rows, averaged in float64)

@@ -40,6 +40,24 @@ def _excess_per_repeat(row: dict, share: float) -> list[float]:
     return [t / r - share for t, r in zip(row["tail_patch"]["seconds_repeats"], row["recompute"]["seconds_repeats"])]
 
 
+def fit_clause(model: str, training: dict, ks: list[int]) -> str:
+    """How well each tail fits its training set: the final loss described (consecutive steps of one
+    run are not independent units, so no test is drawn on them), the training-set accuracy tested
+    across k on the same training examples (McNemar), where the run kept them."""
+    adapters = training["adapters"]
+    finals = ", ".join(f"{fmt(_final_loss(adapters[f'tail{k}']['losses']), 3)} (k = {k})" for k in ks)
+    text = (f"{model}: training loss at the end (mean of the last tenth of the steps, the same batches for every "
+            f"adapter) {finals} — described, not tested, as consecutive steps of one run are not independent")
+    train = {k: adapters[f"tail{k}"]["train"] for k in ks}
+    if len(ks) > 1 and all("right_per_example" in a for a in train.values()):
+        word, steps = rsv.tested_trend({k: [float(x) for x in a["right_per_example"]] for k, a in train.items()},
+                                       "training examples")
+        text += (f"; accuracy on {train[ks[0]]['n']} training examples "
+                 + ", ".join(f"{fmt(a['accuracy_pct'], 3)}% (k = {k})" for k, a in train.items())
+                 + f", which {word} with k ({steps})")
+    return text
+
+
 def _last_tenth(losses: list[float]) -> list[float]:
     return losses[-max(1, len(losses) // 10):]
 
@@ -113,12 +131,7 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
                               f"training and {r['n_heldout_examples']} held-out examples")
         for key, clause in verdicts.items():
             parts[key].append(clause(model, r))
-        finals = [_final_loss(tr["adapters"][f"tail{k}"]["losses"]) for k in ks]
-        word, steps = rsv.tested_trend({k: _last_tenth(tr["adapters"][f"tail{k}"]["losses"]) for k in ks},
-                                       "training steps")
-        parts["fit"].append(f"{model}: the training loss at the end of training (mean of the last tenth of the steps; "
-                            f"every adapter sees the same batches in the same order) {word} with k: "
-                            + ", ".join(f"{fmt(v, 3)} (k = {k})" for k, v in zip(ks, finals)) + f" ({steps})")
+        parts["fit"].append(fit_clause(model, tr, ks))
         parts["stale_acc"].append(rsv.against_tail(model, r, "tail", "stale", "stale reuse"))
         parts["activated_acc"].append(rsv.against_tail(model, r, "activated", "activated", "the activated adapter"))
         parts["exact"].append(f"{model}: largest |logit difference| of the tail patch "

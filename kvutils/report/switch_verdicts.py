@@ -34,10 +34,23 @@ def verdict(p: compare.Paired, metric: str, points: bool = True) -> str:
     if p.verdict == compare.IDENTICAL:
         return f"{p.a} and {p.b} give the same {metric or 'value'} on every one of the {p.n} {p.unit}"
     what = f" in {metric}" if metric else ""
+    if p.verdict == compare.CANNOT:
+        return f"no verdict possible{what} between {p.a} and {p.b} at this n ({_where(p, points)}; {_cannot(p)})"
     if not p.separated:
-        return f"no detectable difference{what} between {p.a} and {p.b} ({_where(p, points)})"
+        return f"no detectable difference{what} between {p.a} and {p.b} ({_where(p, points)}{rule_note(p)})"
     side = "above" if p.verdict == compare.A_HIGHER else "below"
     return f"{p.a} is {side} {p.b}{what} ({_where(p, points)})"
+
+
+def _cannot(p: compare.Paired) -> str:
+    return f"an exact test over {p.n} {p.unit} cannot reach p < 0.05: its smallest p is {compare.smallest_p(p.n):.2g}"
+
+
+def rule_note(p: compare.Paired) -> str:
+    """Where p < 0.05 but the interval includes 0: the rule that withholds the verdict, stated."""
+    if p.p < compare.ALPHA and not p.separated and p.ci95 is not None:
+        return "; p is below 0.05 but the 95 % interval includes 0, and a verdict needs both"
+    return ""
 
 
 def _labels(r: dict) -> list[int]:
@@ -61,7 +74,9 @@ def zero_shot(model: str, r: dict) -> str:
     lo, hi = (0.5 + x for x in p.ci95) if p.ci95 is not None else (z["auc"], z["auc"])
     where = f"AUC {fmt(z['auc'], 3)}, 95 % interval {fmt(lo, 3)}–{fmt(hi, 3)}, n = {p.n}, p = {p.p:.2g}"
     test = (f"its AUC is {'above' if p.verdict == compare.A_HIGHER else 'below'} chance (0.5; {where})"
-            if p.separated else f"no detectable difference of its AUC from chance (0.5) at n = {p.n} ({where})")
+            if p.separated else f"no detectable difference of its AUC from chance (0.5) at n = {p.n} ({where}"
+            + ("; p is below 0.05 but the 95 % interval of the AUC includes 0.5, and a verdict needs both)"
+               if rule_note(p) else ")"))
     return (f"{model}: {measures(z)}; it answers {answer} on {first} of {len(labels)} examples; "
             + test)
 
@@ -91,8 +106,8 @@ def knee(model: str, r: dict) -> str:
     elif k["knee_k"] == best:
         head = f"k = {best}: {top}, and every smaller k is detectably below it"
     elif not k["resolved"]:
-        head = (f"not located: even the smallest k = {k['knee_k']} ({fmt(acc[k['knee_k']], 3)}%) shows no detectable "
-                f"difference from {top}, so at this n the sweep places no knee above k = {k['knee_k']}")
+        head = (f"k = {k['knee_k']} or below ({fmt(acc[k['knee_k']], 3)}%): the smallest k trained already shows no "
+                f"detectable difference from {top}, and nothing smaller was trained")
     else:
         head = (f"k = {k['knee_k']} ({fmt(acc[k['knee_k']], 3)}%): the smallest k with no detectable difference from "
                 f"{top}")
@@ -144,10 +159,12 @@ def where(model: str, r: dict) -> str:
         return (f"{model}: copying all of what follows in layers {layers} flips {_flip_rate(w['flipped'], w['n'])} right "
                 f"answers, detectably more than in any other group of layers (closest: "
                 f"{verdict(w['closest'], 'flips')}); {span}")
-    return (f"{model}: no group of layers flips detectably more answers than every other at n = {w['n']} pairs — the "
-            f"most, layers {layers}, flip {_flip_rate(w['flipped'], w['n'])}"
-            + (f"; against the closest: {verdict(w['closest'], 'flips')}" if w["closest"] is not None else "")
-            + f"; {span}")
+    separated = ", ".join(f"layers {p.b} ({_signed(100 * p.effect)} points, p = {p.p:.2g})" for p in w["above"])
+    level = ", ".join(f"layers {p.b} ({_where(p, True)})" for p in w["not_above"])
+    return (f"{model}: copying all of what follows in layers {layers} flips the most right answers, "
+            f"{_flip_rate(w['flipped'], w['n'])}; the tests on the same {w['n']} pairs put it above "
+            + (f"{separated}, but not above {level}" if separated else f"none of the other groups ({level})")
+            + f", so no one group of layers stands out; {span}")
 
 
 def controls(model: str, r: dict) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+from kvutils.core import compare
 from kvutils.report.common import fmt
 
 ARTICLE_CONTEXT = 2000  # the context of the article's decode-step speed-up (e4_decode_time.ctx_2000)
@@ -65,15 +66,21 @@ def step_line(model: str, step: dict) -> str:
 
 
 def speedup_grew(steps: list[dict]) -> bool | None:
-    """Whether the speed-up grew with every longer context: with repeats, every repeat pair at the
-    longer context above every one at the shorter (the ranges apart); without, the medians' order.
-    None where only one context was timed."""
+    """Whether the speed-up grew with every longer context: with repeats, an exact rank test
+    (`compare.ranked`) puts every longer context's repeat-pair speed-ups above the shorter's at
+    p < 0.05; without, the medians' order. None where only one context was timed."""
     ordered = sorted(steps, key=lambda s: s["context"])
     if len(ordered) < 2:
         return None
     if all(s.get("speedups") for s in ordered):
-        return all(min(b["speedups"]) > max(a["speedups"]) for a, b in zip(ordered, ordered[1:]))
+        return all(grew_test(a, b).verdict == compare.A_HIGHER for a, b in zip(ordered, ordered[1:]))
     return all(a["speedup"] < b["speedup"] for a, b in zip(ordered, ordered[1:]))
+
+
+def grew_test(shorter: dict, longer: dict) -> compare.Ranked:
+    """The longer context's repeat-pair speed-ups against the shorter's (not paired: an exact rank test)."""
+    return compare.ranked(longer["speedups"], shorter["speedups"], f"{longer['context']} tokens",
+                          f"{shorter['context']} tokens")
 
 
 def spread(values: list[float]) -> dict:

@@ -392,7 +392,8 @@ class Chapter5Parameters(Declared):
     bench_tokens: int = param(256, "prefix length of the cost benchmark (tokens of the default corpus)",
                               meaning="prefix length and repeats of the cost benchmark",
                               allowed="`bench_tokens` ≥ 8, `timing_repeats` ≥ 1", check=tokens(8))
-    timing_repeats: int = param(3, "timed repetitions per policy (the median is reported)", row="bench_tokens",
+    timing_repeats: int = param(6, "timed repetitions per policy (the median is reported; 6 is the fewest whose "
+                                "paired test can reach p < 0.05)", row="bench_tokens",
                                 check=at_least(1))
     dtype: str = param("float32", '"float32" or "float64"', meaning="precision of training, switching and scoring",
                        allowed="`float32`, `float64`", check=one_of(list(DTYPES)))

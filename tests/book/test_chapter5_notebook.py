@@ -77,9 +77,11 @@ def test_chapter5_glue_states_what_the_quick_run_measured(quick_chapters):
     deep, zero = held[f"tail{r['k_values'][-1]}"]["tail_patch"], r["training"]["zero_shot"]["heldout"]
     test = switch_verdicts.accuracy_pair(deep, zero, "a", "b")
     word = {"a>b": "is above the base model", "a<b": "is below the base model", "identical": "give the same accuracy",
-            "no detectable difference": "no detectable difference in accuracy"}[test.verdict]
+            "no detectable difference": "no detectable difference in accuracy",
+            "cannot separate": "no verdict possible in accuracy"}[test.verdict]
     assert word in glue["deepest"] and f"n = {deep['n']}" in glue["deepest"]
-    assert glue["knee"].startswith(f"tiny-qwen3: k = {r['knee_k']} (") or glue["knee"].startswith("tiny-qwen3: not located")
+    assert glue["knee"].startswith((f"tiny-qwen3: k = {r['knee_k']} (", f"tiny-qwen3: k = {r['knee_k']} or below (",
+                                    "tiny-qwen3: not located: one k"))
     assert "of L = 4" in glue["knee"] and glue["method"] == compare.METHOD
     per_k = r["cost"]["per_k"]
     assert all(len(per_k[str(k)]["tail_patch"]["seconds_repeats"]) == record["parameters"]["timing_repeats"]

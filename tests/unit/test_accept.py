@@ -301,6 +301,17 @@ def test_presses_at_half_hold_half_the_bytes(texts):
     assert [r["cache_bytes"] for r in run["ops"].values()] == [exact] + [exact / 2] * 5
     assert run["ops"]["tova:compression_ratio=0.5"]["path"] == "step"
     assert run["ops"]["snapkv:compression_ratio=0.5,window=4,kernel=5"]["path"] == "fast"
+    # the guide's time column: per document, the exact decode pass and each one-document op's scoring;
+    # the token-by-token ops (decoded in groups) keep no per-document time, and the guide shows none
+    exact_decode = run["exact_decode_seconds_per_document"]
+    assert len(exact_decode) == 2 and all(t > 0 for t in exact_decode)
+    snap = run["ops"]["snapkv:compression_ratio=0.5,window=4,kernel=5"]
+    assert len(snap["seconds_per_document"]) == 2 and all(t > 0 for t in snap["seconds_per_document"])
+    assert "seconds_per_document" not in run["ops"]["tova:compression_ratio=0.5"]
+    from kvutils.report.guide import time_ratios
+    ratios = time_ratios(snap, run)
+    assert ratios == pytest.approx([a / b for a, b in zip(snap["seconds_per_document"], exact_decode)])
+    assert time_ratios(run["ops"]["tova:compression_ratio=0.5"], run) is None
 
 
 def test_a_cache_that_refuses_the_model_is_named_not_skipped(texts, capsys):

@@ -240,7 +240,9 @@ def test_the_knee_comes_from_the_paired_test_not_a_point_gap():
     knee = switch_verdicts.knee(held["switch"]["heldout"], [2, 4, 8])
     assert (knee["best_k"], knee["knee_k"], knee["resolved"]) == (4, 2, False)
     text = rsv.knee("m", held)
-    assert "not located" in text and "no detectable difference in accuracy between k = 2 and k = 4" in text
+    # by the knee's own definition k = 2 is it; the page says so, and that nothing smaller was trained
+    assert "m: k = 2 or below" in text and "nothing smaller was trained" in text and "not located" not in text
+    assert "no detectable difference in accuracy between k = 2 and k = 4" in text
     clear = _switch_results({2: _right_on(40), 4: _right_on(110), 8: _right_on(111)}, _right_on(64), LABELS)
     knee = switch_verdicts.knee(clear["switch"]["heldout"], [2, 4, 8])
     assert (knee["best_k"], knee["knee_k"], knee["resolved"]) == (8, 4, True)
@@ -316,8 +318,12 @@ def test_the_patching_map_names_a_layer_group_only_when_the_test_separates_it():
     from kvutils.report import switch_verdicts as rsv
 
     weak = rsv.where("m", _patch_results([0, 2, 0, 1], n_pairs=8, n_right=8))
-    assert weak.startswith("m: no group of layers flips detectably more answers than every other at n = 8 pairs")
-    assert "2 of 8 (25%" in weak
+    # one clause that cannot read as a contradiction: the groups it is above, those it is not, no winner
+    assert weak.startswith("m: copying all of what follows in layers 3–4 flips the most right answers, 2 of 8 (25%")
+    assert "the tests on the same 8 pairs put it above none of the other groups" in weak
+    assert "so no one group of layers stands out" in weak
+    mixed = rsv.where("m", _patch_results([0, 26, 30, 1]))  # above 1–2 and 7–8, not above 3–4
+    assert "put it above layers 1–2" in mixed and "but not above layers 3–4" in mixed and "stands out" in mixed
     strong = rsv.where("m", _patch_results([0, 2, 30, 1]))
     assert "in layers 5–6 flips 30 of 32 (93.8%" in strong and "detectably more than in any other group" in strong
     few = _patch_results([0, 2, 30, 1], n_right=5)

@@ -30,9 +30,30 @@ def test_separated_pair_gets_the_verdict_and_the_right_direction():
 
 
 def test_two_units_can_never_earn_a_verdict():
-    # 2 documents that agree in sign: the bootstrap interval excludes 0, the sign test cannot
+    # 2 documents that agree in sign: the bootstrap interval excludes 0, the sign test cannot,
+    # and the result says the test could not decide, not that it found no difference
     r = compare.paired([0.1, 0.2], [0.3, 0.5], "a", "b")
-    assert r.p == pytest.approx(0.5) and r.verdict == compare.NO_DIFFERENCE
+    assert r.p == pytest.approx(0.5) and r.verdict == compare.CANNOT and not r.separated
+    assert "no verdict possible at n = 2" in r.sentence() and "no detectable" not in r.sentence()
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_the_smallest_reachable_p_decides_whether_n_can_separate(n):
+    # all n differences one way: the most extreme data n units can give
+    r = compare.paired([1.0 + i for i in range(n)], [0.0] * n, "a", "b")
+    assert compare.smallest_p(n) == pytest.approx(2 * 0.5 ** n) and r.p == pytest.approx(min(1.0, 2 * 0.5 ** n))
+    assert compare.can_separate(n) is (n >= 6)
+    assert r.verdict == (compare.A_HIGHER if n >= 6 else compare.CANNOT)
+
+
+def test_ranked_repeats_need_enough_of_them_and_apart():
+    apart = compare.ranked([5.0, 6, 7, 8, 9], [1.0, 2, 3, 4, 4.5], "long", "short")
+    assert apart.verdict == compare.A_HIGHER and apart.p == pytest.approx(2 / 252)
+    mixed = compare.ranked([5.0, 1, 7, 2, 9], [1.5, 6, 3, 8, 4.5], "long", "short")
+    assert mixed.verdict == compare.NO_DIFFERENCE and "no detectable difference" in mixed.clause()
+    few = compare.ranked([5.0, 6, 7], [1.0, 2, 3], "long", "short")  # 2/20 = 0.1 at best
+    assert few.verdict == compare.CANNOT and "no verdict possible with 3 and 3 repeats" in few.clause()
+    assert compare.ranked([1.0, 2, 3, 4, 4.5], [5.0, 6, 7, 8, 9]).verdict == compare.A_LOWER
 
 
 def test_identical_is_named_not_measured():

@@ -92,8 +92,8 @@ def test_times_are_printed_with_their_spread():
 
 
 def test_chapter4_speed_trend_needs_the_repeat_ranges_apart():
-    """'The speed-up grew with context' was read from two medians; with repeats it needs every
-    repeat pair at the longer context above every one at the shorter."""
+    """'The speed-up grew with context' was read from two medians; with repeats it needs an exact rank
+    test to put the longer context's repeat pairs above the shorter's (5 a side can, 3 cannot)."""
     from kvutils.report import cache_approximations as report_costs
 
     def numbers(short: list[float], long: list[float]) -> dict:
@@ -103,10 +103,14 @@ def test_chapter4_speed_trend_needs_the_repeat_ranges_apart():
         return {"decode": {"m": {"steps": steps}}, "decode_timing": {"where": "alone", "threads": 2, "cores": 2},
                 "bytes": [], "table2": {}}
 
-    apart = report_costs.chapter4_findings(numbers([2.0, 2.5, 3.0], [40.0, 44.0, 48.0]))
+    apart = report_costs.chapter4_findings(numbers([2.0, 2.5, 3.0, 2.2, 2.8], [40.0, 44.0, 48.0, 42.0, 46.0]))
     assert apart["speed_grows"].startswith("In this run the speed-up grew with context on every model: m (2.5× [2–3]")
-    assert "median of 3 repeats" in apart["timing"]
-    overlap = report_costs.chapter4_findings(numbers([2.0, 2.5, 50.0], [40.0, 44.0, 48.0]))  # medians 2.5 → 44
+    assert "median of 5 repeats" in apart["timing"]
+    assert "m: 2000 tokens lies above 128 tokens (5 and 5 repeats, exact rank test p = 0.0079)" in apart["speed_grows"]
+    three = report_costs.chapter4_findings(numbers([2.0, 2.5, 3.0], [40.0, 44.0, 48.0]))  # p ≥ 0.1 whatever the data
+    assert three["speed_grows"].startswith("In this run the speed-up did not grow with context on any model")
+    assert "no verdict possible with 3 and 3 repeats" in three["speed_grows"]
+    overlap = report_costs.chapter4_findings(numbers([2.0, 2.5, 50.0, 2.2, 2.8], [40.0, 44.0, 48.0, 42.0, 46.0]))
     assert overlap["speed_grows"].startswith("In this run the speed-up did not grow with context on any model")
 
 

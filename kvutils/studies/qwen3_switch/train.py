@@ -40,7 +40,7 @@ def accuracy(model, adapter: str | None, boundary: torch.Tensor, batch: Batch, o
             target, other = batch.targets[rows], others[rows]
             right += (logits.gather(1, target[:, None]) > logits.gather(1, other[:, None]))[:, 0].tolist()
             top1 += (logits.argmax(-1) == target).tolist()
-    return {**scored(right), "label_top1_pct": 100 * statistics.fmean(top1)}
+    return {**scored(right), "label_top1_pct": 100 * statistics.fmean(top1), "right_per_example": right}
 
 
 def adapter_names(mp: ModelPlan) -> list[tuple[str, int, bool]]:

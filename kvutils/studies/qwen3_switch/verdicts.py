@@ -121,7 +121,8 @@ def cell_flips(pm: dict, row: int, col: int) -> list[int]:
 
 def where_it_reads(pm: dict) -> dict:
     """Among the layer groups of the 'whole continuation' row: the one that flips most answers, and
-    whether McNemar's test puts it above every other group on the same pairs."""
+    whether McNemar's test puts it above every other group on the same pairs (`above`: the tests
+    that do, `not_above`: those that do not)."""
     row = len(pm["row_labels"]) - 1
     groups = range(len(pm["col_labels"]) - 1)
     flips = {col: cell_flips(pm, row, col) for col in groups}
@@ -129,8 +130,9 @@ def where_it_reads(pm: dict) -> dict:
     top = max(groups, key=lambda c: (sum(flips[c]), -c))
     others = [compare.paired_binary(flips[top], flips[c], pm["col_labels"][top], pm["col_labels"][c], "pairs")
               for c in groups if c != top] if n else []
-    return {"top": top, "flipped": sum(flips[top]), "n": n,
-            "above_every_other": bool(others) and all(p.better(lower_is_better=False) == p.a for p in others),
+    above = [p for p in others if p.better(lower_is_better=False) == p.a]
+    return {"top": top, "flipped": sum(flips[top]), "n": n, "above_every_other": bool(others) and len(above) == len(others),
+            "above": above, "not_above": [p for p in others if p not in above],
             "closest": min(others, key=lambda p: p.effect, default=None)}
 
 
