@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kvutils.cache import accept_args, accept_retrieval
+from kvutils.cache.base import CACHE_OBJECT
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.hf_quantized import refusal
 from kvutils.cache.prefilled import exact_prefill
@@ -138,7 +139,7 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     if loaded is None:
         loaded = models.load(model, torch_dtype, device)
     exact_op = Exact()
-    refused = {op.spec: why for op in ops if hasattr(op, "make_cache") and (why := refusal(loaded.config, op))}
+    refused = {op.spec: why for op in ops if op.kind == CACHE_OBJECT and (why := refusal(loaded.config, op))}
     for spec, why in refused.items():
         print(f"{loaded.name}: {spec} not scored: {why}", file=sys.stderr)
     scored = [op for op in ops if op.spec not in refused]

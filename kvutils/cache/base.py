@@ -11,6 +11,20 @@ which `kvutils.cache.scoring` turns into decoding (see its docstring for the exa
   (the entry itself, or the end of KIVI's full-precision residual block).
 The methods, one per file, are in `kvutils.cache.methods`; `kvutils.cache.registry` lists them.
 
+Every operation states its kind (`kind`, one of `KINDS`), and the scorer dispatches on it, never on
+which attributes an operation happens to have:
+- `STORAGE`: decided by positions and storage alone (`keeps`, `store`, `stored_after`): exact,
+  casts, quantisers, windows, chunk reuse; scored by one teacher-forced forward (`has_fast_path`);
+- `PRESS`: decides once what the prefill keeps, from its queries and attention
+  (`decide(views)`, `needs_views`; `kvutils.cache.methods.press`); scored by one forward;
+- `POLICY`: evicts while decoding (`start(view)`, `step_many(state, weights)`;
+  `kvutils.cache.methods.policy`); scored token by token on the step path;
+- `CACHE_OBJECT`: a transformers cache class (`make_cache(config)`), filled through its own
+  `update`; scored token by token.
+A window that re-rotates its keys to their index in the cache says so in `reindexes_positions`;
+the fields a method shares with others (`compression_ratio`, `window`, …) are read with `setting`.
+A test checks that every registered method's kind matches what it implements.
+
 Making an operation (its fields' checks) needs no torch: a command line parses and checks `--op`
 before it imports torch and transformers (seconds), and each method imports torch inside the
 functions that compute. An integer field has an upper bound that says why (`checks.check_count`).
@@ -38,6 +52,10 @@ def check_fraction(op: str, field: str, value) -> None:
         reject(op, field, value, "a number between 0 and 1")
 
 
+STORAGE, PRESS, POLICY, CACHE_OBJECT = "storage", "press", "policy", "cache object"
+KINDS = (STORAGE, PRESS, POLICY, CACHE_OBJECT)
+
+
 @dataclass(frozen=True)
 class CacheOp:
     """Base class; as it stands, the exact cache: every entry kept, in the model's precision, at
@@ -51,6 +69,16 @@ class CacheOp:
     data_dependent: ClassVar[bool] = False  # what it keeps depends on the text, not only on positions
     has_fast_path: ClassVar[bool] = True  # scored exactly by one teacher-forced forward
     family: ClassVar[str] = "exact"  # colours the frontier chart
+    kind: ClassVar[str] = STORAGE  # how the scorer runs it (see the module's docstring)
+
+    @property
+    def reindexes_positions(self) -> bool:
+        """Whether kept keys are re-rotated to their index in the cache (a StreamingLLM window)."""
+        return False
+
+    def setting(self, field: str, default=None):
+        """The value of one of the method's hyper-parameters, or `default` where it has none."""
+        return getattr(self, field) if field in {f.name for f in dataclasses.fields(self)} else default
 
     @property
     def spec(self) -> str:

@@ -48,7 +48,7 @@ def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
                   for ks in (False, True) for vs in (False, True)}
         combos[(False, False)] |= own
     fresh_visible = combos[(False, False)]
-    reindexed_sinks = getattr(op, "reindex", False) and op.sinks > 0
+    reindexed_sinks = op.reindexes_positions and op.sinks > 0
     if reindexed_sinks:
         fresh_visible[:, :op.sinks] &= own[:, :op.sinks]  # earlier sinks are read through copies, below
 

@@ -26,6 +26,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from kvutils.cache.base import CACHE_OBJECT, POLICY
 from kvutils.cache.fast_path import score_fast
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.hf_quantized import refusal
@@ -60,7 +61,7 @@ def answer_record(logits: torch.Tensor, prompt: Prompt) -> dict:
 
 
 def _is_policy(op) -> bool:
-    return op.needs_views and not op.has_fast_path
+    return op.kind == POLICY
 
 
 def decide_layerwise(ops: list, views: dict[str, list[LayerView]]) -> tuple[dict, dict]:
@@ -111,7 +112,7 @@ def score_retrieval(loaded: Loaded, ops, prompts: list[Prompt], regimes: tuple[s
     key_logprob). `give_up(exact records so far)` True: the operations are not scored on the
     prompts left (only the exact cache is), and "gave_up" says so."""
     ops = parse_ops(ops)
-    refused = {op.spec: why for op in ops if hasattr(op, "make_cache") and (why := refusal(loaded.config, op))}
+    refused = {op.spec: why for op in ops if op.kind == CACHE_OBJECT and (why := refusal(loaded.config, op))}
     scored = [op for op in ops if op.spec not in refused]
     for op in scored:
         op.check_model(loaded.config)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import torch
 
+from kvutils.cache.base import CACHE_OBJECT
 from kvutils.cache.fast_path import score_fast
 from kvutils.cache.prefilled import KV, Prefilled
 from kvutils.cache.step_batched import StepStart, batched_step, cache_object_steps, masked_steps, step_start
@@ -64,7 +65,7 @@ def score_step_many(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode:
     starts = [p if isinstance(p, StepStart) else step_start(loaded, op, ids[d], prefill, p, stats[d])
               for d, p in enumerate(prefilled)]
     tokens = ids[:, prefill:prefill + decode]  # (docs, decode)
-    if hasattr(op, "make_cache"):
+    if op.kind == CACHE_OBJECT:
         return cache_object_steps(loaded, tokens, prefill, starts)
     return masked_steps(loaded, op, tokens, prefill, starts)
 

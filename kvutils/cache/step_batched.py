@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from kvutils.cache.base import CACHE_OBJECT, POLICY, PRESS
 from kvutils.cache.forward import attention_masks
 from kvutils.cache.prefilled import KV, Prefilled, prefill_for
 from kvutils.cache.sizes import cache_object_bytes
@@ -32,7 +33,7 @@ class StepStart:
 def batched_step(op) -> bool:
     """Whether `score_step_many` decodes `op`'s documents together (presses, decode-time policies
     and transformers' cache objects); other operations are scored one document at a time."""
-    return hasattr(op, "make_cache") or op.needs_views
+    return op.kind in (CACHE_OBJECT, PRESS, POLICY)
 
 
 def step_start(loaded: Loaded, op, ids: torch.Tensor, prefill: int, exact_kv: KV | Prefilled | None = None,
@@ -40,14 +41,14 @@ def step_start(loaded: Loaded, op, ids: torch.Tensor, prefill: int, exact_kv: KV
     """What the step path starts from for one document `ids` (seq,); fills `stats` as `score_step`
     does. Holds no layer views, so many documents' starts fit where their views would not."""
     pre = prefill_for(loaded, op, ids, prefill, exact_kv)
-    if hasattr(op, "make_cache"):
+    if op.kind == CACHE_OBJECT:
         cache = op.make_cache(loaded.model.config)
         for i, (k, v) in enumerate(pre.kv):
             cache.update(k, v, i)
         if stats is not None:
             stats["cache_bytes"] = cache_object_bytes(cache)
         return StepStart(pre.kv, cache=cache)
-    states = [op.start(v) for v in pre.views] if hasattr(op, "step") else None
+    states = [op.start(v) for v in pre.views] if op.kind == POLICY else None
     held = [s["held"] for s in states] if states is not None else op.decide(pre.views)
     if stats is not None:
         stats["held"] = [h.clone() for h in held]
@@ -100,7 +101,7 @@ def masked_steps(loaded: Loaded, op, tokens: torch.Tensor, prefill: int, starts:
     n_layers = len(starts[0].kv)
     kv = [(torch.cat([s.kv[i][0] for s in starts]), torch.cat([s.kv[i][1] for s in starts])) for i in range(n_layers)]
     cache = Cache(layers=[GrowingLayer(k, v, decode) for k, v in kv])  # (docs, kv_heads, P + decode, head_dim)
-    policy = hasattr(op, "step")
+    policy = op.kind == POLICY
     if policy:
         states = [op.stack([s.states[i] for s in starts]) for i in range(n_layers)]
         held = [state["held"] for state in states]

@@ -44,7 +44,7 @@ class _Held:
             self.keys, self.values = self.keys[..., keep, :], self.values[..., keep, :]
             self.slots, self.coords = self.slots[keep], self.coords[keep]
             self.stored, self.stored_v = self.stored[keep], self.stored_v[keep]
-        if getattr(op, "reindex", False):
+        if op.reindexes_positions:
             target = torch.arange(len(self.slots))
             if not torch.equal(target, self.coords):
                 self.keys = rotate_keys(loaded, layer_idx, self.keys, target - self.coords)
@@ -71,7 +71,7 @@ def score_held_step(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode:
     for n in range(prefill, prefill + decode):
         layers = [_held_layer(s.keys, s.values) for s in states]
         held = len(states[0].slots)
-        coord = held if getattr(op, "reindex", False) else n
+        coord = held if op.reindexes_positions else n
         key_slots = torch.cat([states[0].slots, torch.tensor([n])])
         masks = attention_masks(loaded, torch.ones(1, held + 1, dtype=torch.bool), torch.tensor([n]), key_slots)
         logits.append(forward_logits(loaded, ids[None, n:n + 1], torch.tensor([coord]), masks, layers)[-1])

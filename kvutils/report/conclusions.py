@@ -97,17 +97,19 @@ def rq1_table(runs: dict) -> pd.DataFrame:
                 if tag == "fp64":
                     rows["fp64: identical greedy sequences, cache vs recompute"][col] = (
                         f"{fraction(d['identical'], d['n_prompts'])} ({recompute_mode(d)})")
-                    rows["fp64: largest K/V difference of a prefix across continuations (rounding)"][col] = fmt(
-                        by_dtype[dtype]["prefixes"]["max_diff_across_continuations"])
+                    rows["fp64: largest K/V difference of a prefix across continuations (rounding)"][col] = (
+                        f"{fmt(by_dtype[dtype]['prefixes']['max_diff_across_continuations'])} "
+                        f"(n = {by_dtype[dtype]['prefixes']['n_prefixes']} prefixes)")
                 else:
-                    rows["fp32: median logit std (the scale rounding acts on)"][col] = fmt(d["median_logit_std"], 4)
+                    rows["fp32: median logit std (the scale rounding acts on)"][col] = (
+                        f"{fmt(d['median_logit_std'], 4)} (n = {d['n_prompts']} prompts)")
                     x = by_dtype[dtype]["prefixes"]
                     rows["prefixes whose K/V are bit-identical under both continuations (fp32)"][col] = (
                         fraction(x["bit_identical"], x["n_prefixes"]))
     for model, r in chapter_numbers(runs, "02").items():
         kind = "encoder" if r["family"] == "encoder" else "causal"
         rows["same word, two contexts: cosine distance of the state, last layer"][f"ours: {model}"] = (
-            f"{fmt(r['cosine_distance_mean'][-1])} ({kind})")
+            f"{fmt(r['cosine_distance_mean'][-1])} ({kind}; mean of n = {r.get('n_words', '?')} words)")
     return rows_table(rows, "finding")
 
 
@@ -130,17 +132,21 @@ def rq2_table(runs: dict) -> pd.DataFrame:
     for model, r in _causal(numbers).items():
         col = f"ours: {model}"
         old, new = r["probe"]["old_position_pct"], r["probe"]["new_position_pct"]
+        n = f"n = {r['probe']['n_items']} items"
         rows["sense probe at the old (cached) position"][col] = (
-            f"{fmt(old[0])}% at all {len(old)} depths" if len(set(old)) == 1 else f"{fmt(min(old))}–{fmt(max(old))}%")
+            f"{fmt(old[0])}% at all {len(old)} depths ({n})" if len(set(old)) == 1 else
+            f"{fmt(min(old))}–{fmt(max(old))}% ({n})")
         best, where = peak_depths(new)
-        rows["sense probe at a new position: peak % [depths]"][col] = f"{fmt(best)} {where}"
+        rows["sense probe at a new position: peak % [depths]"][col] = f"{fmt(best)} {where} ({n})"
         cont = r["attention"]["continuation"]
-        rows["attention from the new position on the disambiguating text"][col] = f"{fmt(min(cont), 3)}–{fmt(max(cont), 3)}"
+        rows["attention from the new position on the disambiguating text"][col] = (
+            f"{fmt(min(cont), 3)}–{fmt(max(cont), 3)} (range over layers; mean over heads and {n})")
     for model, r in _encoders(numbers).items():
         old = r["probe"]["old_position_pct"]
         full = first_stays_at(old, 100.0)
         rows["encoder: sense probe at the original position"][f"ours: {model}"] = (
-            f"100% from depth {full}" if full is not None else f"peak {fmt(max(old))}%")
+            (f"100% from depth {full}" if full is not None else f"peak {fmt(max(old))}%")
+            + f" (n = {r['probe']['n_items']} items)")
     return rows_table(rows, "finding")
 
 

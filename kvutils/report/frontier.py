@@ -26,7 +26,7 @@ X_LABEL = "mean bytes held over the decode (% of the exact cache's)"
 def label(spec: str) -> str:
     """A short name for a method's spec: 'snapkv 0.5', 'window 4+572', 'kivi 2-bit', 'fp8 cache'."""
     op = parse_op(spec)
-    if hasattr(op, "compression_ratio"):
+    if op.setting("compression_ratio") is not None:
         return f"{op.name} {op.compression_ratio:g}"
     named = {"window": lambda: f"window {op.sinks}+{op.size - op.sinks}", "quantize_kivi": lambda: f"kivi {op.bits}-bit",
              "cast": lambda: op.dtype, "hf_quantized": lambda: f"{op.backend} cache"}

@@ -94,6 +94,21 @@ def test_tables_put_the_article_beside_every_model(runs):
     assert "29.49× at 2000 tokens" in rc.rq3_table(runs).to_string()
 
 
+def test_every_summary_row_carries_its_n(runs):
+    """No summary number without its count: each of our cells names its n (or is a count itself)."""
+    import re
+
+    for table in (rc.rq1_table(runs), rc.rq2_table(runs), rc.rq3_table(runs), rc.rq4_table(runs)):
+        for column in (c for c in table.columns if c.startswith("ours: ")):
+            for finding, cell in table[column].items():
+                assert cell == "—" or "n = " in cell or "prompts" in cell or re.fullmatch(r"\d+/\d+( .*)?", cell), \
+                    (finding, cell)
+    for row in rc.decision_rows(runs):
+        assert row["n"] and row["n"] != "—", row["operation"]
+    table = rc.decision_table(rc.decision_rows(runs))
+    assert {"cache vs fp32 / vs bf16 (%)", "time ÷ exact decode, median (range, n)"} <= set(table.columns)
+
+
 def test_book_time_adds_set_up_chapters_and_benchmark(runs):
     table = ra.book_times_table(bench_record(), runs)
     total = 200.0 + 100.0 + sum(r["wall_time_s"] for r in runs.values())

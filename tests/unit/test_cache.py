@@ -356,3 +356,35 @@ def test_rotation_matrix_is_the_rotary_rotation():
     x = torch.randn(3, d, dtype=torch.float64)
     rotated = torch.cat([rotate(x[:, :4], cos, sin), x[:, 4:]], -1)
     torch.testing.assert_close(x @ rotation_matrix(cos, sin, d).T, rotated)
+
+
+# --------------------------------------------------------------------------- the operation kinds
+
+
+def test_no_code_outside_the_methods_guesses_an_operations_kind():
+    """The scorer dispatches on `op.kind` (kvutils.cache.base), never on which attributes an op has."""
+    import re
+
+    from kvutils.core.paths import REPO_ROOT
+
+    guess = re.compile(r"\b(hasattr|getattr)\(\s*(self\.)?op\b")
+    methods = REPO_ROOT / "kvutils" / "cache" / "methods"
+    offenders = [f"{path.relative_to(REPO_ROOT)}:{i}" for path in sorted((REPO_ROOT / "kvutils").rglob("*.py"))
+                 if methods not in path.parents
+                 for i, line in enumerate(path.read_text().splitlines(), 1) if guess.search(line)]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_method_states_the_kind_it_implements(name):
+    """A method that forgets its kind (or states the wrong one) fails here, not in a scorer."""
+    from kvutils.cache import base
+
+    cls = OPS[name]
+    assert cls.kind in base.KINDS
+    own = {attr for attr in ("decide", "start", "step_many", "make_cache") if hasattr(cls, attr)}
+    expected = {base.STORAGE: set(), base.PRESS: {"decide"}, base.POLICY: {"start", "step_many"},
+                base.CACHE_OBJECT: {"make_cache"}}[cls.kind]
+    assert expected <= own and not own - expected - ({"decide"} if cls.kind == base.POLICY else set()), (cls.kind, own)
+    assert cls.needs_views == (cls.kind in (base.PRESS, base.POLICY))
+    assert cls.has_fast_path == (cls.kind in (base.STORAGE, base.PRESS))

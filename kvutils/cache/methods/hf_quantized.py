@@ -7,7 +7,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.base import CacheOp, reject
+from kvutils.cache.base import CACHE_OBJECT, CacheOp, reject
 from kvutils.core import checks
 from kvutils.models.layers import layer_types
 
@@ -54,6 +54,7 @@ class HFQuantized(CacheOp):
     examples: ClassVar[tuple[str, ...]] = ("hf_quantized:backend=fp8",)
     has_fast_path: ClassVar[bool] = False
     data_dependent: ClassVar[bool] = True  # its bytes are read off the real cache object
+    kind: ClassVar[str] = CACHE_OBJECT
 
     def __post_init__(self):
         if self.backend not in BACKENDS:

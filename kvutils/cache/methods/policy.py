@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from kvutils.cache.base import CacheOp
+from kvutils.cache.base import POLICY, CacheOp
 from kvutils.cache.methods.press import check_ratio
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ class DecodePolicy(CacheOp):
     data_dependent: ClassVar[bool] = True
     has_fast_path: ClassVar[bool] = False
     family: ClassVar[str] = "decode-time eviction"
+    kind: ClassVar[str] = POLICY
 
     def __post_init__(self):
         check_ratio(self.name, self.compression_ratio)

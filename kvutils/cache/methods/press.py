@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from kvutils.cache.base import CacheOp, reject
+from kvutils.cache.base import PRESS, CacheOp, reject
 
 if TYPE_CHECKING:
     import torch
@@ -50,6 +50,7 @@ class Press(CacheOp):
     needs_views: ClassVar[bool] = True
     data_dependent: ClassVar[bool] = True
     family: ClassVar[str] = "press"
+    kind: ClassVar[str] = PRESS
 
     def __post_init__(self):
         check_ratio(self.name, self.compression_ratio)

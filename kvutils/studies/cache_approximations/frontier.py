@@ -126,7 +126,7 @@ def construction_ties(config, ops: list[CacheOp], prefill: int) -> list[dict]:
     snaps = {(op.compression_ratio, op.window, op.kernel): op for op in ops if type(op) is SnapKVPress}
     out = []
     for op in ops:
-        key = (getattr(op, "compression_ratio", None), getattr(op, "window", None), getattr(op, "kernel", None))
+        key = (op.setting("compression_ratio"), op.setting("window"), op.setting("kernel"))
         snap = snaps.get(key)
         if isinstance(op, AdaKVPress) and snap is not None and kv_heads == 1:
             out.append({"a": op.spec, "b": snap.spec, "why": "the model has one KV head per layer, so AdaKV has no "

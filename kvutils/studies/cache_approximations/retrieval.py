@@ -215,7 +215,7 @@ def _frontier_label(spec: str, level) -> str | None:
     op = parse_op(spec)
     if isinstance(op, Window) and level is not None and op.sinks == frontier.STREAMING_SINKS:
         return f"window@{level:g}"
-    ratio = getattr(op, "compression_ratio", None)
+    ratio = op.setting("compression_ratio")
     if ratio is not None and op.name in PRESSES and float(ratio) in LEVELS:
         return f"{op.name}@{float(ratio):g}"
     return spec if spec in PRECISION else None
