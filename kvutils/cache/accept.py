@@ -34,6 +34,7 @@ from kvutils.core import checks, data, results
 from kvutils.core.interrupt import OUT_OF_MEMORY
 from kvutils.models import loading as models
 from kvutils.models.checks import resolve
+from kvutils.models.loading import Loaded
 from kvutils.models.registry import ModelNotAvailable
 
 
@@ -121,24 +122,8 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     torch_dtype = models.as_dtype(dtype)
     for op in ops:
         op.check_lengths(prefill, decode)
-    documents = _documents(docs)
-    if isinstance(model, models.Loaded):
-        loaded, tokenizer, family = model, model.tokenizer, model.family
-    else:
-        resolved = resolve(model, parameter="model")
-        family = resolved.family
-        if prefill + decode + 1 > resolved.context:
-            raise ValueError(f"prefill + decode + 1 = {prefill + decode + 1} exceeds {model}'s context {resolved.context}")
-        loaded, tokenizer = None, models.load_tokenizer(model)
-    if family != "causal":
-        raise ValueError(f"model: {getattr(model, 'name', model)} is an {family} model; the cache test needs a causal one")
-    used, skipped = tokenize_documents(tokenizer, documents, prefill + decode + 1, n_docs, skip_short)
-    if skipped and progress:  # named now, and in the numbers' "skipped_short"
-        print(f"docs: left out {len(skipped)} document(s) shorter than prefill + decode + 1 = {prefill + decode + 1} "
-              f"tokens: {', '.join(f'{i} ({n} tokens)' for i, n in skipped)}", file=sys.stderr)
-    if loaded is None:
-        loaded = models.load(model, torch_dtype, device)
-    exact_op = Exact()
+    loaded, used, skipped = _load_for(model, _documents(docs), prefill + decode + 1, torch_dtype, device, n_docs,
+                                      skip_short, progress)
     refused = {op.spec: why for op in ops if op.kind == CACHE_OBJECT and (why := refusal(loaded.config, op))}
     for spec, why in refused.items():
         print(f"{loaded.name}: {spec} not scored: {why}", file=sys.stderr)
@@ -147,79 +132,117 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
         op.check_model(loaded.config)
     # an op without a one-forward path (it decides while decoding) is scored on the step path
     op_path = {op.spec: path if op.has_fast_path else "step" for op in scored}
-    views = any(op.needs_views for op in scored)
-
-    # step-path presses, policies and cache objects: a group of documents at a time, each one's
-    # start made beside its shared exact prefill (whose layer views are then dropped), and the
-    # group's documents decoded together
-    batched = [op for op in scored if op_path[op.spec] == "step" and batched_step(op)]
-    per_step = {op.spec: [None] * len(used) for op in scored}
-    seconds = {op.spec: 0.0 for op in scored}
-    stats = {op.spec: [{} for _ in used] for op in scored}
-    exact_nll, exact_seconds = [], 0.0
-    # per document: the exact decode pass, and each one-document operation's scoring (the time column's pairs)
-    decode_seconds = [None] * len(used)
-    doc_seconds = {op.spec: [None] * len(used) for op in scored if op not in batched}
-    # `with`: the bar is closed before an interrupt is reported, not redrawn after it
+    tally = _Tally(scored, op_path, len(used))
     with tqdm(total=len(used), desc=f"accept {loaded.name}", disable=not progress, unit="doc") as bar:
+        # `with`: the bar is closed before an interrupt is reported, not redrawn after it
         for group in range(0, len(used), STEP_BATCH):
-            references, starts = {}, {op.spec: [] for op in batched}
-            for d, (_, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
-                t0 = time.perf_counter()
-                prefilled = exact_prefill(loaded, ids[None, :prefill], views=views)  # shared by every op that starts from it
-                t1 = time.perf_counter()
-                reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
-                exact_seconds += time.perf_counter() - t0
-                decode_seconds[d] = time.perf_counter() - t1  # the exact cache's decode pass alone
-                targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
-                references[d] = (reference, targets)
-                for op in scored:
-                    t0 = time.perf_counter()
-                    if op in batched:
-                        starts[op.spec].append(step_start(loaded, op, ids, prefill, prefilled, stats[op.spec][d]))
-                    else:
-                        logits = (reference if op == exact_op and path == "fast" else
-                                  PATHS[op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled, stats=stats[op.spec][d]))
-                        per_step[op.spec][d] = compare(reference, logits, targets)
-                        doc_seconds[op.spec][d] = time.perf_counter() - t0
-                    seconds[op.spec] += time.perf_counter() - t0
-                exact_nll.append(compare(reference, reference, targets)["nll_exact"])
-                del prefilled
-                bar.update()
-            ids_group = torch.stack([ids for _, ids in used[group:group + STEP_BATCH]])  # (docs, prefill + decode + 1)
-            for op in batched:
-                t0 = time.perf_counter()
-                logits = score_step_many(loaded, op, ids_group, prefill, decode, starts.pop(op.spec))  # (docs, decode, vocab)
-                seconds[op.spec] += time.perf_counter() - t0
-                for d, doc_logits in enumerate(logits, start=group):
-                    per_step[op.spec][d] = compare(references[d][0], doc_logits, references[d][1])
-    held = {op.spec: [s["cache_bytes"] if "cache_bytes" in s else kept_bytes(loaded.config, s["held"], loaded.dtype)
-                      for s in stats[op.spec]] for op in scored if op.data_dependent}
-
-    out_ops = {}
-    for op in scored:
-        steps = per_step[op.spec]
-        out_ops[op.spec] = {
-            "op": op.spec, "name": op.name, "family": op.family, "path": op_path[op.spec], **_summary(steps),
-            # data-dependent methods: the mean over documents of what they actually held after the prefill
-            "cache_bytes": (sum(held[op.spec]) / len(held[op.spec]) if op.data_dependent
-                            else cache_bytes(loaded.config, op, prefill, loaded.dtype)),
-            "seconds": round(seconds[op.spec], 3),
-            **({"seconds_per_document": [round(x, 4) for x in doc_seconds[op.spec]]} if op.spec in doc_seconds else {}),
-            "per_document": [{"id": doc.id, **_summary([s])} for (doc, _), s in zip(used, steps)],
-        }
-    nll = torch.cat(exact_nll)
+            _score_group(loaded, tally, used, group, prefill, decode, path, bar)
+    nll = torch.cat(tally.exact_nll)
     return {
         "model": loaded.describe(), "prefill": prefill, "decode": decode, "dtype": str(loaded.dtype).replace("torch.", ""),
         "device": str(loaded.device), "path": path,
         "documents": [doc.id for doc, _ in used], "skipped_short": [{"id": i, "tokens": n} for i, n in skipped],
         "exact_perplexity": math.exp(nll.mean().item()),
-        "exact_perplexity_per_document": [math.exp(x.mean().item()) for x in exact_nll],
-        "exact_cache_bytes": cache_bytes(loaded.config, exact_op, prefill, loaded.dtype),
-        "exact_seconds": round(exact_seconds, 3), "exact_decode_seconds_per_document": [round(x, 4) for x in decode_seconds],
-        "ops": out_ops, "refused": refused,
+        "exact_perplexity_per_document": [math.exp(x.mean().item()) for x in tally.exact_nll],
+        "exact_cache_bytes": cache_bytes(loaded.config, Exact(), prefill, loaded.dtype),
+        "exact_seconds": round(tally.exact_seconds, 3),
+        "exact_decode_seconds_per_document": [round(x, 4) for x in tally.decode_seconds],
+        "ops": {op.spec: _op_numbers(loaded, op, tally, used, prefill) for op in scored}, "refused": refused,
         "seconds": round(time.time() - started, 2),
     }
+
+
+def _load_for(model, documents: list, needed: int, torch_dtype, device: str, n_docs: int | None, skip_short: bool,
+              progress: bool) -> tuple:
+    """(loaded, used documents, skipped ones): the model's family and context checked, and the
+    documents tokenized, before the weights load."""
+    if isinstance(model, models.Loaded):
+        loaded, tokenizer, family = model, model.tokenizer, model.family
+    else:
+        resolved = resolve(model, parameter="model")
+        family = resolved.family
+        if needed > resolved.context:
+            raise ValueError(f"prefill + decode + 1 = {needed} exceeds {model}'s context {resolved.context}")
+        loaded, tokenizer = None, models.load_tokenizer(model)
+    if family != "causal":
+        raise ValueError(f"model: {getattr(model, 'name', model)} is an {family} model; the cache test needs a causal one")
+    used, skipped = tokenize_documents(tokenizer, documents, needed, n_docs, skip_short)
+    if skipped and progress:  # named now, and in the numbers' "skipped_short"
+        print(f"docs: left out {len(skipped)} document(s) shorter than prefill + decode + 1 = {needed} "
+              f"tokens: {', '.join(f'{i} ({n} tokens)' for i, n in skipped)}", file=sys.stderr)
+    return (loaded if loaded is not None else models.load(model, torch_dtype, device)), used, skipped
+
+
+class _Tally:
+    """What scoring the documents accumulates, per operation and per document. Step-path presses,
+    policies and cache objects (`batched`) are decoded a group of documents at a time, each one's
+    start made beside its shared exact prefill (whose layer views are then dropped)."""
+
+    def __init__(self, scored: list, op_path: dict[str, str], n: int):
+        self.scored, self.op_path = scored, op_path
+        self.batched = [op for op in scored if op_path[op.spec] == "step" and batched_step(op)]
+        self.views = any(op.needs_views for op in scored)
+        self.per_step = {op.spec: [None] * n for op in scored}
+        self.seconds = {op.spec: 0.0 for op in scored}
+        self.stats = {op.spec: [{} for _ in range(n)] for op in scored}
+        self.exact_nll, self.exact_seconds = [], 0.0
+        # per document: the exact decode pass, and each one-document operation's scoring (the time column's pairs)
+        self.decode_seconds = [None] * n
+        self.doc_seconds = {op.spec: [None] * n for op in scored if op not in self.batched}
+
+
+def _score_group(loaded: Loaded, tally: _Tally, used: list, group: int, prefill: int, decode: int, path: str,
+                 bar) -> None:
+    """One group of documents: each one's exact prefill and reference, every one-document operation
+    scored beside it, then the group's batched operations decoded together."""
+    exact_op = Exact()
+    references, starts = {}, {op.spec: [] for op in tally.batched}
+    for d, (_, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
+        t0 = time.perf_counter()
+        prefilled = exact_prefill(loaded, ids[None, :prefill], views=tally.views)  # shared by every op that starts from it
+        t1 = time.perf_counter()
+        reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
+        tally.exact_seconds += time.perf_counter() - t0
+        tally.decode_seconds[d] = time.perf_counter() - t1  # the exact cache's decode pass alone
+        targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
+        references[d] = (reference, targets)
+        for op in tally.scored:
+            t0 = time.perf_counter()
+            if op in tally.batched:
+                starts[op.spec].append(step_start(loaded, op, ids, prefill, prefilled, tally.stats[op.spec][d]))
+            else:
+                logits = (reference if op == exact_op and path == "fast" else
+                          PATHS[tally.op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled,
+                                                        stats=tally.stats[op.spec][d]))
+                tally.per_step[op.spec][d] = compare(reference, logits, targets)
+                tally.doc_seconds[op.spec][d] = time.perf_counter() - t0
+            tally.seconds[op.spec] += time.perf_counter() - t0
+        tally.exact_nll.append(compare(reference, reference, targets)["nll_exact"])
+        del prefilled
+        bar.update()
+    ids_group = torch.stack([ids for _, ids in used[group:group + STEP_BATCH]])  # (docs, prefill + decode + 1)
+    for op in tally.batched:
+        t0 = time.perf_counter()
+        logits = score_step_many(loaded, op, ids_group, prefill, decode, starts.pop(op.spec))  # (docs, decode, vocab)
+        tally.seconds[op.spec] += time.perf_counter() - t0
+        for d, doc_logits in enumerate(logits, start=group):
+            tally.per_step[op.spec][d] = compare(references[d][0], doc_logits, references[d][1])
+
+
+def _op_numbers(loaded: Loaded, op, tally: _Tally, used: list, prefill: int) -> dict:
+    """One operation's numbers: its summary, per document, bytes held and seconds."""
+    steps = tally.per_step[op.spec]
+    if op.data_dependent:  # the mean over documents of what it actually held after the prefill
+        held = [s["cache_bytes"] if "cache_bytes" in s else kept_bytes(loaded.config, s["held"], loaded.dtype)
+                for s in tally.stats[op.spec]]
+        stored = sum(held) / len(held)
+    else:
+        stored = cache_bytes(loaded.config, op, prefill, loaded.dtype)
+    per_doc = tally.doc_seconds.get(op.spec)
+    return {"op": op.spec, "name": op.name, "family": op.family, "path": tally.op_path[op.spec], **_summary(steps),
+            "cache_bytes": stored, "seconds": round(tally.seconds[op.spec], 3),
+            **({"seconds_per_document": [round(x, 4) for x in per_doc]} if per_doc is not None else {}),
+            "per_document": [{"id": doc.id, **_summary([s])} for (doc, _), s in zip(used, steps)]}
 
 
 def accept(model, op, docs, prefill: int = 256, decode: int = 256, dtype: str = "float32",

@@ -17,6 +17,54 @@ from kvutils.models.loading import Loaded
 from kvutils.models.rotary import rotate_keys
 
 
+def _versions(op, slots: torch.Tensor, queries: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """(held (decode, slots): the entries each query still holds; {(key stored, value stored):
+    (decode, slots) visible}): the versions of an entry a query may read, key and value each fresh
+    or stored (KIVI stores a value later than its key); the query's own entry is always fresh. A
+    re-indexing window's earlier sinks are read through copies (`_segments`), not here."""
+    before = slots[None, :] < queries[:, None]  # (decode, slots)
+    own = slots[None, :] == queries[:, None]
+    held = before & op.keeps(slots, queries)
+    combos = {(False, False): own | held}
+    if op.transforms_storage:
+        key_done = op.stored_after(slots)[None, :] < queries[:, None]
+        value_done = op.values_stored_after(slots)[None, :] < queries[:, None]
+        combos = {(ks, vs): held & (key_done if ks else ~key_done) & (value_done if vs else ~value_done)
+                  for ks in (False, True) for vs in (False, True)}
+        combos[(False, False)] |= own
+    if op.reindexes_positions and op.sinks > 0:
+        combos[(False, False)][:, :op.sinks] &= own[:, :op.sinks]
+    return held, combos
+
+
+def _segments(loaded: Loaded, op, combos: dict, slots: torch.Tensor, queries: torch.Tensor, held: torch.Tensor) -> list:
+    """Each segment: (visible (decode, n), key slots (n,), build(layer, keys, values) -> its n entries)."""
+    segments = []
+    for (ks, vs), visible_kv in combos.items():
+        cols = visible_kv.any(0).nonzero().squeeze(1)
+        if not len(cols) and (ks or vs):
+            continue
+
+        def build(i, k, v, c=cols, ks=ks, vs=vs):
+            k = op.store_keys(k, slots) if ks else k
+            v = op.store_values(v, slots) if vs else v
+            return k[..., c, :], v[..., c, :]
+        segments.append((visible_kv[:, cols], cols, build))
+    if op.reindexes_positions and op.sinks > 0:
+        # StreamingLLM: a query at n holding h entries sits at cache position h; the recent block
+        # keeps its distances, the sinks come (n - h) positions closer: one rotated copy per query
+        decode = len(queries)
+        shift = queries - held.sum(1)  # (decode,)
+        sink = torch.arange(op.sinks).repeat(decode)  # (decode * sinks,) query-major
+        copy_visible = ((torch.arange(decode)[:, None] == torch.arange(decode).repeat_interleave(op.sinks)[None, :])
+                        & (sink[None, :] < queries[:, None]))
+
+        def build_sinks(i, k, v):
+            return (rotate_keys(loaded, i, k[..., sink, :], shift.repeat_interleave(op.sinks)), v[..., sink, :])
+        segments.append((copy_visible, sink, build_sinks))
+    return segments
+
+
 @torch.inference_mode()
 def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
                exact_kv: KV | Prefilled | None = None, stats: dict | None = None, decided: list | None = None,
@@ -35,47 +83,8 @@ def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
     kv = pre.kv
     queries = torch.arange(prefill, prefill + decode)  # (decode,)
     slots = torch.arange(prefill + decode)  # every entry that will exist, prefill then decode
-    before = slots[None, :] < queries[:, None]  # (decode, slots)
-    own = slots[None, :] == queries[:, None]
-    held = before & op.keeps(slots, queries)
-    # versions of an entry a query may read: key and value each fresh or stored (KIVI stores a
-    # value later than its key); the query's own entry is always fresh
-    combos = {(False, False): own | held}
-    if op.transforms_storage:
-        key_done = op.stored_after(slots)[None, :] < queries[:, None]
-        value_done = op.values_stored_after(slots)[None, :] < queries[:, None]
-        combos = {(ks, vs): held & (key_done if ks else ~key_done) & (value_done if vs else ~value_done)
-                  for ks in (False, True) for vs in (False, True)}
-        combos[(False, False)] |= own
-    fresh_visible = combos[(False, False)]
-    reindexed_sinks = op.reindexes_positions and op.sinks > 0
-    if reindexed_sinks:
-        fresh_visible[:, :op.sinks] &= own[:, :op.sinks]  # earlier sinks are read through copies, below
-
-    # each segment: (visible (decode, n), key slots (n,), build(layer, keys, values) -> n entries)
-    segments = []
-    for (ks, vs), visible_kv in combos.items():
-        cols = visible_kv.any(0).nonzero().squeeze(1)
-        if not len(cols) and (ks or vs):
-            continue
-
-        def build(i, k, v, c=cols, ks=ks, vs=vs):
-            k = op.store_keys(k, slots) if ks else k
-            v = op.store_values(v, slots) if vs else v
-            return k[..., c, :], v[..., c, :]
-        segments.append((visible_kv[:, cols], cols, build))
-    if reindexed_sinks:
-        # StreamingLLM: a query at n holding h entries sits at cache position h; the recent block
-        # keeps its distances, the sinks come (n - h) positions closer: one rotated copy per query
-        shift = queries - held.sum(1)  # (decode,)
-        sink = torch.arange(op.sinks).repeat(decode)  # (decode * sinks,) query-major
-        copy_visible = ((torch.arange(decode)[:, None] == torch.arange(decode).repeat_interleave(op.sinks)[None, :])
-                        & (sink[None, :] < queries[:, None]))
-
-        def build_sinks(i, k, v):
-            return (rotate_keys(loaded, i, k[..., sink, :], shift.repeat_interleave(op.sinks)), v[..., sink, :])
-        segments.append((copy_visible, sink, build_sinks))
-
+    held, combos = _versions(op, slots, queries)
+    segments = _segments(loaded, op, combos, slots, queries, held)
     visible = torch.cat([s[0] for s in segments], dim=1)
     key_slots = torch.cat([s[1] for s in segments])
 

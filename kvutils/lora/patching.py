@@ -228,32 +228,40 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
         spans = [tuple(c) for c in controls] + [tuple(r) for r in runs(range(prefix_len, n), bins)]
         spans.append(tuple(range(prefix_len, n)))
         alien_cache = None if alien is None else own_cache(model, adapter, alien, device)
-        grids = {key: [] for key in ("patched", "unpatched", "foreign_patched", "foreign_unpatched")}
-        for layers in cols:
-            start = layers[0]
-            states = clean.hidden_states[start]  # (1, m, hidden) entering the first patched layer
-
-            def answer(cache, rows, start=start, states=states, positions=marker_positions, own=own, other=other):
-                with active_adapter(model, adapter), skip_lower_layers(model, start), \
-                        efficient_head(model):
-                    out = model(inputs_embeds=states.expand(rows, -1, -1), cache=cache, use_cache=True,
-                                position_ids=positions.expand(rows, -1), logits_to_keep=1)
-                logits = out.logits[:, -1]
-                return logits[:, own] - logits[:, other]  # (rows,) the answer's log-odds
-
-            after, before = patch_grid(caches[0], caches[1], [Patch(layers, span) for span in spans], answer, chunk)
-            grids["patched"].append(after.tolist())
-            grids["unpatched"].append(before.tolist())
-            if alien_cache is not None:
-                after, before = patch_grid(caches[0], alien_cache, [Patch(layers, tuple(c)) for c in controls],
-                                           answer, chunk)
-                grids["foreign_patched"].append(after.tolist())
-                grids["foreign_unpatched"].append(before.tolist())
+        grids = _pair_grids(model, adapter, caches, alien_cache, clean.hidden_states, marker_positions, (own, other),
+                            spans, controls, cols, chunk)
         for key, by_col in grids.items():  # [col][row] -> [row][col]
             per_pair[key].append([list(row) for row in zip(*by_col)] if by_col else None)
     n_rows = len(controls) + bins + 1
     return {**summarise_map(per_pair, n_rows, len(cols), len(controls)), "per_pair": per_pair,
             "control_rows": len(controls), "prefix_kv_max_diff": prefix_gap, "n_contexts": len(pairs)}
+
+
+def _pair_grids(model, adapter: str, caches: list, alien_cache, hidden_states, marker_positions, answers: tuple[int, int],
+                spans: list, controls: list, cols: Sequence[tuple[int, ...]], chunk: int) -> dict[str, list]:
+    """One pair's log-odds per column (a group of layers) and row (a span), patched from the source
+    and unpatched, and the foreign control's where there is one: {key: [col][row]}."""
+    own, other = answers
+    grids = {key: [] for key in ("patched", "unpatched", "foreign_patched", "foreign_unpatched")}
+    for layers in cols:
+        start = layers[0]
+        states = hidden_states[start]  # (1, m, hidden) entering the first patched layer
+
+        def answer(cache, rows, start=start, states=states):
+            with active_adapter(model, adapter), skip_lower_layers(model, start), efficient_head(model):
+                out = model(inputs_embeds=states.expand(rows, -1, -1), cache=cache, use_cache=True,
+                            position_ids=marker_positions.expand(rows, -1), logits_to_keep=1)
+            logits = out.logits[:, -1]
+            return logits[:, own] - logits[:, other]  # (rows,) the answer's log-odds
+
+        after, before = patch_grid(caches[0], caches[1], [Patch(layers, span) for span in spans], answer, chunk)
+        grids["patched"].append(after.tolist())
+        grids["unpatched"].append(before.tolist())
+        if alien_cache is not None:
+            after, before = patch_grid(caches[0], alien_cache, [Patch(layers, tuple(c)) for c in controls], answer, chunk)
+            grids["foreign_patched"].append(after.tolist())
+            grids["foreign_unpatched"].append(before.tolist())
+    return grids
 
 
 def _flipped(x: float, y: float) -> bool:

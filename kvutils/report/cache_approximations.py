@@ -342,28 +342,41 @@ def _grew_tests(decode: dict) -> str:
 
 def chapter4_findings(numbers: dict) -> dict[str, str]:
     """The chapter's measured sentences, each computed from the results (glued as Markdown, numbers
-    in bold); each says the opposite when the numbers do."""
-    out = {}
+    in bold) by one function per sentence; each says the opposite when the numbers do."""
+    return {"timing": timing_clause(numbers), "speed_vs_analytical": speed_vs_analytical(numbers),
+            "speed_grows": speed_grows(numbers), "bytes_windowed": bytes_windowed(numbers),
+            "sinks": sinks_clause(numbers), "blend": blend_clause(numbers)}
+
+
+def timing_clause(numbers: dict) -> str:
+    """Where and how the decode steps were timed."""
     timing = numbers.get("decode_timing")
     repeats = sorted({len(s.get("speedups") or []) for r in numbers["decode"].values() for s in r["steps"]})
-    out["timing"] = ((f"Timed {timing['where']}, on {timing['threads']} torch thread(s) of {timing['cores']} cores."
-                      if timing else "Timed in this chapter's run (thread count not recorded).")
-                     + (f" Each time is the median of {'/'.join(str(n) for n in repeats)} repeats, the cached and the "
-                        "uncached step timed alternately after one warm-up of each, with the min–max of the repeats "
-                        "beside it; each speed-up is the ratio of the medians, with the range of the repeat pairs' "
-                        "own speed-ups." if repeats and repeats[0] else
-                        " The repeats of each time were not recorded in this run, so no spread is shown."))
+    return ((f"Timed {timing['where']}, on {timing['threads']} torch thread(s) of {timing['cores']} cores."
+             if timing else "Timed in this chapter's run (thread count not recorded).")
+            + (f" Each time is the median of {'/'.join(str(n) for n in repeats)} repeats, the cached and the "
+               "uncached step timed alternately after one warm-up of each, with the min–max of the repeats "
+               "beside it; each speed-up is the ratio of the medians, with the range of the repeat pairs' "
+               "own speed-ups." if repeats and repeats[0] else
+               " The repeats of each time were not recorded in this run, so no spread is shown."))
+
+
+def speed_vs_analytical(numbers: dict) -> str:
+    """The measured speed-up against the analytical compute ratio, and the cached step against its bound."""
     steps = [(m, s) for m, r in numbers["decode"].items() for s in r["steps"]]
     below = [f"{m} at {s['context']} tokens ({fmt(s['speedup'], 3)}× vs {fmt(s['analytical_ratio'], 3)}×)"
              for m, s in steps if s["speedup"] < s["analytical_ratio"]]
     above = [f"{m} at {s['context']} tokens" for m, s in steps if s["speedup"] >= s["analytical_ratio"]]
     bound = [s["cached_ms"] / s["bound_ms"] for _, s in steps]
-    out["speed_vs_analytical"] = (
-        ("The measured speed-up is smaller than the analytical compute ratio " + ("everywhere: " if not above else "for ")
-         + _list(below) + ("" if not above else f"; it reaches it for {_list(above)}") + ". " if below else
-         f"The measured speed-up reaches the analytical compute ratio everywhere ({_list(above)}). ")
-        + f"The cached step took {fmt(min(bound), 3)}× to {fmt(max(bound), 3)}× its bandwidth bound "
-        "(1× would mean it only streams the weights and the cache once).")
+    return (("The measured speed-up is smaller than the analytical compute ratio " + ("everywhere: " if not above else "for ")
+             + _list(below) + ("" if not above else f"; it reaches it for {_list(above)}") + ". " if below else
+             f"The measured speed-up reaches the analytical compute ratio everywhere ({_list(above)}). ")
+            + f"The cached step took {fmt(min(bound), 3)}× to {fmt(max(bound), 3)}× its bandwidth bound "
+            "(1× would mean it only streams the weights and the cache once).")
+
+
+def speed_grows(numbers: dict) -> str:
+    """Whether the speed-up grew with context, by the rank test over repeat pairs."""
     grew, not_grew = [], []
     for m, r in numbers["decode"].items():
         ordered = sorted(r["steps"], key=lambda s: s["context"])
@@ -374,28 +387,35 @@ def chapter4_findings(numbers: dict) -> dict[str, str]:
         (grew if speedup_grew(ordered) else not_grew).append(
             f"{m} ({speeds} from {ordered[0]['context']} to {ordered[-1]['context']} tokens)")
     if not grew and not not_grew:
-        out["speed_grows"] = "Only one context was timed, so no trend is measured."
-    elif not grew:
-        out["speed_grows"] = f"In this run the speed-up did not grow with context on any model: {_list(not_grew)}."
+        return "Only one context was timed, so no trend is measured."
+    if not grew:
+        text = f"In this run the speed-up did not grow with context on any model: {_list(not_grew)}."
     else:
-        out["speed_grows"] = ("In this run the speed-up grew with context on " + ("every model: " if not not_grew else "")
-                              + _list(grew) + (f"; it did not on {_list(not_grew)}" if not_grew else "") + ".")
-    if grew or not_grew:
-        with_spread = any(s.get("speedups") for r in numbers["decode"].values() for s in r["steps"])
-        out["speed_grows"] += (" Grew means an exact rank test (Mann–Whitney; the repeat pairs at two contexts are "
-                               "not paired) puts the longer context's repeat-pair speed-ups above the shorter's at "
-                               f"p < 0.05, at every step ({_grew_tests(numbers['decode'])}; in brackets: the range over "
-                               "repeat pairs)." if with_spread else
-                               " Grew compares the medians only: this run kept no repeats.")
+        text = ("In this run the speed-up grew with context on " + ("every model: " if not not_grew else "")
+                + _list(grew) + (f"; it did not on {_list(not_grew)}" if not_grew else "") + ".")
+    with_spread = any(s.get("speedups") for r in numbers["decode"].values() for s in r["steps"])
+    return text + (" Grew means an exact rank test (Mann–Whitney; the repeat pairs at two contexts are "
+                   "not paired) puts the longer context's repeat-pair speed-ups above the shorter's at "
+                   f"p < 0.05, at every step ({_grew_tests(numbers['decode'])}; in brackets: the range over "
+                   "repeat pairs)." if with_spread else
+                   " Grew compares the medians only: this run kept no repeats.")
+
+
+def bytes_windowed(numbers: dict) -> str:
+    """Where sliding-window layers make the cache hold less than the formula."""
     ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
     less = [f"{r['model']} holds {fmt(100 * r['held_kib_per_token_fp32'] / r['formula_kib_per_token_fp32'], 3)}% of "
             f"the formula's bytes at {r['check_tokens']} tokens" for r in ours
             if r["held_kib_per_token_fp32"] < r["formula_kib_per_token_fp32"]]
     full = [r["model"] for r in ours if r["held_kib_per_token_fp32"] >= r["formula_kib_per_token_fp32"]]
-    out["bytes_windowed"] = ((f"Where a model has sliding-window layers the cache holds less than the formula says: "
-                              f"{_list(less)}, because those layers keep only their most recent window" if less else
-                              "No model of this run holds fewer bytes than the formula")
-                             + (f"; {_list(full)} hold{'s' * (len(full) == 1)} what the formula says." if full else "."))
+    return ((f"Where a model has sliding-window layers the cache holds less than the formula says: "
+             f"{_list(less)}, because those layers keep only their most recent window" if less else
+             "No model of this run holds fewer bytes than the formula")
+            + (f"; {_list(full)} hold{'s' * (len(full) == 1)} what the formula says." if full else "."))
+
+
+def sinks_clause(numbers: dict) -> str:
+    """Each window scored with and without sinks: the paired test over documents."""
     pairs = []
     for model, runs in numbers["table2"].items():
         ops = _ops(runs["plain"])
@@ -405,13 +425,16 @@ def chapter4_findings(numbers: dict) -> dict[str, str]:
                 if bare in ops:
                     pairs.append((model, spec, r, ops[bare]))
     sink_tests = [(m, spec, sinks_kl(a, b)) for m, spec, a, b in pairs]
-    out["sinks"] = ("; ".join(f"{m}, {spec.split(':')[1].split(',')[0]}: {t.sentence(metric='mean KL (nats)')}"
-                              for m, spec, t in sink_tests) + "." if pairs
-                    else "No window was scored both with and without sinks in this run.")
+    return ("; ".join(f"{m}, {spec.split(':')[1].split(',')[0]}: {t.sentence(metric='mean KL (nats)')}"
+                      for m, spec, t in sink_tests) + "." if pairs
+            else "No window was scored both with and without sinks in this run.")
+
+
+def blend_clause(numbers: dict) -> str:
+    """A partial recompute of a reused chunk against none, paired over documents."""
     blend = [(m, *t) for m, t in blend_tests(numbers["table2"]).items()]
-    out["blend"] = ("; ".join(
+    return ("; ".join(
         f"{m}: recomputing {fmt(100 * f, 3)}% of the chunk against none (positions corrected): "
         f"{t.sentence(metric='mean KL (nats)')}" for m, f, t in blend) + ".") if blend \
         else "No partial recompute was scored in this run."
-    return out
 

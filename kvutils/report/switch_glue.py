@@ -102,7 +102,23 @@ def what_models_are(names) -> str:
 
 
 def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
-    """Every number and every finding the prose cites, as text; each finding's wording follows the numbers."""
+    """Every number and every finding the prose cites, as text; each finding's wording follows the
+    numbers. One function per clause, each called per model and the models' clauses joined."""
+    clauses = {"setup": _setup, "zero_shot": rsv.zero_shot, "deepest": rsv.deepest, "knee": rsv.knee,
+               "fit": lambda m, r: fit_clause(m, r["training"], r["k_values"]),
+               "stale_acc": lambda m, r: rsv.against_tail(m, r, "tail", "stale", "stale reuse"),
+               "activated_acc": lambda m, r: rsv.against_tail(m, r, "activated", "activated", "the activated adapter"),
+               "exact": _exact, "stale": _stale, "activated": _activated, "cost": _cost, "cost_trend": _cost_trend,
+               "memory": lambda m, r: (f"{m}: {fmt(r['cost']['boundary_bytes_per_token'] / 1024, 4)} KiB per token "
+                                       f"({r['hidden_size']} numbers in {parameters['dtype']})"),
+               "patching": lambda m, r: rsv.patching(m, r, adapter_label(r, r["patching"]["adapter"])),
+               "patch_where": rsv.where, "control": rsv.controls, "timings": _timings}
+    return {**settings_glue(numbers, parameters),
+            **{key: "; ".join(clause(model, r) for model, r in numbers.items()) for key, clause in clauses.items()}}
+
+
+def settings_glue(numbers: dict, parameters: dict) -> dict[str, str]:
+    """The chapter's settings and data, as the prose cites them."""
     task = parameters["task"]
     out = {"models": ", ".join(numbers), "steps": _per_model_text(numbers, parameters, "steps"), "rank": str(parameters["rank"]),
            "alpha": fmt(parameters["alpha"]), "lr": _per_model_text(numbers, parameters, "lr"), "targets": parameters["targets"],
@@ -119,52 +135,59 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
         held = parameters["eval_corpus"] or f"the held-out quarter (every 4th document) of {parameters['corpus']!r}"
         out["data"] = (f"passages A of {parameters['passage_tokens']} tokens and B of {parameters['candidate_tokens']} "
                        f"tokens, trained on documents of {parameters['corpus']!r}, scored on documents of {held}")
-    keys = ("setup", "zero_shot", "deepest", "knee", "fit", "stale_acc", "activated_acc", "exact", "stale",
-            "activated", "cost", "cost_trend", "memory", "patching", "patch_where", "control", "timings")
-    verdicts = {"zero_shot": rsv.zero_shot, "deepest": rsv.deepest, "knee": rsv.knee,
-                "patch_where": rsv.where, "control": rsv.controls}
-    parts: dict[str, list[str]] = {key: [] for key in keys}
-    for model, r in numbers.items():
-        tr, L, ks = r["training"], r["layers"], r["k_values"]
-        sc, layers = r["switch"]["scores"], r["switch"]["cache_layers"]
-        parts["setup"].append(f"{model}: L = {L} layers, k ∈ {{{', '.join(map(str, ks))}}}, {r['n_train_examples']} "
-                              f"training and {r['n_heldout_examples']} held-out examples")
-        for key, clause in verdicts.items():
-            parts[key].append(clause(model, r))
-        parts["fit"].append(fit_clause(model, tr, ks))
-        parts["stale_acc"].append(rsv.against_tail(model, r, "tail", "stale", "stale reuse"))
-        parts["activated_acc"].append(rsv.against_tail(model, r, "activated", "activated", "the activated adapter"))
-        parts["exact"].append(f"{model}: largest |logit difference| of the tail patch "
-                              + ", ".join(f"{fmt(sc[f'tail{k}']['tail_patch']['max_abs_logit_diff'], 3)} (k = {k})" for k in ks)
-                              + f"; largest K/V difference {fmt(max(nan_max(layers[f'tail{k}']['tail_patch']) for k in ks), 3)}")
-        word, steps = rsv.tested_trend({k: sc[f"tail{k}"]["stale"]["kl_per_example"] for k in ks}, "examples")
-        parts["stale"].append(f"{model}: its mean KL from the recompute {word} with k ({steps}) — " + "; ".join(
-            f"k = {k}: max |Δlogit| {fmt(sc[f'tail{k}']['stale']['max_abs_logit_diff'], 3)}, mean KL "
-            f"{fmt(sc[f'tail{k}']['stale']['kl_mean'], 3)}, top-1 agreement {_pct(sc[f'tail{k}']['stale']['top1_agree_pct'])}; "
-            f"{_stale_layers(L, k, r['first_changed_layer'][str(k)])}" for k in ks))
-        prefix = nan_max(d for k in ks for d in layers[f"activated{k}"]["prefix_vs_base"])
-        worst = max(sc[f"activated{k}"]["activated"]["max_abs_logit_diff"] for k in ks)
-        parts["activated"].append(f"{model}: reusing the whole base cache, the activated adapters are at most "
-                                  f"{fmt(worst, 3)} from one pass over the whole sequence; their prefix K/V differ "
-                                  f"from the base's by {fmt(prefix, 3)}")
-        cost = r["cost"]
-        parts["cost"].append(f"{model} ({cost['prefix_tokens']}-token prefix): full recompute "
-                             f"{fmt(1000 * cost['per_k'][str(ks[0])]['recompute']['seconds'], 3)} ms; tail patch as a "
-                             "share of it: " + ", ".join(
-            f"k = {k}: {fmt(cost['per_k'][str(k)]['tail_time_fraction'], 3)} of the time and "
-            f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = {fmt(k / L, 3)})" for k in ks))
-        excess = [cost["per_k"][str(k)]["tail_time_fraction"] - k / L for k in ks]
-        shape, steps = rsv.tested_trend({k: _excess_per_repeat(cost["per_k"][str(k)], k / L) for k in ks}, "repeats")
-        reading = ("largest at the smallest k, as a fixed cost per forward makes it" if shape == "falls" else
-                   "the repeats do not show it largest at the smallest k, so this run cannot say whether a fixed cost "
-                   "per forward dominates it")
-        parts["cost_trend"].append(f"{model}: the measured share minus k/L {shape} with k (medians "
-                                   + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"; paired by repeat: {steps}): {reading}")
-        parts["memory"].append(f"{model}: {fmt(cost['boundary_bytes_per_token'] / 1024, 4)} KiB per token "
-                               f"({r['hidden_size']} numbers in {parameters['dtype']})")
-        parts["patching"].append(rsv.patching(model, r, adapter_label(r, r["patching"]["adapter"])))
-        t = r["timings"]
-        parts["timings"].append(f"{model}: training {fmt(t['training_s'], 3)} s, switch {fmt(t['switch_s'], 3)} s, "
-                                f"cost benchmark {fmt(t['cost_s'], 3)} s, patching {fmt(t['patching_s'], 3)} s")
-    out.update({key: "; ".join(values) for key, values in parts.items()})
     return out
+
+
+def _setup(model: str, r: dict) -> str:
+    return (f"{model}: L = {r['layers']} layers, k ∈ {{{', '.join(map(str, r['k_values']))}}}, {r['n_train_examples']} "
+            f"training and {r['n_heldout_examples']} held-out examples")
+
+
+def _exact(model: str, r: dict) -> str:
+    sc, layers, ks = r["switch"]["scores"], r["switch"]["cache_layers"], r["k_values"]
+    return (f"{model}: largest |logit difference| of the tail patch "
+            + ", ".join(f"{fmt(sc[f'tail{k}']['tail_patch']['max_abs_logit_diff'], 3)} (k = {k})" for k in ks)
+            + f"; largest K/V difference {fmt(max(nan_max(layers[f'tail{k}']['tail_patch']) for k in ks), 3)}")
+
+
+def _stale(model: str, r: dict) -> str:
+    sc, ks, L = r["switch"]["scores"], r["k_values"], r["layers"]
+    word, steps = rsv.tested_trend({k: sc[f"tail{k}"]["stale"]["kl_per_example"] for k in ks}, "examples")
+    return (f"{model}: its mean KL from the recompute {word} with k ({steps}) — " + "; ".join(
+        f"k = {k}: max |Δlogit| {fmt(sc[f'tail{k}']['stale']['max_abs_logit_diff'], 3)}, mean KL "
+        f"{fmt(sc[f'tail{k}']['stale']['kl_mean'], 3)}, top-1 agreement {_pct(sc[f'tail{k}']['stale']['top1_agree_pct'])}; "
+        f"{_stale_layers(L, k, r['first_changed_layer'][str(k)])}" for k in ks))
+
+
+def _activated(model: str, r: dict) -> str:
+    sc, layers, ks = r["switch"]["scores"], r["switch"]["cache_layers"], r["k_values"]
+    prefix = nan_max(d for k in ks for d in layers[f"activated{k}"]["prefix_vs_base"])
+    worst = max(sc[f"activated{k}"]["activated"]["max_abs_logit_diff"] for k in ks)
+    return (f"{model}: reusing the whole base cache, the activated adapters are at most {fmt(worst, 3)} from one "
+            f"pass over the whole sequence; their prefix K/V differ from the base's by {fmt(prefix, 3)}")
+
+
+def _cost(model: str, r: dict) -> str:
+    cost, ks, L = r["cost"], r["k_values"], r["layers"]
+    return (f"{model} ({cost['prefix_tokens']}-token prefix): full recompute "
+            f"{fmt(1000 * cost['per_k'][str(ks[0])]['recompute']['seconds'], 3)} ms; tail patch as a share of it: "
+            + ", ".join(f"k = {k}: {fmt(cost['per_k'][str(k)]['tail_time_fraction'], 3)} of the time and "
+                        f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = {fmt(k / L, 3)})"
+                        for k in ks))
+
+
+def _cost_trend(model: str, r: dict) -> str:
+    cost, ks, L = r["cost"], r["k_values"], r["layers"]
+    excess = [cost["per_k"][str(k)]["tail_time_fraction"] - k / L for k in ks]
+    shape, steps = rsv.tested_trend({k: _excess_per_repeat(cost["per_k"][str(k)], k / L) for k in ks}, "repeats")
+    reading = ("largest at the smallest k, as a fixed cost per forward makes it" if shape == "falls" else
+               "the repeats do not show it largest at the smallest k, so this run cannot say whether a fixed cost "
+               "per forward dominates it")
+    return (f"{model}: the measured share minus k/L {shape} with k (medians "
+            + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"; paired by repeat: {steps}): {reading}")
+
+
+def _timings(model: str, r: dict) -> str:
+    t = r["timings"]
+    return (f"{model}: training {fmt(t['training_s'], 3)} s, switch {fmt(t['switch_s'], 3)} s, "
+            f"cost benchmark {fmt(t['cost_s'], 3)} s, patching {fmt(t['patching_s'], 3)} s")

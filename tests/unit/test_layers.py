@@ -1,7 +1,7 @@
 """kvutils' layers, read from its source with `ast`: every import of one kvutils module by another
 (inside functions too; only the body of an `if TYPE_CHECKING:` is exempt) is an edge of the module
 graph, and the graph must have no cycle, no private name (`_x`) imported or used across modules,
-no module over 450 lines, and no import from a higher layer, lowest first:
+no module over 450 lines, no function over 60, and no import from a higher layer, lowest first:
 
     core < models < cache < lora < studies < report < explorer < book
 
@@ -21,7 +21,8 @@ from kvutils.core.paths import REPO_ROOT
 
 LAYERS = ("core", "models", "cache", "lora", "studies", "report", "explorer", "book")  # lowest first
 MAX_LINES = 450
-RULES = ("cycles", "private names", "long modules", "upward imports")
+MAX_FUNCTION_LINES = 60  # a function longer than this is split, one concern per function
+RULES = ("cycles", "private names", "long modules", "long functions", "upward imports")
 
 
 def module_files(package: Path) -> dict[str, Path]:
@@ -143,6 +144,10 @@ def layering_problems(package: Path, max_lines: int = MAX_LINES) -> dict[str, li
         if (lines := len(source.splitlines())) > max_lines:
             problems["long modules"].append(f"{module}: {lines} lines (at most {max_lines})")
         tree = ast.parse(source, str(path))
+        problems["long functions"] += [
+            f"{module}.{node.name} (line {node.lineno}): {node.end_lineno - node.lineno + 1} lines (at most "
+            f"{MAX_FUNCTION_LINES})" for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
         modules_bound = {}  # local name -> the other kvutils module it is
         for node in import_nodes(tree):
             for target, name, bound in imported(module, path.name == "__init__.py", node, files):
@@ -267,6 +272,13 @@ def test_an_import_from_a_higher_layer_is_caught(tmp_path):
         "kvutils.core.c (line 1) imports kvutils.book.d: book is above core",
         "kvutils.models.a (line 2) imports kvutils.report.b: report is above models",
     ]}
+
+
+def test_a_function_over_the_limit_is_caught(tmp_path):
+    body = "    x = 1\n" * (MAX_FUNCTION_LINES - 1)
+    found = _found(tmp_path, {"core/f.py": f"def short():\n{body}\n\ndef long():\n{body}    y = 2\n"})
+    assert found == {"long functions": [f"kvutils.core.f.long (line {MAX_FUNCTION_LINES + 3}): {MAX_FUNCTION_LINES + 1} "
+                                        f"lines (at most {MAX_FUNCTION_LINES})"]}
 
 
 def test_a_module_over_the_limit_is_caught(tmp_path):
