@@ -14,14 +14,13 @@ from tqdm import tqdm
 from kvutils.lora.boundary import copy_cache, new_cache
 from kvutils.lora.patching import answer_map, runs
 from kvutils.lora.switching import answer_logits, base_prefill, compare_logits, layer_differences, nan_max, switch_cache
+from kvutils.studies.qwen3_switch.tasks import CONTINUATION_BINS, CONTROL_BINS
 from kvutils.studies.qwen3_switch.verdicts import auc, balanced_accuracy
 
 if TYPE_CHECKING:
     from kvutils.studies.qwen3_switch.study import ModelPlan
     from kvutils.studies.qwen3_switch.tasks import Example
 
-CONTROL_BINS = 4  # control rows of the patch map: the shared prefix token by token, or in this many runs
-CONTINUATION_BINS = 4  # rows of the patch map: what follows the shared prefix, in quarters
 EVAL_BATCH = 32
 
 

@@ -28,8 +28,7 @@ from kvutils.models.converted import converted_dir
 from kvutils.models.loading import load_tokenizer
 from kvutils.studies.parameters import Chapter5Parameters
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
-from kvutils.studies.qwen3_switch.policies import CONTINUATION_BINS, CONTROL_BINS
-from kvutils.studies.qwen3_switch.tasks import Example
+from kvutils.studies.qwen3_switch.tasks import CONTINUATION_BINS, CONTROL_BINS, Example
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # tail patch vs recompute: logits and K/V
 

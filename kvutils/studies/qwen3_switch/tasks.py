@@ -21,6 +21,8 @@ TASKS = ("continuation", "senses")
 MARKERS = {"senses": "\nSense:", "continuation": "\nDoes the second passage continue the first?"}
 ANSWERS = (" yes", " no")  # continuation: the true continuation, a passage of another document
 SEPARATOR = "\n\n"  # between passage A and passage B
+CONTROL_BINS = 4  # control rows of the patch map: the shared prefix token by token, or in this many runs
+CONTINUATION_BINS = 4  # rows of the patch map: what follows the shared prefix, in quarters
 
 
 @dataclass(frozen=True)
