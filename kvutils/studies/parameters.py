@@ -417,9 +417,11 @@ class PageParameters(Declared):
 class ConclusionsParameters(PageParameters):
     NOTEBOOK = "06_conclusions"
 
-    near_exact_pct: float = param(99.0, "top-1 agreement (%) from which an approximation counts as near-exact in the guide",
-                                  meaning="top-1 agreement (%) from which an approximation counts as near-exact in the "
-                                          "decision guide", allowed="0 < value ≤ 100", check=percentage)
+    near_exact_pct: float = param(99.0, "top-1 agreement (%) the guide tests each approximation against, per document: "
+                                        "near-exact when the test puts it above, costly when below",
+                                  meaning="top-1 agreement (%) the decision guide tests each approximation against (near-"
+                                          "exact above it, costly below, no colour where the test does not separate)",
+                                  allowed="0 < value ≤ 100", check=percentage)
 
 
 @dataclass(frozen=True)
