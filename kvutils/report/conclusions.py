@@ -220,7 +220,7 @@ def rq4_table(runs: dict) -> pd.DataFrame:
         rows[stale_acc][col] = stale_against_tail(r, k_max)
         rows["tail patch time ÷ full recompute time, per k"][col] = ", ".join(
             f"k={k}: {fmt(per_k[str(k)]['tail_time_fraction'], 3)}" for k in r["k_values"]) + (
-            f" (median of {len(per_k[str(r['k_values'][0])]['tail_patch'].get('seconds_repeats') or [])} repeats)")
+            f" (median of n = {len(per_k[str(r['k_values'][0])]['tail_patch'].get('seconds_repeats') or [])} repeats)")
     return rows_table(rows, "finding")
 
 
