@@ -22,6 +22,7 @@ from kvutils.studies.qwen3_switch.study import TOLERANCE as SWITCH_TOLERANCE
 ARTICLE_MODEL = "Pythia-160M"
 # |logit difference| below which fp64 decoding counts as equal up to rounding (the theorem's test)
 FP64_TOLERANCE = 1e-9
+CHUNK_OPS = ("chunk_reuse", "chunk_blend")  # they compute their own prefill: their time is not the decode's
 
 
 def chapter_numbers(runs: dict, n: str) -> dict:
@@ -71,7 +72,7 @@ def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
     for spec, o in chapter4_ops(run).items():
         if o["name"] == "exact":
             continue
-        chunk = o["name"] in ("chunk_reuse", "chunk_blend")
+        chunk = o["name"] in CHUNK_OPS
         source = plain if spec in ((plain or {}).get("ops") or {}) else run["chunks"]
         rows.append(_op_row(spec, o, near_exact_pct, art, source, None if chunk else plain["exact_cache_bytes"]
                             if plain else None, "acceptance test (kvutils.cache.accept), Table 2"))
@@ -151,9 +152,10 @@ def _count(n: int, noun: str) -> str:
 
 def time_ratios(o: dict, run: dict) -> list[float] | None:
     """Per document, the operation's scoring time over the exact cache's decode pass on the same
-    document (None where the run kept no per-document times, or the operation decodes token by token)."""
+    document (None where the run kept no per-document times, the operation decodes token by token,
+    or it computes its own prefill, as chunk reuse does: no like-for-like ratio then)."""
     own, exact = o.get("seconds_per_document"), run.get("exact_decode_seconds_per_document")
-    if not own or not exact or len(own) != len(exact):
+    if not own or not exact or len(own) != len(exact) or o.get("name") in CHUNK_OPS:
         return None
     return [a / b for a, b in zip(own, exact) if b > 0] or None
 
