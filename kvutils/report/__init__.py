@@ -4,8 +4,10 @@ texts the prose glues in, each finding worded as its numbers say. It reads the l
 (`studies` for a few constants and verdicts); `explorer` and `book` build on it.
 
 Shared by every page:
-    common                numbers as the book prints them, bold key numbers for {glue:md}, the figure style
-                          and its legibility checks, page tables, where a model's weights come from
+    text                  numbers as the book prints them (`fmt`, `fraction`), bold key numbers for {glue:md}
+    figures               the figure style and the checks that a figure reads at the column's width
+    tables                tables for the page, whose labels and cells wrap at the column's width
+    weights               where a model's weights come from (GGUF quantisation, random, as stored)
     timing                timings with their repeats and spread; speed-ups against a published one
     interactive           Plotly charts that draw offline in the static book (`scatter`, `Chart`)
 
@@ -19,6 +21,6 @@ One module per page, named after its notebook (and study):
     switch_verdicts       chapter 5's comparative clauses, each from a paired test
     switch_glue           chapter 5's texts for the prose
     conclusions           the conclusions page: the article's research questions answered from every chapter
-    guide                 the conclusions' decision guide: every scored cache operation, exact / near / costly
+    guide                 the conclusions' decision guide: every scored cache operation, each colour from a test
     appendix              appendix A (how the pages were produced) and B (the benchmark, from bench.json)
 """

@@ -12,7 +12,8 @@ import pandas as pd
 from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.results import check_fields, load_results, results_path
-from kvutils.report.common import fmt, styled
+from kvutils.report.figures import styled
+from kvutils.report.text import fmt
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_text, spread_text
 
 # The models the article used (and chapter 5's intended one), per chapter and parameter: hub ids

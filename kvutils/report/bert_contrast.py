@@ -6,7 +6,9 @@ from __future__ import annotations
 import pandas as pd
 
 from kvutils.core.article import article
-from kvutils.report.common import depth_fractions, fmt, rows_table, styled
+from kvutils.report.figures import depth_fractions, styled
+from kvutils.report.tables import rows_table
+from kvutils.report.text import fmt
 
 
 def _key_depth(values: list) -> list[float]:

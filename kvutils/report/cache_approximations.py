@@ -9,8 +9,11 @@ import pandas as pd
 from kvutils.cache.registry import ARTICLE_OPS, parse_op
 from kvutils.core import compare
 from kvutils.core.article import article
-from kvutils.report.common import fmt, page_table, rows_table, styled, weights_note
+from kvutils.report.figures import styled
+from kvutils.report.tables import page_table, rows_table
+from kvutils.report.text import fmt
 from kvutils.report.timing import grew_test, speedup_grew, step_line
+from kvutils.report.weights import weights_note
 
 # --------------------------------------------------------------------------- E4: decode cost
 

@@ -8,7 +8,10 @@ import math
 import pandas as pd
 
 from kvutils.core.article import article
-from kvutils.report.common import PageTable, fmt, fraction, page_table, styled, weights_note
+from kvutils.report.figures import styled
+from kvutils.report.tables import PageTable, page_table
+from kvutils.report.text import fmt, fraction
+from kvutils.report.weights import weights_note
 
 
 def recompute_mode(decode: dict) -> str:

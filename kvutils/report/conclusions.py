@@ -15,7 +15,6 @@ from kvutils.core.compare import against_chance
 from kvutils.core.results import check_fields, load_results, results_path
 from kvutils.report.cache_approximations import article_rows_by_spec
 from kvutils.report.cache_exactness import recompute_label, recompute_mode
-from kvutils.report.common import fmt, fraction, rows_table, weights_note
 
 # the decision guide is its own module; the page (notebook 06) reads it through this one
 from kvutils.report.guide import (  # noqa: F401
@@ -35,7 +34,10 @@ from kvutils.report.guide import (  # noqa: F401
     plot_decision_guide,
 )
 from kvutils.report.sense_probes import first_stays_at, layer_count, layer_tests, peak_depths
+from kvutils.report.tables import rows_table
+from kvutils.report.text import fmt, fraction
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
+from kvutils.report.weights import weights_note
 from kvutils.studies.qwen3_switch.verdicts import accuracy_pair
 
 # our logit scale and the article model's are "near" within this factor: only then can its residue check ours

@@ -9,7 +9,9 @@ import pandas as pd
 from kvutils.cache.registry import parse_op
 from kvutils.core import compare
 from kvutils.report import interactive
-from kvutils.report.common import fmt, page_table, styled
+from kvutils.report.figures import styled
+from kvutils.report.tables import page_table
+from kvutils.report.text import fmt
 
 EXACT_FLOOR = 1e-7  # where an exact row (KL 0) is drawn on the log axis
 MARKERS = ("o", "s", "^", "D", "v", "P")  # one per model

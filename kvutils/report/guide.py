@@ -16,7 +16,8 @@ from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.checks import check_number
 from kvutils.core.compare import IDENTICAL, Paired
 from kvutils.report.cache_approximations import article_rows_by_spec
-from kvutils.report.common import fmt, styled
+from kvutils.report.figures import styled
+from kvutils.report.text import fmt
 from kvutils.studies.qwen3_switch.study import TOLERANCE as SWITCH_TOLERANCE
 
 ARTICLE_MODEL = "Pythia-160M"

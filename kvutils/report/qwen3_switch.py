@@ -8,7 +8,9 @@ import pandas as pd
 from kvutils.core.article import article
 from kvutils.lora.switching import POLICY_TEXT
 from kvutils.report import interactive
-from kvutils.report.common import fmt, page_table, styled
+from kvutils.report.figures import styled
+from kvutils.report.tables import page_table
+from kvutils.report.text import fmt
 
 POLICY_STYLE = {"recompute": ("tab:blue", "o"), "stale": ("tab:red", "X"),
                 "tail_patch": ("tab:green", "s"), "activated": ("tab:purple", "D")}

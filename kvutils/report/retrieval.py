@@ -11,9 +11,10 @@ import pandas as pd
 
 from kvutils.cache.registry import parse_op
 from kvutils.core import compare
-from kvutils.report.common import page_table, styled
+from kvutils.report.figures import styled
 from kvutils.report.frontier import COLOURS, SPARE_COLOURS
 from kvutils.report.frontier import label as frontier_label
+from kvutils.report.tables import page_table
 
 REGIME_MARKERS = {"agnostic": "o", "aware": "^"}
 REGIME_WORDS = {"agnostic": "question after compression", "aware": "question in the compressed prefill"}

@@ -8,7 +8,9 @@ import pandas as pd
 
 from kvutils.core import compare
 from kvutils.core.article import article
-from kvutils.report.common import depth_fractions, fmt, rows_table, styled
+from kvutils.report.figures import depth_fractions, styled
+from kvutils.report.tables import rows_table
+from kvutils.report.text import fmt
 
 
 def peak_depths(values: list[float]) -> tuple[float, list[int]]:

@@ -9,8 +9,8 @@ from kvutils.core import compare
 from kvutils.lora.switching import nan_max
 from kvutils.models.registry import EMBEDDED, TINY
 from kvutils.report import switch_verdicts as rsv
-from kvutils.report.common import fmt
 from kvutils.report.qwen3_switch import adapter_label
+from kvutils.report.text import fmt
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch.study import TOLERANCE
 

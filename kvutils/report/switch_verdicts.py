@@ -5,7 +5,7 @@ controls. Every function takes one model's results (`numbers[model]`) and return
 from __future__ import annotations
 
 from kvutils.core import compare
-from kvutils.report.common import fmt
+from kvutils.report.text import fmt
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch import verdicts as sv
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 from kvutils.core import compare
-from kvutils.report.common import fmt
+from kvutils.report.text import fmt
 
 ARTICLE_CONTEXT = 2000  # the context of the article's decode-step speed-up (e4_decode_time.ctx_2000)
 

@@ -106,7 +106,7 @@ def test_appendices_show_provenance_and_the_benchmark(built_book):
     perf = _page(html, "appendix_b_performance")
     bench = json.loads((root / "results" / "bench.json").read_text())
     assert "cached decode per token: kvutils ÷ transformers" in _text(perf)
-    from kvutils.report.common import fmt
+    from kvutils.report.text import fmt
 
     assert fmt(bench["decode"]["ratio_kvutils_over_generate"], 4) in _text(perf)
     assert perf.count('<img alt="../../_images/') == 1
@@ -125,7 +125,7 @@ def test_the_site_needs_no_network(built_book):
 
 
 def test_table_row_labels_wrap_with_the_full_label_as_a_tooltip(built_book):
-    """Table 1 (chapter 1) and Table 2 (chapter 4) go to the page through kvutils.report.common.page_table:
+    """Table 1 (chapter 1) and Table 2 (chapter 4) go to the page through kvutils.report.tables.page_table:
     an op spec may wrap after ':' and ',' (before, the unbreakable specs made the label column as
     wide as the page and pushed the numbers out of view) and carries the whole spec as a tooltip."""
     _, html = built_book
@@ -139,7 +139,7 @@ def test_bold_marks_a_key_number_not_a_paragraph(built_book):
     """Before issue 19 every number of a glued finding was bold, so a paragraph of measurements read
     as one bold block (chapter 3's probe paragraph: 14 bold numbers in 5 clauses; chapter 4's
     timing paragraph 15 in 9). Now no paragraph has more bold numbers than clauses."""
-    from kvutils.report.common import clauses
+    from kvutils.report.text import clauses
 
     _, html = built_book
     for page in sorted((html / "book" / "chapters").glob("*.html")):

@@ -136,19 +136,18 @@ def test_the_check_reports_a_table_or_chart_a_reader_cannot_read_whole(tmp_path)
 
 def test_a_chart_of_kvutils_interactive_fits_the_column(tmp_path):
     """The same long title and legend through kvutils.report.interactive, beside a table whose long labels
-    and numbers wrap (kvutils.report.common.page_table): nothing for the check to report."""
+    and numbers wrap (kvutils.report.tables.page_table): nothing for the check to report."""
     _chromium_or_skip()
     import pandas as pd
 
     from kvutils.book.browser_check import check_site
-    from kvutils.report import common as report
-    from kvutils.report import interactive
+    from kvutils.report import interactive, tables
 
     frame = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0], "y": [1.0, 2.0, 3.0, 4.0], "policy": LONG_NAMES * 2})
     chart = interactive.scatter(frame, "x", "y", color="policy", title=LONG_TITLE,
                                 x_label="time of the switch (% of a full recompute under the adapter)",
                                 y_label="mean KL from the exact cache (nats, log; 1e-07 = exact)")
-    table = report.page_table(pd.DataFrame({f"model {i}": ["0.0643 · 86.30 · 17.87"] for i in range(4)},
+    table = tables.page_table(pd.DataFrame({f"model {i}": ["0.0643 · 86.30 · 17.87"] for i in range(4)},
                                            index=["quantize_kivi:bits=4,group=32,residual=128"]))
     css = (REPO_ROOT / "book" / "_static" / "custom.css").read_text()
     site = _site_with_plotly(tmp_path / "site", f'<style>{css}</style><div class="cell_output">'

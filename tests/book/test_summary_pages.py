@@ -218,7 +218,7 @@ def test_findings_are_glued_with_their_numbers_in_bold(built_book):
     numbers in <strong>, and no <strong> holds a whole sentence of words."""
     import re
 
-    from kvutils.report.common import bold_numbers
+    from kvutils.report.text import bold_numbers
 
     assert bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
         "**24/24** identical on gemma3-270m (max 0.0470581, 99.5% top-1)")  # the key number only (issue 19)
@@ -242,7 +242,7 @@ def test_figures_read_at_the_page_width(runs):
     from kvutils.report import bert_contrast as report_contrast
     from kvutils.report import cache_approximations as report_costs
     from kvutils.report import cache_exactness as report_exactness
-    from kvutils.report import common as report
+    from kvutils.report import figures as report_figures
     from kvutils.report import frontier as report_frontier
     from kvutils.report import qwen3_switch as report_switch
     from kvutils.report import sense_probes as report_senses
@@ -264,9 +264,9 @@ def test_figures_read_at_the_page_width(runs):
                "chapter 5 cost vs exactness": report_switch.plot_cost_exactness(numbers["05"]),
                "chapter 5 patching map": report_switch.plot_patch_map(numbers["05"])}
     for name, fig in figures.items():
-        assert report.illegible_text(fig) == [], name
+        assert report_figures.illegible_text(fig) == [], name
         plt.close(fig)
     small = plt.figure(figsize=(11, 4))
     small.gca().set_xlabel("layer", fontsize=8)
-    assert report.illegible_text(small), "an 11-inch figure with 8-pt labels must be caught"
+    assert report_figures.illegible_text(small), "an 11-inch figure with 8-pt labels must be caught"
     plt.close(small)

@@ -8,7 +8,7 @@ from transformers import LlamaConfig
 
 from kvutils.book import chapters
 from kvutils.cache.registry import parse_op, parse_ops
-from kvutils.report import common as report
+from kvutils.report import figures
 from kvutils.report import frontier as report_frontier
 from kvutils.studies.cache_approximations import frontier
 from kvutils.studies.cache_approximations import study as approx_study
@@ -29,7 +29,7 @@ def test_no_frontier_model_runs_end_to_end(no_model_loads):
     assert p.frontier_models == [] and p.frontier_docs == {}
     fig = report_frontier.plot_frontier({})
     assert "not run" in " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
-    assert report.illegible_text(fig) == []
+    assert figures.illegible_text(fig) == []
     assert report_frontier.frontier_glue({}) == "not run"
     assert "not run" in report_frontier.frontier_setup({}) and "not run" in report_frontier.kvpress_glue({})
     assert report_frontier.frontier_table({}).empty and report_frontier.keeps_table({}).empty
@@ -166,7 +166,7 @@ def test_chart_tells_every_method_and_model_apart():
     methods = {report_frontier.method(s) for s in specs}
     assert len(colour_of) == len(methods)  # a colour per method, shared by both models' lines
     assert all(markers == {"o", "s"} for markers in colour_of.values())  # a marker per model
-    assert report.illegible_text(fig) == []
+    assert figures.illegible_text(fig) == []
     renderer = fig.canvas.get_renderer()
     title = fig._suptitle.get_window_extent(renderer)
     assert title.x0 >= 0 and title.x1 <= fig.bbox.width  # the title is whole

@@ -8,8 +8,7 @@ import pandas as pd
 import pytest
 
 from kvutils.report import cache_approximations as report_costs
-from kvutils.report import common as report
-from kvutils.report import interactive
+from kvutils.report import figures, interactive, tables, text
 
 SPEC = "quantize_kivi:bits=4,group=32,residual=128"
 
@@ -24,32 +23,32 @@ def table():
 
 def test_a_page_table_is_the_same_data(table):
     """Callers index it as the DataFrame it was made from (tests and the prose read Table 2 by spec)."""
-    shown = report.page_table(table)
+    shown = tables.page_table(table)
     assert isinstance(shown, pd.DataFrame)
     pd.testing.assert_frame_equal(pd.DataFrame(shown), table)
     assert shown.loc[SPEC, "tiny-llama"] == "0.0643 · 86.30 · 17.87"
-    assert isinstance(shown.sort_index(), report.PageTable)  # still shown as a page table after sorting
+    assert isinstance(shown.sort_index(), tables.PageTable)  # still shown as a page table after sorting
 
 
 def test_a_page_table_row_label_wraps_and_keeps_its_full_text(table):
     """An op spec has no space to wrap at, so a plain DataFrame's label cell is as wide as the whole
     spec: the label carries <wbr> after ':' and ',' and the full spec as its tooltip."""
-    html = report.page_table(table)._repr_html_()
-    row = re.search(rf'<th class="{report.LABEL_CLASS}" title="{re.escape(SPEC)}">(.*?)</th>', html).group(1)
+    html = tables.page_table(table)._repr_html_()
+    row = re.search(rf'<th class="{tables.LABEL_CLASS}" title="{re.escape(SPEC)}">(.*?)</th>', html).group(1)
     assert row == "quantize_<wbr>kivi:<wbr>bits=4,<wbr>group=32,<wbr>residual=128"
     assert re.sub("<wbr>", "", row) == SPEC  # the text itself unchanged
     assert "<td>0.0643 · 86.30 · 17.87</td><td>12.5</td>" in html  # every cell whole
-    assert f'class="dataframe {report.TABLE_CLASS}"' in html and "operation (KL nats" in html
+    assert f'class="dataframe {tables.TABLE_CLASS}"' in html and "operation (KL nats" in html
 
 
 def test_a_short_label_shows_with_the_full_one_as_its_tooltip(table):
-    html = report.page_table(table, short={SPEC: "KIVI int4"})._repr_html_()
+    html = tables.page_table(table, short={SPEC: "KIVI int4"})._repr_html_()
     assert f'title="{SPEC}">KIVI int4</th>' in html
     assert html.count("<tr>") == 3  # header and both rows: none dropped
 
 
 def test_labels_and_cells_are_escaped():
-    html = report.page_table(pd.DataFrame({"a": ["x<y"]}, index=["<b>"]))._repr_html_()
+    html = tables.page_table(pd.DataFrame({"a": ["x<y"]}, index=["<b>"]))._repr_html_()
     assert "<b>" not in html and "&lt;b&gt;" in html and "x&lt;y" in html
 
 
@@ -57,19 +56,19 @@ def test_chapter_tables_are_page_tables():
     """Table 2 and the bytes table go to the page as page tables (the frontier table should too)."""
     rows = [{"model": "m", "attention": "GQA", "layers": 2, "kv_heads": 1, "head_dim": 4, "kib_per_token": 1.0,
              "gib_per_128k": 0.125, "source": "ours"}]
-    assert isinstance(report_costs.bytes_table(rows), report.PageTable)
-    assert isinstance(report.rows_table({"r": {"c": "1"}}), report.PageTable)
+    assert isinstance(report_costs.bytes_table(rows), tables.PageTable)
+    assert isinstance(tables.rows_table({"r": {"c": "1"}}), tables.PageTable)
 
 
 def test_only_each_clauses_key_number_is_bold():
     """Before: every number of a glued finding was bold, so a paragraph of measurements read as one
     bold block. Now the first number outside parentheses of each clause; the details stay plain."""
-    assert report.bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
+    assert text.bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
         "**24/24** identical on gemma3-270m (max 0.0470581, 99.5% top-1)")
-    assert report.bold_numbers("tiny-llama: 50% at all 3 depths; tiny-gemma3: 75% at 7 depths. Done (2 runs).") == (
+    assert text.bold_numbers("tiny-llama: 50% at all 3 depths; tiny-gemma3: 75% at 7 depths. Done (2 runs).") == (
         "tiny-llama: **50%** at all 3 depths; tiny-gemma3: **75%** at 7 depths. Done (2 runs).")
-    assert report.bold_numbers("token '<bos>' a_b") == "token '\\<bos\\>' a\\_b"  # Markdown-escaped
-    assert report.bold_numbers("no number (but 3 in brackets)") == "no number (but 3 in brackets)"
+    assert text.bold_numbers("token '<bos>' a_b") == "token '\\<bos\\>' a\\_b"  # Markdown-escaped
+    assert text.bold_numbers("no number (but 3 in brackets)") == "no number (but 3 in brackets)"
 
 
 def _bytes_rows(values: dict[str, float]) -> list[dict]:
@@ -88,8 +87,8 @@ def test_the_bytes_chart_log_ticks_do_not_overlap(values):
     import matplotlib.pyplot as plt
 
     fig = report_costs.plot_bytes(_bytes_rows(values))
-    assert report.overlapping_text(fig) == []
-    assert report.illegible_text(fig) == []
+    assert figures.overlapping_text(fig) == []
+    assert figures.illegible_text(fig) == []
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
     assert all(re.fullmatch(r"[\d.]+", t) for t in labels), labels  # plain numbers
     plt.close(fig)
@@ -102,11 +101,11 @@ def test_overlapping_tick_labels_are_caught():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with report.figure_style():
+    with figures.figure_style():
         fig, ax = plt.subplots(figsize=(7.5, 4.8))
         ax.barh(["a", "b", "c"], [2.25, 4.5, 64.0])
         ax.set_xscale("log")
-        assert report.overlapping_text(fig)
+        assert figures.overlapping_text(fig)
     plt.close(fig)
 
 

@@ -163,13 +163,13 @@ def test_a_model_below_the_gate_is_not_judged():
     assert result["gate"] == {"160": False} and result["not_run"] == {"192": 160} and result["ops"] == {}
     assert len(result["exact"]["per_prompt"]) == 3  # the longer context is not run after a failure
     assert study.verdicts(result) == []
-    from kvutils.report import common
+    from kvutils.report import figures
     from kvutils.report import retrieval as page
 
     result["verdicts"] = []
     numbers = {"retrieval": {"tiny-llama": {"pydoc": result, "kl_vs_retrieval": study.kl_vs_retrieval(None, {})}}}
     fig = page.plot_retrieval(numbers["retrieval"])
-    assert common.illegible_text(fig) == []
+    assert figures.illegible_text(fig) == []
     assert "below the 80 % gate" in " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
     assert page.depth_table(numbers["retrieval"]).empty
     assert list(page.exact_table(numbers["retrieval"])["all"]) == ["0 %", "not run"]
@@ -214,7 +214,7 @@ def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
     """With the gate lowered (a tiny random model retrieves nothing), every part of the page is
     drawn from a real run: the chart names both models' panels, the tables hold every method, and
     the glued sentences carry n and the interval or say that nothing separates."""
-    from kvutils.report import common
+    from kvutils.report import figures
     from kvutils.report import retrieval as page
 
     monkeypatch.setattr(study, "GATE", 0.0)
@@ -227,7 +227,7 @@ def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
     assert set(result["ops"]) == set(study.method_specs(_prompts(load_cached("tiny-llama", "float32"), n=1)[0],
                                                         load_cached("tiny-llama", "float32").config))
     fig = page.plot_retrieval(numbers["retrieval"])
-    assert common.illegible_text(fig) == [] and "tiny-gemma3" in fig._suptitle.get_text()
+    assert figures.illegible_text(fig) == [] and "tiny-gemma3" in fig._suptitle.get_text()
     assert len(page.depth_table(numbers["retrieval"])) == 2 * 2 * len(result["ops"])
     assert len(page.exact_table(numbers["retrieval"])) == 4
     glue = page.retrieval_glue(numbers)

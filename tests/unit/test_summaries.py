@@ -64,7 +64,7 @@ def test_benchmark_targets_are_judged_from_the_ratios():
 
 
 def test_numbers_print_as_a_reader_expects():
-    from kvutils.report.common import fmt
+    from kvutils.report.text import fmt
 
     assert fmt(1047.3, 3) == "1,047" and fmt(13860.0) == "13,860"  # never 1.05e+03
     assert fmt(1383.3, 4) == "1383" and fmt(0.000123456, 3) == "0.000123" and fmt(2.5e-13, 3) == "2.5e-13"
@@ -148,7 +148,7 @@ def test_fp32_residue_sentence_labels_procedures_and_does_not_explain_by_scale()
 
 
 def test_weights_are_named_from_the_registry():
-    from kvutils.report.common import weights_note, weights_origin
+    from kvutils.report.weights import weights_note, weights_origin
 
     assert weights_origin("gemma3-270m") == "gemma3-270m: Q4_K_M GGUF, dequantised to fp32"
     assert weights_origin("smollm2-135m") == "smollm2-135m: Q4_1 GGUF, dequantised to fp32"
