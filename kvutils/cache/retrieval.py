@@ -60,10 +60,6 @@ def answer_record(logits: torch.Tensor, prompt: Prompt) -> dict:
             "key_logprob": float(logp.gather(-1, target[:, None]).sum())}
 
 
-def _is_policy(op) -> bool:
-    return op.kind == POLICY
-
-
 def decide_layerwise(ops: list, views: dict[str, list[LayerView]]) -> tuple[dict, dict]:
     """What every press keeps and every decode-time policy starts from, per regime, layer by layer
     (each layer's attention weights computed once for every method and regime, then dropped).
@@ -76,7 +72,7 @@ def decide_layerwise(ops: list, views: dict[str, list[LayerView]]) -> tuple[dict
             for op in ops:
                 t0 = time.perf_counter()
                 view = layer_views[i]
-                out[regime][op.spec].append(op.start(view) if _is_policy(op) else op.decide([view])[0])
+                out[regime][op.spec].append(op.start(view) if op.kind == POLICY else op.decide([view])[0])
                 seconds[op.spec] += time.perf_counter() - t0
         for layer_views in views.values():
             forget = getattr(layer_views[i].attention, "forget", None)
@@ -89,7 +85,7 @@ def _held_bytes(loaded: Loaded, op, decided, stats: dict, prefill: int) -> float
     if "cache_bytes" in stats:
         return stats["cache_bytes"]
     if decided is not None:
-        held = [d["held"] for d in decided] if _is_policy(op) else decided
+        held = [d["held"] for d in decided] if op.kind == POLICY else decided
         return kept_bytes(loaded.config, held, loaded.dtype)
     return cache_bytes(loaded.config, op, prefill, loaded.dtype)
 
@@ -162,7 +158,7 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
             if op.has_fast_path:
                 logits = score_fast(loaded, op, ids, P, D, pre_r, stats, decided=choice, last=answer)
                 scores.records[op.spec][regime][p] = answer_record(logits, prompt)
-            elif _is_policy(op):
+            elif op.kind == POLICY:
                 start = StepStart([(k.clone(), v.clone()) for k, v in pre_r.kv], [s["held"] for s in choice], choice)
                 pending.setdefault((op.spec, regime), []).append((p, start))
             else:  # a transformers cache object, filled through its own update

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from kvutils.cache.base import CACHE_OBJECT, POLICY, PRESS
+from kvutils.cache.base import CACHE_OBJECT, POLICY, STORAGE
 from kvutils.cache.forward import attention_masks
 from kvutils.cache.prefilled import KV, Prefilled, prefill_for
 from kvutils.cache.sizes import cache_object_bytes
@@ -33,7 +33,7 @@ class StepStart:
 def batched_step(op) -> bool:
     """Whether `score_step_many` decodes `op`'s documents together (presses, decode-time policies
     and transformers' cache objects); other operations are scored one document at a time."""
-    return op.kind in (CACHE_OBJECT, PRESS, POLICY)
+    return op.kind != STORAGE
 
 
 def step_start(loaded: Loaded, op, ids: torch.Tensor, prefill: int, exact_kv: KV | Prefilled | None = None,

@@ -94,10 +94,19 @@ class Paired:
         return (f"n = {self.n} {self.unit}, difference {_signed(self.effect, digits)} "
                 f"[{_signed(lo, digits)}, {_signed(hi, digits)}]")
 
+    def withheld(self) -> str:
+        """Why no verdict was drawn where a reader might expect one, or "": the exact test cannot
+        reach p < ALPHA at this n (CANNOT), or p < ALPHA while the interval includes 0."""
+        if self.verdict == CANNOT:
+            return (f"an exact sign test over {self.n} {self.unit} reaches p ≥ {smallest_p(self.n):.2g} whatever "
+                    "the data")
+        if self.verdict == NO_DIFFERENCE and self.p < ALPHA:
+            return "p is below 0.05 but the 95 % interval includes no difference, and a verdict needs both"
+        return ""
+
     def cannot_clause(self, digits: int = 3) -> str:
         """Why no verdict could be drawn at this n, with the difference measured."""
-        return (f"no verdict possible at n = {self.n} {self.unit} (an exact sign test over {self.n} reaches p ≥ "
-                f"{smallest_p(self.n):.2g} whatever the data; {self.interval(digits)})")
+        return f"no verdict possible at n = {self.n} {self.unit} ({self.withheld()}; {self.interval(digits)})"
 
     def sentence(self, lower_is_better: bool = True, metric: str = "", digits: int = 3) -> str:
         """One clause: who is better and by how much, or that no difference was detected."""
@@ -107,8 +116,9 @@ class Paired:
         if self.verdict == CANNOT:
             return f"{self.a} against {self.b}{what}: {self.cannot_clause(digits)}"
         if not self.separated:
+            rule = f"; {self.withheld()}" if self.withheld() else ""
             return (f"no detectable difference{what} between {self.a} and {self.b} at "
-                    f"{self.interval(digits)}, 95 % interval, p = {self.p:.2g}")
+                    f"{self.interval(digits)}, 95 % interval, p = {self.p:.2g}{rule}")
         winner = self.better(lower_is_better)
         loser = self.b if winner == self.a else self.a
         return (f"{winner} beats {loser}{what} ({self.interval(digits)}, 95 % interval, "

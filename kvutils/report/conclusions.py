@@ -8,7 +8,6 @@ import math
 
 import pandas as pd
 
-from kvutils.core import compare
 from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.compare import against_chance
@@ -32,13 +31,14 @@ from kvutils.report.guide import (  # noqa: F401
     frontier_verdicts,
     guide_coverage,
     plot_decision_guide,
+    stale_test,
+    stale_word,
 )
 from kvutils.report.sense_probes import first_stays_at, layer_count, layer_tests, peak_depths
 from kvutils.report.tables import rows_table
 from kvutils.report.text import fmt, fraction
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
 from kvutils.report.weights import weights_note
-from kvutils.studies.qwen3_switch.verdicts import accuracy_pair
 
 # our logit scale and the article model's are "near" within this factor: only then can its residue check ours
 NEAR_SCALE = 2.0
@@ -187,18 +187,12 @@ def rq3_table(runs: dict) -> pd.DataFrame:
 
 def stale_against_tail(r: dict, k: int) -> str:
     """Chapter 5's own paired test on its held-out examples: stale reuse against the tail patch at k."""
-    held = r["switch"]["heldout"]
-    a, b = held[f"tail{k}"]["stale"], held[f"tail{k}"]["tail_patch"]
-    p = accuracy_pair(a, b, "stale", "tail patch")
-    if p.separated:
-        word = "stale lower" if p.verdict == compare.A_LOWER else "stale higher"
-    elif p.verdict == compare.IDENTICAL:
-        word = "identical answers"
-    else:
-        word = "no detectable difference"
+    held = r["switch"]["heldout"][f"tail{k}"]
+    a, b = held["stale"], held["tail_patch"]
+    p = stale_test(r, k)
     low, high = (100 * x for x in p.ci95) if p.ci95 is not None else (math.nan, math.nan)
     return (f"{fmt(a['accuracy_pct'], 3)}% vs {fmt(b['accuracy_pct'], 3)}% (k = {k}, n = {p.n}; difference "
-            f"{fmt(100 * p.effect, 3)} points [{fmt(low, 3)}, {fmt(high, 3)}], p = {p.p:.2g}): {word}")
+            f"{fmt(100 * p.effect, 3)} points [{fmt(low, 3)}, {fmt(high, 3)}], p = {p.p:.2g}): {stale_word(p)}")
 
 
 def rq4_table(runs: dict) -> pd.DataFrame:

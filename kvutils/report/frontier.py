@@ -249,31 +249,26 @@ def _tie_groups(run: dict, identical: list[dict]) -> list[tuple[list[str], list[
     """The identical pairs of one level joined into groups (a = b and b = c: one group of three), one
     clause each: (members in order of first appearance, the distinct construction reasons, whether
     some pair of the group has none)."""
-    group: dict[str, int] = {}
-    groups: list[dict] = []
+    neighbours: dict[str, list[str]] = {}
     for v in identical:
-        a, b = v["a"], v["b"]
-        ga, gb = group.get(a), group.get(b)
-        if ga is None and gb is None:
-            groups.append({"members": [a, b], "whys": [], "unexplained": False})
-            ga = gb = len(groups) - 1
-        elif ga is None or gb is None:
-            ga = gb = ga if ga is not None else gb
-            groups[ga]["members"].append(b if b not in groups[ga]["members"] else a)
-        elif ga != gb:  # two groups meet: fold the second into the first
-            groups[ga]["members"] += groups[gb]["members"]
-            groups[ga]["whys"] += groups[gb]["whys"]
-            groups[ga]["unexplained"] |= groups[gb]["unexplained"]
-            for m in groups[gb]["members"]:
-                group[m] = ga
-            groups[gb] = None
-        group[a] = group[b] = ga
-        why = _construction(run, a, b)
-        if why is None:
-            groups[ga]["unexplained"] = True
-        else:  # a chained reason repeats its links' reasons: each fact once
-            groups[ga]["whys"] += [w for w in why.split("; ") if w not in groups[ga]["whys"]]
-    return [(g["members"], g["whys"], g["unexplained"]) for g in groups if g is not None]
+        neighbours.setdefault(v["a"], []).append(v["b"])
+        neighbours.setdefault(v["b"], []).append(v["a"])
+    groups, seen = [], set()
+    for start in neighbours:
+        if start in seen:
+            continue
+        members, todo = [], [start]
+        while todo:
+            m = todo.pop(0)
+            if m not in seen:
+                seen.add(m)
+                members.append(m)
+                todo += neighbours[m]
+        whys = [_construction(run, v["a"], v["b"]) for v in identical if v["a"] in members]
+        # a chained reason repeats its links' reasons: each fact once
+        reasons = list(dict.fromkeys(w for why in whys if why for w in why.split("; ")))
+        groups.append((members, reasons, None in whys))
+    return groups
 
 
 def _level_text(run: dict, level: str, info: dict) -> str:

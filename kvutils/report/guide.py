@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from kvutils.cache.methods.cast import Cast
 from kvutils.core import compare
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.checks import check_number
@@ -18,7 +19,9 @@ from kvutils.core.compare import IDENTICAL, Paired
 from kvutils.report.cache_approximations import article_rows_by_spec
 from kvutils.report.figures import styled
 from kvutils.report.text import fmt
+from kvutils.report.timing import spread
 from kvutils.studies.qwen3_switch.study import TOLERANCE as SWITCH_TOLERANCE
+from kvutils.studies.qwen3_switch.verdicts import accuracy_pair
 
 ARTICLE_MODEL = "Pythia-160M"
 # |logit difference| below which fp64 decoding counts as equal up to rounding (the theorem's test)
@@ -121,30 +124,33 @@ def chapter5_rows(runs: dict) -> list[dict]:
     for m, r in ch5.items():
         k = max(r["k_values"])
         patch, stale = (r["switch"]["scores"][f"tail{k}"][p] for p in ("tail_patch", "stale"))
-        held = r["switch"]["heldout"][f"tail{k}"]
         exact = patch["max_abs_logit_diff"] <= tolerance
         rows.append(_row(f"LoRA switch, tail patch (ch. 5, {m}, k = {k})", EXACT if exact else OPEN,
                          patch["top1_agree_pct"], f"{patch['n']} examples", kl=patch["kl_mean"],
                          check="theorem (tail patch); chapter 5",
                          test=f"largest |logit difference| {fmt(patch['max_abs_logit_diff'], 2)} against the "
                               f"recompute; {dtype} tolerance {tolerance:g}"))
-        test = compare.paired_binary(held["stale"]["right_per_example"], held["tail_patch"]["right_per_example"],
-                                     "stale", "tail patch")
+        test = stale_test(r, k)
         verdict = COSTLY if test.verdict == compare.A_LOWER else OPEN
         rows.append(_row(f"LoRA switch, stale cache (ch. 5, {m}, k = {k})", verdict, stale["top1_agree_pct"],
                          f"{stale['n']} examples (top-1); {test.n} held-out (test)", kl=stale["kl_mean"],
                          check="chapter 5", test=f"held-out accuracy vs the tail patch {fmt(100 * test.effect, 3)} "
-                                                 f"points ({threshold_clause_paired(test)})"))
+                                                 f"points ({stale_word(test)}, n = {test.n}, p = {test.p:.2g})"))
     return rows
 
 
-def threshold_clause_paired(test: compare.Paired) -> str:
-    """Stale against the tail patch, short."""
+def stale_test(r: dict, k: int) -> compare.Paired:
+    """Chapter 5's own paired test on its held-out examples: stale reuse against the tail patch at k."""
+    held = r["switch"]["heldout"][f"tail{k}"]
+    return accuracy_pair(held["stale"], held["tail_patch"], "stale", "tail patch")
+
+
+def stale_word(test: compare.Paired) -> str:
+    """What `stale_test` found, in words."""
     if test.separated:
-        return f"{'lower' if test.verdict == compare.A_LOWER else 'higher'}, n = {test.n}, p = {test.p:.2g}"
-    if test.verdict == compare.IDENTICAL:
-        return f"identical answers on all {test.n}"
-    return f"no detectable difference at n = {test.n}, p = {test.p:.2g}"
+        return "stale lower" if test.verdict == compare.A_LOWER else "stale higher"
+    return {compare.IDENTICAL: "identical answers", compare.CANNOT: "no verdict possible"}.get(
+        test.verdict, "no detectable difference")
 
 
 def _count(n: int, noun: str) -> str:
@@ -163,7 +169,7 @@ def time_ratios(o: dict, run: dict) -> list[float] | None:
 
 def _bf16_factor(run: dict) -> float:
     """Bytes of the run's exact cache over a bf16 cache's (2 for an fp32 run)."""
-    return {"float32": 2.0, "float64": 4.0, "bfloat16": 1.0, "float16": 1.0}.get(run.get("dtype", "float32"), 2.0)
+    return Cast.DTYPES[run.get("dtype", "float32")] / Cast.DTYPES["bfloat16"]
 
 
 def _op_row(spec: str, o: dict, near_exact_pct: float, art: dict, run: dict, exact_bytes: float | None,
@@ -192,8 +198,8 @@ def threshold_clause(test: compare.Paired, near_exact_pct: float) -> str:
     if test.verdict == compare.A_LOWER:
         return f"below {at} (p = {test.p:.2g})"
     if test.verdict == compare.CANNOT:
-        return f"no verdict possible at n = {test.n} (smallest p {compare.smallest_p(test.n):.2g})"
-    return f"no detectable difference from {at} (p = {test.p:.2g}{'; interval includes it' if test.p < 0.05 else ''})"
+        return f"no verdict possible at n = {test.n} ({test.withheld()})"
+    return f"no detectable difference from {at} (p = {test.p:.2g}{'; ' + test.withheld() if test.withheld() else ''})"
 
 
 def _frontier_only(table2_run: dict, frontier_run: dict | None) -> dict:
@@ -261,9 +267,8 @@ def _top1_text(r: dict) -> str:
 def _time_text(ratios: list[float] | None) -> str:
     if not ratios:
         return "—"
-    ordered = sorted(ratios)
-    median = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
-    return f"{fmt(median, 3)} ({fmt(ordered[0], 3)}–{fmt(ordered[-1], 3)}, n = {len(ordered)})"
+    s = spread(ratios)
+    return f"{fmt(s['median'], 3)} ({fmt(s['min'], 3)}–{fmt(s['max'], 3)}, n = {s['n']})"
 
 
 def decision_table(rows: list[dict]) -> pd.DataFrame:

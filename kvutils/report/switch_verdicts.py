@@ -34,23 +34,13 @@ def verdict(p: compare.Paired, metric: str, points: bool = True) -> str:
     if p.verdict == compare.IDENTICAL:
         return f"{p.a} and {p.b} give the same {metric or 'value'} on every one of the {p.n} {p.unit}"
     what = f" in {metric}" if metric else ""
+    rule = f"; {p.withheld()}" if p.withheld() else ""
     if p.verdict == compare.CANNOT:
-        return f"no verdict possible{what} between {p.a} and {p.b} at this n ({_where(p, points)}; {_cannot(p)})"
+        return f"no verdict possible{what} between {p.a} and {p.b} at this n ({_where(p, points)}{rule})"
     if not p.separated:
-        return f"no detectable difference{what} between {p.a} and {p.b} ({_where(p, points)}{rule_note(p)})"
+        return f"no detectable difference{what} between {p.a} and {p.b} ({_where(p, points)}{rule})"
     side = "above" if p.verdict == compare.A_HIGHER else "below"
     return f"{p.a} is {side} {p.b}{what} ({_where(p, points)})"
-
-
-def _cannot(p: compare.Paired) -> str:
-    return f"an exact test over {p.n} {p.unit} cannot reach p < 0.05: its smallest p is {compare.smallest_p(p.n):.2g}"
-
-
-def rule_note(p: compare.Paired) -> str:
-    """Where p < 0.05 but the interval includes 0: the rule that withholds the verdict, stated."""
-    if p.p < compare.ALPHA and not p.separated and p.ci95 is not None:
-        return "; p is below 0.05 but the 95 % interval includes 0, and a verdict needs both"
-    return ""
 
 
 def _labels(r: dict) -> list[int]:
@@ -75,8 +65,7 @@ def zero_shot(model: str, r: dict) -> str:
     where = f"AUC {fmt(z['auc'], 3)}, 95 % interval {fmt(lo, 3)}–{fmt(hi, 3)}, n = {p.n}, p = {p.p:.2g}"
     test = (f"its AUC is {'above' if p.verdict == compare.A_HIGHER else 'below'} chance (0.5; {where})"
             if p.separated else f"no detectable difference of its AUC from chance (0.5) at n = {p.n} ({where}"
-            + ("; p is below 0.05 but the 95 % interval of the AUC includes 0.5, and a verdict needs both)"
-               if rule_note(p) else ")"))
+            + (f"; {p.withheld()})" if p.withheld() else ")"))
     return (f"{model}: {measures(z)}; it answers {answer} on {first} of {len(labels)} examples; "
             + test)
 

@@ -115,3 +115,15 @@ def test_resampled_flips_counts_unstable_orders():
 def test_bad_input_is_named(a, b):
     with pytest.raises(ValueError, match="paired"):
         compare.paired(a, b)
+
+
+def test_a_withheld_verdict_says_which_rule_withheld_it():
+    # 9 of 10 differences positive (sign test p = 0.021), one large negative: the interval spans 0
+    r = compare.paired([1.0] * 9 + [-100.0], [0.0] * 10, "a", "b")
+    assert r.p < 0.05 and r.verdict == compare.NO_DIFFERENCE and r.ci95[0] < 0 < r.ci95[1]
+    assert r.withheld() == "p is below 0.05 but the 95 % interval includes no difference, and a verdict needs both"
+    assert r.sentence().endswith(r.withheld())
+    few = compare.paired([1.0, 2.0], [0.0, 0.0])
+    assert "whatever the data" in few.withheld() and "whatever the data" in few.sentence()
+    plain = compare.paired([1.0, -1.0] * 5, [0.0] * 10)  # p = 1: nothing withheld, nothing to explain
+    assert plain.withheld() == "" and plain.sentence().endswith("p = 1")

@@ -20,12 +20,12 @@ class Window(CacheOp):
     reindex: bool = False
     name: ClassVar[str] = "window"
     family: ClassVar[str] = "window (position-based eviction)"
+    examples: ClassVar[tuple[str, ...]] = ("window:size=10,sinks=2", "window:size=10,sinks=0",
+                                           "window:size=10,sinks=2,reindex=true")
+
     @property
     def reindexes_positions(self) -> bool:
         return self.reindex
-
-    examples: ClassVar[tuple[str, ...]] = ("window:size=10,sinks=2", "window:size=10,sinks=0",
-                                           "window:size=10,sinks=2,reindex=true")
 
     def __post_init__(self):
         checks.check_count(f"{self.name}: size", self.size)
