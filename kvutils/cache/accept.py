@@ -75,22 +75,43 @@ def tokenize_documents(tokenizer, docs: list[data.Document], length: int, n_docs
     return used, short
 
 
-@torch.inference_mode()
+class Reference:
+    """The exact cache's next-token distributions of one document, held in float64 a block of steps
+    at a time and computed once, for every operation compared with it: its logits (steps, vocab)
+    and the tokens that actually came next (steps,). Float64: nearly equal distributions over a
+    large vocabulary need it (fp32 gives KLs of +-1e-8)."""
+
+    @torch.inference_mode()
+    def __init__(self, exact: torch.Tensor, targets: torch.Tensor, block: int = 32):
+        self.targets, self.block = targets, block
+        self.log_probs, self.probs = [], []  # per block of steps: (block, vocab) float64
+        for start in range(0, len(targets), block):
+            log_exact = torch.log_softmax(exact[start:start + block].double(), dim=-1)
+            self.log_probs.append(log_exact)
+            self.probs.append(log_exact.exp())
+        self.top1 = exact.argmax(-1)
+        self.nll = torch.cat([-lp.gather(-1, targets[start:start + block, None])[:, 0]
+                              for lp, start in zip(self.log_probs, range(0, len(targets), block))]).cpu()
+
+    @torch.inference_mode()
+    def compare(self, approx: torch.Tensor) -> dict:
+        """Per-step numbers of the modified cache's logits `approx` (steps, vocab): KL(exact || op),
+        top-1 agreement, and the negative log-likelihood of the actual next tokens, each (steps,)."""
+        kl, nll = [], []
+        for i, start in enumerate(range(0, len(self.targets), self.block)):
+            rows = slice(start, start + self.block)
+            log_approx = torch.log_softmax(approx[rows].double(), dim=-1)
+            kl.append((self.probs[i] * (self.log_probs[i] - log_approx)).sum(-1))
+            nll.append(-log_approx.gather(-1, self.targets[rows, None])[:, 0])
+        return {"kl": torch.cat(kl).cpu(), "agree": (self.top1 == approx.argmax(-1)).cpu(),
+                "nll": torch.cat(nll).cpu(), "nll_exact": self.nll}
+
+
 def compare(exact: torch.Tensor, approx: torch.Tensor, targets: torch.Tensor, block: int = 32) -> dict:
     """Per-step numbers of one document: logits (steps, vocab) under the exact and the modified
-    cache, and the tokens that actually came next (steps,). In float64, a block of steps at a time:
-    nearly equal distributions over a large vocabulary need it (fp32 gives KLs of +-1e-8)."""
-    kl, nll, nll_exact = [], [], []
-    for start in range(0, len(targets), block):
-        rows = slice(start, start + block)
-        log_exact = torch.log_softmax(exact[rows].double(), dim=-1)
-        log_approx = torch.log_softmax(approx[rows].double(), dim=-1)
-        kl.append((log_exact.exp() * (log_exact - log_approx)).sum(-1))
-        picked = targets[rows, None]
-        nll.append(-log_approx.gather(-1, picked)[:, 0])
-        nll_exact.append(-log_exact.gather(-1, picked)[:, 0])
-    return {"kl": torch.cat(kl).cpu(), "agree": (exact.argmax(-1) == approx.argmax(-1)).cpu(),
-            "nll": torch.cat(nll).cpu(), "nll_exact": torch.cat(nll_exact).cpu()}
+    cache, and the tokens that actually came next (steps,) (see `Reference`, which holds the exact
+    side for many operations)."""
+    return Reference(exact, targets, block).compare(approx)
 
 
 def _summary(per_step: list[dict]) -> dict:
@@ -206,6 +227,7 @@ def _score_group(loaded: Loaded, tally: _Tally, used: list, group: int, prefill:
         tally.decode_seconds[d] = time.perf_counter() - t1  # the exact cache's decode pass alone
         targets = ids[prefill + 1:prefill + decode + 1].to(reference.device)
         references[d] = (reference, targets)
+        held = Reference(reference, targets)  # the exact side, for this document's one-document operations
         for op in tally.scored:
             t0 = time.perf_counter()
             if op in tally.batched:
@@ -214,11 +236,11 @@ def _score_group(loaded: Loaded, tally: _Tally, used: list, group: int, prefill:
                 logits = (reference if op == exact_op and path == "fast" else
                           PATHS[tally.op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled,
                                                         stats=tally.stats[op.spec][d]))
-                tally.per_step[op.spec][d] = compare(reference, logits, targets)
+                tally.per_step[op.spec][d] = held.compare(logits)
                 tally.doc_seconds[op.spec][d] = time.perf_counter() - t0
             tally.seconds[op.spec] += time.perf_counter() - t0
-        tally.exact_nll.append(compare(reference, reference, targets)["nll_exact"])
-        del prefilled
+        tally.exact_nll.append(held.nll)
+        del prefilled, held
         bar.update()
     ids_group = torch.stack([ids for _, ids in used[group:group + STEP_BATCH]])  # (docs, prefill + decode + 1)
     for op in tally.batched:

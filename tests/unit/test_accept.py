@@ -208,6 +208,26 @@ def test_accept_numbers_are_those_of_the_logits(texts):
     assert r["cache_bytes"] < r["exact_cache_bytes"]
 
 
+def test_a_reference_held_for_many_operations_gives_each_the_numbers_computed_alone():
+    """`Reference` computes the exact side once per document; each operation compared with it gets
+    bit for bit what the exact and modified logits give from scratch, across blocks of steps."""
+    g = torch.Generator().manual_seed(0)
+    exact = torch.randn(37, 500, generator=g)  # (steps, vocab): 37 steps, two blocks of 32 and one of 5
+    targets = torch.randint(0, 500, (37,), generator=g)
+    held = acceptance.Reference(exact, targets)
+    for scale in (0.0, 0.01, 1.0):
+        approx = exact + scale * torch.randn(37, 500, generator=g)
+        p, q = torch.log_softmax(exact.double(), -1), torch.log_softmax(approx.double(), -1)
+        got = held.compare(approx)
+        assert torch.allclose(got["kl"], (p.exp() * (p - q)).sum(-1), rtol=1e-12, atol=1e-15)
+        assert torch.equal(got["nll"], -q[torch.arange(37), targets])
+        assert torch.equal(got["nll_exact"], -p[torch.arange(37), targets])
+        assert torch.equal(got["agree"], exact.argmax(-1) == approx.argmax(-1))
+        alone = acceptance.compare(exact, approx, targets)
+        assert all(torch.equal(got[k], alone[k]) for k in alone)
+    assert torch.equal(held.compare(exact)["kl"], torch.zeros(37, dtype=torch.float64))
+
+
 def test_cast_to_the_models_own_dtype_is_exact(texts):
     loaded = load_cached("tiny-gemma3", "float32")
     r = acceptance.accept(loaded, Cast("float32"), texts[:2], prefill=PREFILL, decode=DECODE, progress=False)
