@@ -8,7 +8,9 @@ data         the study's data: ambiguous words, garden paths, the document corpu
 hooks        forward hooks as context managers that always remove themselves
 interrupt    Ctrl-C and SIGTERM for the command lines: one line, exit status 130
 params       a notebook's first cell: papermill's names checked, the run's results folder
+schema       the results files' formats (schemas/, one JSON Schema per file) and the check
 paths        the repository checkout the package sits in (or KVUTILS_REPO)
+records      the one loader of the results files: each read, checked against its format, typed
 results      one results file per chapter run, written as one unit, and its figures
 results_diff every number of two results folders compared (the proof that a refactor changed no result)
 """

@@ -24,7 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from kvutils.core.paths import RepositoryNotFound, link_loop, loop_error, repo_root, resolve_path
+from kvutils.core.paths import RepositoryNotFound, link_loop, loop_error, repo_root
 
 PACKAGES = ("kvutils", "torch", "transformers", "gguf", "safetensors", "tokenizers", "numpy",
             "papermill", "jupyter-book", "matplotlib", "seaborn", "peft")
@@ -71,6 +71,12 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     return value
+
+
+def as_written(numbers: Any) -> Any:
+    """`numbers` as a results file holds them (JSON: tensors as lists, NaN as null, keys as
+    strings): a chapter's page reads these, so that it shows what its file says."""
+    return json.loads(json.dumps(jsonable(numbers)))
 
 
 def _umask() -> int:
@@ -389,35 +395,3 @@ def save_results(results_dir: str | Path, chapter: str, parameters: dict, models
                  numbers: dict, started: float) -> Path:
     """`save_run` without figures."""
     return save_run(results_dir, chapter, parameters, models, numbers, started)
-
-
-def load_results(results_dir: str | Path, chapter: str, parameter: str = "results_dir") -> dict:
-    """A chapter's results record; a missing, unreadable or malformed file is an error naming it."""
-    path = resolve_path(results_path(results_dir, chapter))
-    recover(path.parent)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{parameter}: {path} does not exist; run chapter {chapter} first") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{parameter}: {path} is not a valid results file ({err}); it is damaged or "
-                         f"truncated: rerun chapter {chapter}") from None
-    except OSError as err:
-        raise ValueError(f"{parameter}: cannot read {path} ({err.strerror or err})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("numbers"), dict):
-        raise ValueError(f"{parameter}: {path} is not a chapter results file (no \"numbers\" object); "
-                         f"rerun chapter {chapter}")
-    return record
-
-
-def check_fields(results_dir: str | Path, read_by: str, *computations) -> None:
-    """Run a summary page's computations once, in its first cell. A results file written by
-    another version of kvutils, or edited by hand, lacks fields the page reads: that is named
-    here, with the folder and what to do, rather than as a bare KeyError in a later cell."""
-    for compute in computations:
-        try:
-            compute()
-        except (KeyError, TypeError, IndexError, AttributeError, StopIteration) as err:
-            raise ValueError(f"results_dir: the results in {results_dir} lack what {read_by} reads "
-                             f"({type(err).__name__}: {err}); they were written by another version of "
-                             "kvutils or edited: rerun the chapters (make book)") from None

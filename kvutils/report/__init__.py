@@ -1,6 +1,7 @@
 """The report layer: what the book's pages show, built from the results files the studies write
 (never from a model): tables beside the article's figures, static and interactive charts, and the
-texts the prose glues in, each finding worded as its numbers say. It reads the layers below
+texts the prose glues in, each finding worded as its numbers say. A page's numbers come through
+`kvutils.core.records`, checked against the results file's format. It reads the layers below
 (`studies` for a few constants and verdicts); `explorer` and `book` build on it.
 
 Shared by every page:
@@ -16,6 +17,7 @@ One module per page, named after its notebook (and study):
     bert_contrast         chapter 2: the same word in two contexts, causal models against an encoder
     sense_probes          chapter 3: sense probes at the cached and a new position, and where attention goes
     cache_approximations  chapter 4: decode-step cost, bytes per token and the approximation table (Table 2)
+    chapter4_page         chapter 4's page: every text its prose glues in, from one call (`glue_page`)
     frontier              chapter 4's frontier: quality against bytes held for the methods people deploy
     qwen3_switch          chapter 5: switching to a LoRA tail, its figures and tables
     switch_verdicts       chapter 5's comparative clauses, each from a paired test

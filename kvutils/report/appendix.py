@@ -3,7 +3,6 @@ commit, machine, wall time per chapter, commands to rerun on the article's model
 performance report rendered from `results/bench.json`."""
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
@@ -11,7 +10,8 @@ import pandas as pd
 
 from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
-from kvutils.core.results import check_fields, load_results, results_path
+from kvutils.core.records import check_fields, load_record, load_results
+from kvutils.core.results import results_path
 from kvutils.report.figures import styled
 from kvutils.report.text import fmt
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_text, spread_text
@@ -96,15 +96,12 @@ def _existing_runs(results_dir) -> dict[str, dict]:
 
 
 def load_bench(results_dir) -> tuple[dict, dict]:
-    """bench.json and the chapters' results, as appendix B reads them; a missing or damaged file
-    is an error naming it."""
+    """bench.json and the chapters' results, as appendix B reads them, each checked against its
+    format; a missing or damaged file is an error naming it."""
     path = Path(results_dir) / "bench.json"
     if not path.is_file():
         raise FileNotFoundError(f"results_dir: no bench.json in {results_dir}; run make bench (python -m kvutils.bench)")
-    try:
-        bench = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"results_dir: {path} is damaged or truncated ({err}); rerun make bench") from None
+    bench = load_record(results_dir, "bench", "results_dir", "rerun make bench")
     runs = _existing_runs(results_dir)
     check_fields(results_dir, "appendix B (with bench.json)", lambda: performance_glue(bench, runs),
                  lambda: performance_table(bench), lambda: book_times_table(bench, runs))

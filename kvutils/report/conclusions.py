@@ -11,7 +11,8 @@ import pandas as pd
 from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.compare import against_chance
-from kvutils.core.results import check_fields, load_results, results_path
+from kvutils.core.records import check_fields, load_results
+from kvutils.core.results import results_path
 from kvutils.report.cache_approximations import article_rows_by_spec
 from kvutils.report.cache_exactness import recompute_label, recompute_mode
 

@@ -58,29 +58,9 @@ POLICY_LABEL = {"tail_patch": "LoRA tail, tail patch (exact)", "stale": "LoRA ta
                 "activated": "activated LoRA of the same k, base cache reused"}
 
 
-def curve_rows(r: dict) -> list[dict]:
-    """The quality-vs-cost curve of one model as tidy rows: per k and policy, the held-out accuracy
-    with its 95 % interval and what the switch costs (FLOPs and time as a fraction of a full
-    recompute, extra memory per prefix token). Plotted here; kept in the results for other charts."""
-    rows = []
-    held, cost = r["switch"]["heldout"], r["cost"]
-    for k in r["k_values"]:
-        c = cost["per_k"][str(k)]
-        for policy, adapter in (("tail_patch", f"tail{k}"), ("stale", f"tail{k}"), ("activated", f"activated{k}")):
-            a = held[adapter][policy]
-            spent = c["tail_patch"] if policy == "tail_patch" else (cost["activated"] if policy == "activated" else c["stale"])
-            rows.append({"k": k, "k_over_L": k / r["layers"], "policy": policy, "accuracy_pct": a["accuracy_pct"],
-                         "balanced_accuracy_pct": a["balanced_accuracy_pct"], "auc": a["auc"],
-                         "ci95_low_pct": a["ci95_pct"][0], "ci95_high_pct": a["ci95_pct"][1], "n": a["n"],
-                         "switch_flops_fraction": spent["flops"] / c["recompute"]["flops"],
-                         "switch_time_fraction": spent["seconds"] / c["recompute"]["seconds"],
-                         "extra_bytes_per_token": spent["extra_bytes"] // cost["prefix_tokens"]})
-    return rows
-
-
 def curve_table(numbers: dict) -> pd.DataFrame:
     """Every model's curve rows in one tidy DataFrame (a `model` column first)."""
-    return pd.DataFrame([{"model": model, **row} for model, r in numbers.items() for row in curve_rows(r)])
+    return pd.DataFrame([{"model": model, **row} for model, r in numbers.items() for row in r["curve"]])
 
 
 def quality_cost_chart(numbers: dict):
@@ -111,7 +91,7 @@ def plot_quality_cost(numbers: dict):
 
     fig, axes = plt.subplots(len(numbers), 1, figsize=(7.4, 6.4 * len(numbers)), squeeze=False)
     for ax, (model, r) in zip(axes[:, 0], numbers.items()):
-        table = pd.DataFrame(curve_rows(r))
+        table = pd.DataFrame(r["curve"])
         ks = r["k_values"]
         for i, policy in enumerate(("tail_patch", "stale", "activated")):
             colour, marker = POLICY_STYLE[policy]

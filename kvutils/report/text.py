@@ -4,6 +4,7 @@ in bold (`glue_findings`)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 
 def fmt(value, digits: int = 6) -> str:
@@ -72,3 +73,30 @@ def glue_findings(prefix: str, texts: dict[str, str]) -> None:
 
     for key, text in texts.items():
         glue(f"{prefix}{key}", Markdown(bold_numbers(text)), display=False)
+
+
+@dataclass(frozen=True)
+class Markdown:
+    """A glued text that is Markdown as it is (e.g. method names already in bold)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A glued finding: Markdown with its key numbers put in bold (`bold_numbers`)."""
+
+    text: str
+
+
+def glue_page(prefix: str, page: dict) -> None:
+    """Glue every text of a page's `glue_page(numbers)` under `prefix` + its key: a plain string as
+    text (`{glue}`), a `Markdown` as it is and a `Finding` with its numbers in bold (`{glue:md}`)."""
+    from IPython.display import Markdown as Shown
+    from myst_nb import glue
+
+    for key, value in page.items():
+        shown = (Shown(bold_numbers(value.text)) if isinstance(value, Finding) else
+                 Shown(value.text) if isinstance(value, Markdown) else value)
+        glue(f"{prefix}{key}", shown, display=False)
+

@@ -30,10 +30,9 @@ one named, so that a typo costs no torch import.)
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from kvutils.core import checks, results
+from kvutils.core import checks, records, results
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.models.registry import EMBEDDED, TINY
 
@@ -70,7 +69,7 @@ def chapter_times(results_dir: str | Path) -> dict:
     for name in NOTEBOOKS.values():
         path = results.results_path(results_dir, name)
         if path.is_file():
-            out[name] = results.load_results(results_dir, name, "--results-dir")["wall_time_s"]
+            out[name] = records.load_results(results_dir, name, "--results-dir")["wall_time_s"]
     return out
 
 
@@ -80,10 +79,8 @@ def earlier_records(results_dir: str | Path) -> dict:
     out = {"chapter_wall_time_s": chapter_times(results_dir)}
     lanes = Path(results_dir) / "chapter_lanes.json"
     if lanes.is_file():
-        try:
-            out["chapter_lanes"] = json.loads(lanes.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"--results-dir: {lanes} is damaged ({err}); delete it or rerun make book") from None
+        out["chapter_lanes"] = records.load_record(results_dir, "chapter_lanes", "--results-dir",
+                                                   "delete it or rerun make book")
     setup = Path(results_dir) / "setup_seconds.txt"
     if setup.is_file():
         text = setup.read_text(encoding="utf-8", errors="replace").strip()

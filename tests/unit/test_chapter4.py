@@ -111,3 +111,27 @@ def test_chapter4_findings_follow_the_numbers():
     f = report_costs.chapter4_findings(_numbers({"a": (2.0, 5.0)}, sink_kl=0.301, blend_kl=0.299, phase=2))  # within the noise
     assert "no detectable difference in mean KL (nats) between with sinks and without at n = 8" in f["sinks"]
     assert "no detectable difference in mean KL (nats) between recompute 15% and none at n = 8" in f["blend"]
+
+
+def test_the_page_glues_every_text_its_prose_names_from_one_call():
+    """notebook 04 glues from one `glue_page(numbers)`: on a full build's numbers it holds every
+    key the prose references, each text of its kind (findings in bold, the frontier's Markdown)."""
+    import gzip
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    from kvutils.core.paths import REPO_ROOT
+    from kvutils.report.chapter4_page import glue_page
+    from kvutils.report.text import Finding, Markdown
+
+    record = json.loads(gzip.decompress((Path(__file__).parents[1] / "data" / "full_build" /
+                                         "04_cache_approximations.json.gz").read_bytes()))
+    page = glue_page(record["numbers"])
+    notebook = nbformat.read(REPO_ROOT / "notebooks" / "04_cache_approximations.ipynb", as_version=4)
+    prose = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    named = set(re.findall(r"\{glue(?::\w+)?\}`ch4_(\w+)`", prose))
+    assert named and named <= set(page), sorted(named - set(page))
+    assert isinstance(page["frontier"], Markdown) and all(isinstance(v, (str, Markdown, Finding)) for v in page.values())
+    assert any(isinstance(v, Finding) for v in page.values())

@@ -182,7 +182,7 @@ def test_the_chapters_runner_checks_its_folders_before_any_work(tmp_path, capsys
     ("a file", "--results-dir: {dir} is a file, not a folder"),
     ("empty", "--results-dir must be a folder path (a non-empty string), got ''"),
     ("empty setup_seconds.txt", "setup_seconds.txt should hold the set-up's seconds, but holds ''"),
-    ("truncated chapter_lanes.json", "chapter_lanes.json is damaged"),
+    ("truncated chapter_lanes.json", "chapter_lanes.json is not a valid results file"),
     ("truncated chapter results", "01_cache_exactness.json is not a valid results file"),
 ])
 def test_the_benchmark_checks_its_folder_and_inputs_before_any_model(tmp_path, capsys, nothing_runs, case, words):

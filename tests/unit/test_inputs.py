@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvutils.core import checks, data, params, results
+from kvutils.core import checks, data, params, records, results
 from kvutils.core.catalog import NOTEBOOKS, PAGES
 from kvutils.core.paths import REPO_ROOT
 from kvutils.models import loading
@@ -304,7 +304,7 @@ def test_a_damaged_results_file_is_named(tmp_path, content, words):
     path = tmp_path / "01_cache_exactness.json"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(ValueError, match=rf"^results_dir: {re.escape(str(path))} .*{words}") as err:
-        results.load_results(tmp_path, "01_cache_exactness")
+        records.load_results(tmp_path, "01_cache_exactness")
     assert "rerun chapter" in str(err.value)
 
 
@@ -323,7 +323,8 @@ def test_the_summary_pages_name_a_truncated_results_file(tmp_path):
 @pytest.mark.parametrize("page", ["conclusions", "appendix A", "appendix B"])
 def test_the_summary_pages_name_results_of_another_version(tmp_path, page):
     """Valid JSON with a "numbers" object, but not the fields this version writes (an older
-    kvutils, or a hand edit): named in the page's first cell, not a KeyError in a later one."""
+    kvutils, or a hand edit): named in the page's first cell, with where the file departs from its
+    format (kvutils.core.schema) and what to rerun, not a KeyError in a later cell."""
     from kvutils.report import appendix as report_appendix
     from kvutils.report import conclusions as report_conclusions
 
@@ -332,14 +333,16 @@ def test_the_summary_pages_name_results_of_another_version(tmp_path, page):
     (tmp_path / "bench.json").write_text('{"model": "smollm2-135m"}')
     read = {"conclusions": report_conclusions.load_chapters, "appendix A": report_appendix.available_runs,
             "appendix B": report_appendix.load_bench}[page]
-    with pytest.raises(ValueError, match=rf"^results_dir: the results in {re.escape(str(tmp_path))} lack what "
-                                         rf"(the )?{page}.* reads "
-                                         r"\((KeyError|TypeError|IndexError|AttributeError|StopIteration)"):
+    first = "bench" if page == "appendix B" else "01_cache_exactness"
+    with pytest.raises(ValueError, match=rf"^results_dir: {re.escape(str(tmp_path / first))}\.json does not follow "
+                                         rf"its format, kvutils/core/schemas/{first}\.schema\.json, at the top: "
+                                         r"'\w+' is a required property \(and \d+ more\); it was written by another "
+                                         r"version of kvutils or edited: rerun"):
         read(tmp_path)
 
 
-@pytest.mark.parametrize("content, words", [("", "bench.json is damaged or truncated"),
-                                            ('{"model": ', "bench.json is damaged or truncated"),
+@pytest.mark.parametrize("content, words", [("", "bench.json is not a valid results file"),
+                                            ('{"model": ', "bench.json is not a valid results file"),
                                             (None, "no bench.json in")])
 def test_appendix_b_names_a_damaged_or_missing_bench_file(tmp_path, content, words):
     from kvutils.report import appendix as report_appendix

@@ -5,7 +5,7 @@ import math
 import matplotlib
 import pytest
 
-from kvutils.core import results
+from kvutils.core import records, results
 
 matplotlib.use("Agg")  # imported here so that the forked writers below do not each import it
 import matplotlib.pyplot  # noqa: E402,F401
@@ -77,7 +77,7 @@ KILL_POINTS = ["savefig1", "savefig2", "replace1", "replace2", "replace3", "repl
 
 def _pair(folder):
     """The run number of the results file and of each figure its record names (by sha256)."""
-    record = results.load_results(folder, "x")  # a reader: finishes or drops an interrupted run first
+    record = records.load_results(folder, "x")  # a reader: finishes or drops an interrupted run first
     figures = {name: results.sha256_of(folder / entry["file"]) == entry["sha256"]
                for name, entry in record["figures"].items()}
     return record["numbers"]["run"], figures

@@ -8,6 +8,7 @@ from kvutils.lora.families import family_of
 from kvutils.lora.tails import first_changed_layer
 from kvutils.models.loading import load
 from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
+from kvutils.studies.qwen3_switch.curve import curve_rows
 from kvutils.studies.qwen3_switch.policies import exactness, heldout_accuracy, patch_map, switch_costs
 from kvutils.studies.qwen3_switch.study import Plan
 from kvutils.studies.qwen3_switch.train import adapter_names, train_all
@@ -45,5 +46,6 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
                                     for k in mp.k_values},
             "n_train_examples": len(mp.train), "n_heldout_examples": len(mp.heldout),
             "training": training, "switch": switch, "cost": cost, "patching": patching, "timings": timings}
+        numbers[mp.name]["curve"] = curve_rows(numbers[mp.name])  # the quality-vs-cost chart's data, for other charts
         del model, loaded
     return numbers, described
