@@ -290,8 +290,9 @@ class Chapter4Parameters(Declared):
                                   "is a small share)", meaning="frontier tokens cached before decoding",
                                   note="SnapKV's 64-token window is 6 % of it; Table 2 keeps the article's 256",
                                   allowed="≥ 1, and more than each press's window", check=tokens())
-    frontier_decode: int = param(128, "frontier tokens teacher-forced and scored after the prefill (decode-time policies "
-                                 "step through each)", meaning="frontier tokens teacher-forced and scored after the prefill",
+    frontier_decode: int = param(64, "frontier tokens teacher-forced and scored after the prefill (decode-time policies "
+                                 "step through each; each operation's time grows with them: 64 fit make book's budget)",
+                                 meaning="frontier tokens teacher-forced and scored after the prefill",
                                  allowed="≥ 1", check=tokens())
     retrieval_models: str = param("smollm2-135m", "models on the long-range retrieval test (a subset of models; \"\" for "
                                   "none; each model at 1,024 tokens adds about 8 minutes)",
@@ -321,9 +322,10 @@ class Chapter5Parameters(Declared):
     NOTEBOOK = "05_qwen3_switch"
     EXAMPLE = "-p models Qwen/Qwen3-0.6B"
 
-    models: str = param("qwen2.5-0.5b,smollm2-135m", "causal models: registry keys (qwen2.5-0.5b is the chapter's Qwen), "
+    models: str = param("smollm2-135m", "causal models: registry keys (qwen2.5-0.5b is the chapter's Qwen: add it with "
+                        "-p models qwen2.5-0.5b,smollm2-135m; make book's 40 minutes leave no room for it), "
                         "Hugging Face ids (e.g. Qwen/Qwen3-0.6B where its weights exist) or local paths",
-                        meaning="causal models (`qwen2.5-0.5b`: the chapter's Qwen, a Qwen2)",
+                        meaning="causal models (`qwen2.5-0.5b`: the chapter's Qwen, a Qwen2, one `-p` away)",
                         allowed="registry keys, hub ids (`Qwen/Qwen3-0.6B` where its weights exist), local dirs")
     task: str = param("continuation", '"continuation" (does passage B continue passage A?) or "senses" (name the sense of '
                       "an ambiguous word)", meaning="what the adapters learn after the marker",
@@ -337,13 +339,13 @@ class Chapter5Parameters(Declared):
     alpha: float = param(16, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=lora_alpha)
     targets: str = param("q,k,v,o,mlp", "projections each adapted layer gets: any of q, k, v, o, mlp",
                          meaning="projections adapted", allowed="any of `q`, `k`, `v`, `o`, `mlp`")
-    steps: str | int = param("96,qwen2.5-0.5b:24", "AdamW steps per adapter: one number, or a default then model:steps "
-                             "pairs (the Qwen's steps cost several of SmolLM2's: 24 fit make book's budget; its tails "
-                             "need about 96 at lr 0.001 to learn the task)",
+    steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs (the Qwen's "
+                             "tails need about 96 at lr 0.001 to learn the task; fewer left its adapters at one answer)",
                              meaning="AdamW training (the seed also draws the examples)",
                              allowed="`steps`, `lr`: one number, or a default then `model:value` pairs")
-    lr: str | float = param("0.003,gemma3-270m:0.001", "AdamW learning rate: one number, or a default then model:rate "
-                            "pairs (Gemma 3 diverges at 0.003)", row="steps")
+    lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.001", "AdamW learning rate: one number, or a "
+                            "default then model:rate pairs (Gemma 3 diverges at 0.003; the Qwen's tails learned at "
+                            "0.001)", row="steps")
     batch_size: int = param(16, "training examples per step", row="steps", check=at_least(1))
     train_dtype: str = param("auto", 'training precision: "auto" (bfloat16 autocast where the device multiplies bfloat16 '
                              'natively, else float32), "float32" or "bfloat16"',

@@ -309,12 +309,15 @@ def test_a_damaged_results_file_is_named(tmp_path, content, words):
 
 
 def test_the_summary_pages_name_a_truncated_results_file(tmp_path):
+    import gzip
+
     from kvutils.report import appendix as report_appendix
     from kvutils.report import conclusions as report_conclusions
 
-    for name in NOTEBOOKS.values():
-        (tmp_path / f"{name}.json").write_text('{"numbers": {}}')
-    (tmp_path / "04_cache_approximations.json").write_text('{"numbers": {"table2": ')
+    full_build = Path(__file__).parents[1] / "data" / "full_build"
+    for name in NOTEBOOKS.values():  # a full build's files, which follow their formats ...
+        (tmp_path / f"{name}.json").write_bytes(gzip.decompress((full_build / f"{name}.json.gz").read_bytes()))
+    (tmp_path / "04_cache_approximations.json").write_text('{"numbers": {"table2": ')  # ... but chapter 4's, cut short
     for read in (report_conclusions.load_chapters, report_appendix.available_runs):
         with pytest.raises(ValueError, match=r"results_dir: .*04_cache_approximations\.json is not a valid results"):
             read(tmp_path)

@@ -305,12 +305,13 @@ def test_what_the_chapters_qwen_would_cost_where_it_did_not_run_is_computed():
             "03_sense_probes": {"parameters": {"models": "smollm2-135m,qwen2.5-0.5b"}, "wall_time_s": 60.0},
             "05_qwen3_switch": {"parameters": {"models": "smollm2-135m"}, "wall_time_s": 900.0}}
     table, glue = ra.qwen_left_out(runs)
-    assert list(table.index) == ["01_cache_exactness"]
+    assert list(table.index) == ["01_cache_exactness", "05_qwen3_switch"]  # chapter 5 too: its default is SmolLM2
     qwen, smol = (sum(per_token_weights(n)[k] for k in ("layers", "head")) for n in ("qwen2.5-0.5b", "smollm2-135m"))
     assert 3.5 < qwen / smol < 3.8  # the design's "about 3.7x SmolLM2's FLOPs per token"
     extra_min = 600.0 * qwen / smol / 60
     assert table.loc["01_cache_exactness", "with the Qwen: estimated extra (min)"] == f"{extra_min:.3g}"
-    assert glue["qwen_left_out"].startswith(f"qwen2.5-0.5b is left out of 01_cache_exactness: adding it would take "
-                                            f"an estimated {extra_min:.3g} more minutes")
+    assert table.loc["05_qwen3_switch", "with the Qwen: estimated extra (min)"] == f"{900.0 * qwen / smol / 60:.3g}"
+    assert glue["qwen_left_out"].startswith(f"qwen2.5-0.5b is left out of 01_cache_exactness, 05_qwen3_switch: adding "
+                                            f"it would take an estimated {1500.0 * qwen / smol / 60:.3g} more minutes")
     assert "GB for its weights in fp64" in glue["qwen_left_out"]
     assert ra.qwen_left_out({})[1] == {"qwen_left_out": "every chapter that could run qwen2.5-0.5b ran it"}
