@@ -14,8 +14,11 @@ What the schemas hold, and what they leave open:
   parameters;
 - numbers may be null: a NaN or infinity is written as null (`kvutils.core.results.jsonable`).
 
-A change to what a study writes changes its schema in the same commit; tests/unit/test_schemas.py
-validates the quick book's results and a full build's (tests/data/full_build/) against them.
+A change to what a study writes changes its schema in the same commit: a new number is one entry
+under its object's "properties" (e.g. `"p": {"type": ["number", "null"]}`) and, where every run
+writes it, its name in that object's "required". tests/unit/test_schemas.py validates the quick
+book's results and a full build's (tests/data/full_build/) against them, so a key written but not in
+the schema, or in the schema but no longer written, fails there.
 """
 from __future__ import annotations
 
