@@ -1,6 +1,7 @@
 """The one loader of a build's results files: each is read, checked against its format
 (`kvutils.core.schema`) and returned typed, or refused with an error naming it and what to run.
-The summary pages, the chapters' pages and the benchmark read results only through here."""
+The summary pages, the chapters' pages, the benchmark and chapter 4's decode timings read results
+only through here."""
 from __future__ import annotations
 
 import json
@@ -56,10 +57,10 @@ def load_json(path: Path, parameter: str, rerun: str, first: str) -> Any:
         raise ValueError(f"{parameter}: cannot read {path} ({err.strerror or err})") from None
 
 
-def load_record(results_dir: str | Path, name: str, parameter: str, rerun: str) -> dict:
-    """Another results file of a build (`bench`, `chapter_lanes`, `04_decode_timing`), checked
-    against its format as `load_results` checks a chapter's."""
-    path = resolve_path(Path(results_dir) / f"{name}.json")
+def load_record(path: str | Path, name: str, parameter: str, rerun: str) -> dict:
+    """Another results file of a build at `path`, checked against the format of `<name>.json`
+    (`bench`, `chapter_lanes`, `04_decode_timing`) as `load_results` checks a chapter's."""
+    path = resolve_path(Path(path))
     record = load_json(path, parameter, rerun, rerun)
     schema.check(record, name, path, parameter, rerun)
     return record

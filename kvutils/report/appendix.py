@@ -102,7 +102,7 @@ def load_bench(results_dir) -> tuple[dict, dict]:
     path = Path(results_dir) / "bench.json"
     if not path.is_file():
         raise FileNotFoundError(f"results_dir: no bench.json in {results_dir}; run make bench (python -m kvutils.bench)")
-    bench = load_record(results_dir, "bench", "results_dir", "rerun make bench")
+    bench = load_record(path, "bench", "results_dir", "rerun make bench")
     runs = _existing_runs(results_dir)
     check_fields(results_dir, "appendix B (with bench.json)", lambda: performance_glue(bench, runs),
                  lambda: performance_table(bench), lambda: book_times_table(bench, runs))

@@ -1,6 +1,6 @@
 """Numbers and sentences as the book prints them: `fmt` and `fraction` for every number in the prose
-(formatted from a results dict, never typed by hand), and the glued findings with their key numbers
-in bold (`glue_findings`)."""
+(formatted from a results dict, never typed by hand), and what a page glues: plain texts, Markdown,
+and findings with their key numbers in bold (`glue_page`, `glue_findings`)."""
 from __future__ import annotations
 
 import re
@@ -23,7 +23,6 @@ def fmt(value, digits: int = 6) -> str:
 
 def fraction(count: int, total: int) -> str:
     return f"{count}/{total}"
-
 
 
 _NUMBER = re.compile(r"(?<![\w.\-−])[-−]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?(?:/\d+)?%?×?(?![\w])")
@@ -65,16 +64,6 @@ def bold_numbers(text: str) -> str:
     return "".join(out) + escaped[done:]
 
 
-def glue_findings(prefix: str, texts: dict[str, str]) -> None:
-    """Glue each text as Markdown with its key numbers in bold (`bold_numbers`; the notebook's
-    prose uses `{glue:md}`)."""
-    from IPython.display import Markdown
-    from myst_nb import glue
-
-    for key, text in texts.items():
-        glue(f"{prefix}{key}", Markdown(bold_numbers(text)), display=False)
-
-
 @dataclass(frozen=True)
 class Markdown:
     """A glued text that is Markdown as it is (e.g. method names already in bold)."""
@@ -100,3 +89,7 @@ def glue_page(prefix: str, page: dict) -> None:
                  Shown(value.text) if isinstance(value, Markdown) else value)
         glue(f"{prefix}{key}", shown, display=False)
 
+
+def glue_findings(prefix: str, texts: dict[str, str]) -> None:
+    """Glue each text as a `Finding`: Markdown with its key numbers in bold (`{glue:md}`)."""
+    glue_page(prefix, {key: Finding(text) for key, text in texts.items()})

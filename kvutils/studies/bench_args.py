@@ -79,7 +79,7 @@ def earlier_records(results_dir: str | Path) -> dict:
     out = {"chapter_wall_time_s": chapter_times(results_dir)}
     lanes = Path(results_dir) / "chapter_lanes.json"
     if lanes.is_file():
-        out["chapter_lanes"] = records.load_record(results_dir, "chapter_lanes", "--results-dir",
+        out["chapter_lanes"] = records.load_record(lanes, "chapter_lanes", "--results-dir",
                                                    "delete it or rerun make book")
     setup = Path(results_dir) / "setup_seconds.txt"
     if setup.is_file():

@@ -340,12 +340,11 @@ class Chapter5Parameters(Declared):
     targets: str = param("q,k,v,o,mlp", "projections each adapted layer gets: any of q, k, v, o, mlp",
                          meaning="projections adapted", allowed="any of `q`, `k`, `v`, `o`, `mlp`")
     steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs (the Qwen's "
-                             "tails need about 96 at lr 0.001 to learn the task; fewer left its adapters at one answer)",
+                             "tails train 96 steps at lr 0.001 by default)",
                              meaning="AdamW training (the seed also draws the examples)",
                              allowed="`steps`, `lr`: one number, or a default then `model:value` pairs")
     lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.001", "AdamW learning rate: one number, or a "
-                            "default then model:rate pairs (Gemma 3 diverges at 0.003; the Qwen's tails learned at "
-                            "0.001)", row="steps")
+                            "default then model:rate pairs (Gemma 3 diverges at 0.003)", row="steps")
     batch_size: int = param(16, "training examples per step", row="steps", check=at_least(1))
     train_dtype: str = param("auto", 'training precision: "auto" (bfloat16 autocast where the device multiplies bfloat16 '
                              'natively, else float32), "float32" or "bfloat16"',

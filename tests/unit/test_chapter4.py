@@ -62,10 +62,15 @@ def test_timings_are_read_only_where_the_lanes_runner_points_and_only_if_they_ma
     assert approx_study.deferred_timings(p) is None
     path = tmp_path / approx_study.DECODE_TIMING_FILE
     timed = {"where": "alone", "threads": 2, "cores": 2, "bandwidth_gb_s": 1.0, "decode": {}, "cache_bytes": {},
-             "key": json.loads(json.dumps(approx_study._timing_key(p)))}
+             "key": json.loads(json.dumps(approx_study._timing_key(p))), "wall_time_s": 1.0}
     path.write_text(json.dumps(timed))
     monkeypatch.setenv(approx_study.TIMINGS_ENV, str(path))
     assert approx_study.deferred_timings(p)["where"] == "alone"
+    path.write_text(json.dumps({k: v for k, v in timed.items() if k != "bandwidth_gb_s"}))
+    with pytest.raises(ValueError, match=rf"^{approx_study.TIMINGS_ENV}: .*04_decode_timing\.json does not follow its "
+                                         r"format, .* 'bandwidth_gb_s' is a required property"):
+        approx_study.deferred_timings(p)  # read through its format, like every results file
+    path.write_text(json.dumps(timed))
     other = approx_study.plan(Chapter4Parameters(**{**GOOD, "timing_repeats": 7}))
     with pytest.raises(ValueError, match="timed for other settings"):
         approx_study.deferred_timings(other)

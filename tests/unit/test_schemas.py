@@ -86,9 +86,10 @@ def test_the_benchmark_and_lanes_records_are_read_through_their_formats(tmp_path
     _write(tmp_path, "chapter_lanes", {**lanes, "lanes": "04,05"})
     with pytest.raises(ValueError, match=r"chapter_lanes\.json does not follow its format, .* at lanes: "
                                          r"'04,05' is not of type 'array'"):
-        records.load_record(tmp_path, "chapter_lanes", "--results-dir", "delete it or rerun make book")
+        records.load_record(tmp_path / "chapter_lanes.json", "chapter_lanes", "--results-dir",
+                            "delete it or rerun make book")
     _write(tmp_path, "chapter_lanes", lanes)
-    assert records.load_record(tmp_path, "chapter_lanes", "--results-dir", "rerun make book") == lanes
+    assert records.load_record(tmp_path / "chapter_lanes.json", "chapter_lanes", "--results-dir", "rerun make book") == lanes
 
 
 def test_as_written_is_what_the_file_holds(tmp_path):

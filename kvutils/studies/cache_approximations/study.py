@@ -32,7 +32,7 @@ from kvutils.cache.base import CacheOp
 from kvutils.cache.methods.chunk_blend import ChunkBlend
 from kvutils.cache.methods.chunk_reuse import ChunkReuse
 from kvutils.cache.registry import ARTICLE_OPS, EXTRA_OPS, parse_ops
-from kvutils.core import checks, data, haystack
+from kvutils.core import checks, data, haystack, records
 from kvutils.core.article import article
 from kvutils.models.checks import check_models
 from kvutils.models.layers import kv_shape
@@ -263,7 +263,8 @@ def deferred_timings(p: Plan) -> dict | None:
     where = os.environ.get(TIMINGS_ENV)
     if not where:
         return None
-    timings = json.loads(Path(where).read_text())
+    timings = records.load_record(where, Path(DECODE_TIMING_FILE).stem, TIMINGS_ENV,
+                                  f"unset {TIMINGS_ENV} to time the steps in this run")
     if timings["key"] != json.loads(json.dumps(_timing_key(p))):
         raise ValueError(f"{TIMINGS_ENV}: {where} was timed for other settings ({timings['key']}) than this run's "
                          f"({_timing_key(p)}); unset {TIMINGS_ENV} to time the steps in this run")
