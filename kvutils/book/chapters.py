@@ -10,7 +10,6 @@ every chapter's results file and results/bench.json; they load no model and take
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import signal
 import subprocess
@@ -29,7 +28,7 @@ QUICK = {
     "03_sense_probes": dict(models="tiny-llama,tiny-gemma3", encoder="tiny-bert"),
     "04_cache_approximations": dict(
         models="tiny-llama,tiny-gemma3", table2_models="tiny-llama,tiny-gemma3", n_docs=2, prefill=64,
-        decode=32, chunk_decode=16, contexts="32,128", timing_repeats=2,
+        decode=32, chunk_decode=16, contexts=[32, 128], timing_repeats=2,  # a list, as papermill's API passes one
         ops=("exact; cast:dtype=bfloat16; quantize_naive:bits=4; quantize_kivi:bits=4,group=16,residual=16; "
              "window:size=16,sinks=4; window:size=16,sinks=0; window:size=16,sinks=4,reindex=true; "
              "chunk_reuse:positions=reindexed,chunk=32; chunk_reuse:positions=original,chunk=32; "
@@ -42,7 +41,7 @@ QUICK = {
                       "pyramidkv:compression_ratio=0.5,window=8; expected_attention:compression_ratio=0.5,future=64; "
                       "h2o:compression_ratio=0.25; tova:compression_ratio=0.25; hf_quantized:backend=fp8"),
         retrieval_models="tiny-llama", retrieval_contexts="128,160", retrieval_prompts=3, filler_prompts=3),
-    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", patch_k=2, rank=4, alpha=8, steps=3,
+    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", patch_k=2, rank=4, alpha=8, steps=3, lr=0.003,
                             batch_size=8, n_train=16, n_heldout=8, passage_tokens=16, candidate_tokens=8,
                             patch_pairs=2, exact_examples=4, patch_layer_groups=2, bench_tokens=32,
                             timing_repeats=1),
@@ -214,12 +213,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.results_dir, args.output_dir = (str(Path(d).expanduser()) if d.strip() else d  # "" stays an error
                                          for d in (args.results_dir, args.output_dir))
-    overrides = {}
-    for key, raw in args.p:
-        try:
-            overrides[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            overrides[key] = raw
+    from kvutils.core.params import papermill_value
+
+    overrides = {key: papermill_value(raw) for key, raw in args.p}  # as `papermill -p` reads them
     unknown = [c for c in args.chapters if c not in {**NOTEBOOKS, **PAGES} and c != "pages"]
     if unknown:
         parser.error(f"chapters: {', '.join(map(repr, unknown))} unknown; choose from "

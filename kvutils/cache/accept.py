@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kvutils.cache import accept_args, accept_retrieval
+from kvutils.cache.accept_args import NOT_ALL_SCORED
 from kvutils.cache.base import CACHE_OBJECT
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.hf_quantized import refusal
@@ -277,9 +278,6 @@ def accept(model, op, docs, prefill: int = 256, decode: int = 256, dtype: str = 
 
 
 # --------------------------------------------------------------------------- command line
-
-NOT_ALL_SCORED = 3  # the exit status when a requested operation was refused (its reason is in the JSON)
-
 
 def table(run: dict) -> str:
     """A short text table of a run."""

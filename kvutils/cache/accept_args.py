@@ -21,12 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvutils.cache.base import CacheOp
+from kvutils.cache.base import CACHE_OBJECT, CacheOp
 from kvutils.cache.registry import OPS, parse_op
 from kvutils.core import checks, data, haystack, results
 
 DTYPES = ("float32", "float64")  # kvutils.models.loading.DTYPES, named here without importing torch
 PATHS = ("fast", "step")  # kvutils.cache.scoring.PATHS
+NOT_ALL_SCORED = 3  # the exit status when a requested operation was refused (its reason is in the output)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,45 @@ TASKS: dict[str, Task] = {
 }
 
 
+def task_flags(task: Task) -> dict[str, str]:
+    """{dest: flag} of the flags a task adds."""
+    own = argparse.ArgumentParser(add_help=False)
+    task.flags(own)
+    return {action.dest: action.option_strings[0] for action in own._actions}
+
+
+def _check_task_flags(argv: list[str] | None, task: str) -> None:
+    """A flag of another task is an error naming the task it belongs to: it would be ignored (the
+    `score` documents given to `passkey`, a haystack given to `score`). Read from a second parse in
+    which no flag has a default, so a flag given at its default value counts too."""
+    others = {dest: (flag, name) for name, t in TASKS.items() if name != task for dest, flag in task_flags(t).items()}
+    probe = parser()
+    for action in probe._actions:
+        if action.dest in others:
+            action.default = argparse.SUPPRESS  # absent from the namespace unless given
+    given = [others[dest] for dest in vars(probe.parse_args(argv)) if dest in others]
+    if given:
+        flags = ", ".join(flag for flag, _ in given)
+        raise ValueError(f"{flags}: a flag of --task {given[0][1]}, not of --task {task} (which would ignore it); "
+                         f"drop it, or run --task {given[0][1]}")
+
+
+def _check_not_all_refused(args: argparse.Namespace) -> None:
+    """An operation that a transformers cache refuses for this model is known from its config: when
+    every operation asked for is refused, stop now rather than after the model loads and the exact
+    cache runs (with some refused, the run scores the others and names the refused in its output)."""
+    from kvutils.cache.methods.hf_quantized import refusal
+    from kvutils.models.configs import config_file
+
+    config = config_file(args.model, args.resolved) if all(op.kind == CACHE_OBJECT for op in args.ops) else None
+    if config is None:  # some operation is not a cache object, or a tiny model (checked once it is built)
+        return
+    reasons = {op.spec: refusal(config, op) for op in args.ops}
+    if all(reasons.values()):
+        raise ValueError("--op: every operation asked for is refused for " + args.model + ": "
+                         + "; ".join(f"{spec}: {why}" for spec, why in reasons.items()))
+
+
 def _op_arg(spec: str) -> CacheOp:
     try:
         return parse_op(spec)
@@ -191,7 +231,9 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argpa
         if args.resolved.family != "causal":
             raise ValueError(f"--model: {args.model} is an {args.resolved.family} model; the cache test needs a "
                              "causal one")
+        _check_task_flags(argv, args.task)
         TASKS[args.task].check(args)
+        _check_not_all_refused(args)
     except (ValueError, ModelNotAvailable) as err:
         the_parser.error(str(err))
     return the_parser, args

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kvutils.cache.accept_args import NOT_ALL_SCORED
 from kvutils.cache.retrieval import REGIMES, score_retrieval
 from kvutils.core import haystack, results
 from kvutils.core.interrupt import OUT_OF_MEMORY
@@ -72,4 +73,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         out.update(packages=results.package_versions(), git_commit=results.git_commit(), machine=results.machine())
         results.write_json_atomic(args.out, out)
         print(f"wrote {args.out}")
+    if out["refused"]:  # as the score task: a script must not believe every operation was measured
+        print(f"{len(out['refused'])} of {len(args.ops)} operations not scored (refused: "
+              f"{', '.join(out['refused'])}); exit status {NOT_ALL_SCORED}", file=sys.stderr)
+        return NOT_ALL_SCORED
     return 0

@@ -117,9 +117,12 @@ def split_items(name: str, value, example: str = "128,2000") -> list[str]:
         value = ",".join(map(str, value))
     if not isinstance(value, str):
         raise ValueError(f"{name} must be values separated by commas, e.g. \"{example}\"; got {value!r}")
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items:
+    items = [v.strip() for v in value.split(",")]
+    if not any(items):
         raise ValueError(f"{name} is empty; give values separated by commas, e.g. \"{example}\"")
+    if not all(items):  # "0.1,,0.5" or a trailing comma: a value was lost, not meant
+        raise ValueError(f"{name}: {value!r} has an empty item (two commas, or one at an end); give values "
+                         f"separated by single commas, e.g. \"{example}\"")
     return items
 
 

@@ -43,6 +43,37 @@ def literal(value) -> str:
     return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else repr(value)
 
 
+def canonical(annotation: str, default, value):
+    """A value as papermill or the runner may pass it, in the one form a results file records.
+
+    papermill's command line turns `-p lr 0.001` into a float and `-p k_values 2` into an int, and
+    its Python API (or a YAML file of parameters) passes lists as lists. A parameter declared
+    `str | int` or `str | float` with a text default ("2,4,8", "0.003,gemma3-270m:0.001") is text:
+    a number becomes its shortest text ("0.001", "2") and a list its items joined by commas. One
+    with a number default (`steps`: 96 or "96,qwen2.5-0.5b:160"; `patch_k`: 8 or "L") keeps a
+    number as it is, and a text that is one integer becomes that integer. A float parameter takes an
+    int (`-p alpha 16`) as a float. Anything else is returned unchanged, for the field's check to
+    refuse, naming the value given."""
+    kinds = {kind.strip() for kind in str(annotation).split("|")}
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (list, tuple)) and "str" in kinds and value \
+            and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        value = ",".join(v.strip() if isinstance(v, str) else _number_text(v) for v in value)
+    if "str" in kinds and len(kinds) > 1:
+        if isinstance(default, str) and isinstance(value, (int, float)):
+            return _number_text(value)
+        if isinstance(default, int) and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+    if kinds == {"float"} and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def _number_text(value: int | float) -> str:
+    return repr(value) if isinstance(value, float) else str(value)  # repr: the shortest exact text, 0.001
+
+
 @dataclass(frozen=True)
 class ReadmeRow:
     names: str  # "`prefill`, `decode`"
@@ -59,6 +90,8 @@ class Declared:
     EXAMPLE = ""  # e.g. "-p models smollm2-135m -p n_prompts 8"
 
     def __post_init__(self):
+        for f in fields(self):  # frozen: the canonical form replaces the given one before the checks
+            object.__setattr__(self, f.name, canonical(f.type, f.default, getattr(self, f.name)))
         for f in fields(self):
             if f.metadata["check"] is not None:
                 f.metadata["check"](f.name, getattr(self, f.name))

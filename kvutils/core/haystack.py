@@ -74,7 +74,10 @@ class Prompt:
 
 def check_depths(value, parameter: str = "depths") -> list[float]:
     """"0.1,0.5,0.9" or a list -> depths, each strictly between 0 and 1."""
-    items = checks.split_items(parameter, value, example="0.1,0.5,0.9") if isinstance(value, str) else list(value)
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    else:  # text, or one depth as papermill passes `-p retrieval_depths 0.5`
+        items = checks.split_items(parameter, value, example="0.1,0.5,0.9")
     out = []
     for item in items:
         try:

@@ -97,3 +97,19 @@ def check_notebook(namespace: dict, notebook: str, defaults: dict) -> str:
     folder = results.check_output(results_dir, notebook)  # "~/runs" as the folder it names
     results.claim(folder, notebook)  # one run of this chapter at a time into this folder
     return str(folder)
+
+
+def papermill_value(raw: str):
+    """A `-p NAME VALUE` value as papermill's command line reads it: "True", "False" and "None" as
+    themselves, then an int, then a float, else the text unchanged. So "2,4,8" stays the text
+    "2,4,8" (a Python reader would make it the tuple (2, 4, 8)) and "0.001" becomes 0.001; the
+    declaration then records each in its one form (kvutils.core.declared.canonical)."""
+    named = {"True": True, "False": False, "None": None}
+    if raw in named:
+        return named[raw]
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw

@@ -1,5 +1,6 @@
-"""Training one adapter from the boundary states: AdamW on next-token cross-entropy at the last
-position, through the tail's layers only, in float32 or under bfloat16 autocast."""
+"""Training one adapter from the boundary states: AdamW on cross-entropy at the last position
+(over the whole vocabulary, or over the two answers), through the tail's layers only, in float32
+or under bfloat16 autocast, at a constant learning rate or a linear warm-up then cosine decay."""
 from __future__ import annotations
 
 import math
@@ -15,6 +16,8 @@ from kvutils.lora.boundary import marker_logits, select_rows, tail_logits
 from kvutils.lora.tails import adapter_parameters
 
 TRAIN_DTYPES = ("auto", "float32", "bfloat16")
+SCHEDULES = ("constant", "cosine")  # cosine: linear warm-up, then cosine decay to 0 at the last step
+LOSSES = ("vocab", "answers")  # cross-entropy over the whole vocabulary, or over the right and the wrong answer
 
 
 def resolve_train_dtype(train_dtype: str, device: str) -> str:
@@ -51,6 +54,36 @@ class Batch:
     mask: torch.Tensor  # (batch, seq) 1 on real tokens
     targets: torch.Tensor  # (batch,) the answer token
     marker_len: int  # tokens of the marker (the activated adapter's offset from the end)
+    others: torch.Tensor | None = None  # (batch,) the wrong answer's token: needed by the "answers" loss
+
+
+def lr_factor(step: int, steps: int, schedule: str, warmup: int) -> float:
+    """The learning rate at `step` (0-based) as a share of the peak: 1 throughout for "constant";
+    for "cosine", a linear rise over the first `warmup` steps (step 0 at 1 / (warmup + 1)), then
+    half a cosine from 1 down to 0 after the last step."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: {schedule!r} is not allowed; choose one of {', '.join(SCHEDULES)}")
+    if schedule == "constant":
+        return 1.0
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    done = (step - warmup + 1) / max(1, steps - warmup)  # 1 after the last step
+    return 0.5 * (1 + math.cos(math.pi * done)) if done < 1 else 0.0
+
+
+def step_loss(logits: torch.Tensor, batch: Batch, rows, loss: str) -> torch.Tensor:
+    """Mean cross-entropy of a step: over the vocabulary (the answer token), or over the two
+    answers alone (ln 2 for a coin), which is what accuracy reads (right logit above wrong)."""
+    logits = logits.float()  # (rows, vocab)
+    if loss == "vocab":
+        return torch.nn.functional.cross_entropy(logits, batch.targets[rows])
+    if loss != "answers":
+        raise ValueError(f"loss: {loss!r} is not allowed; choose one of {', '.join(LOSSES)}")
+    if batch.others is None:
+        raise ValueError('the "answers" loss needs the batch\'s wrong answers (Batch.others)')
+    pair = torch.stack([logits.gather(1, batch.targets[rows, None])[:, 0],
+                        logits.gather(1, batch.others[rows, None])[:, 0]], dim=1)  # (rows, 2)
+    return torch.nn.functional.cross_entropy(pair, torch.zeros(len(pair), dtype=torch.long, device=pair.device))
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +99,8 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
 def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int,
                   lr: float, batch_size: int, seed: int, activated: bool = False,
                   on_step: Callable[[int, float], None] | None = None, prefix_cache=None,
-                  train_dtype: str = "float32") -> list[float]:
+                  train_dtype: str = "float32", schedule: str = "constant", warmup: int = 0,
+                  loss: str = "vocab") -> list[float]:
     """Train one adapter with AdamW on next-token cross-entropy at the last position; return the
     loss of every step.
 
@@ -75,8 +109,13 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     start … L−1 only. Only the adapter's LoRA weights have gradients. Seeded: the same arguments
     give the same losses. An activated adapter given `prefix_cache` (the base model's K/V of every
     example before its marker, see `marker_logits`) runs only the marker's tokens. `train_dtype`
-    "bfloat16" runs each step's forward under autocast (see `training_precision`).
+    "bfloat16" runs each step's forward under autocast (see `training_precision`). `schedule` and
+    `warmup` shape the learning rate over the steps (`lr_factor`); `loss` is "vocab" (the answer
+    token against the whole vocabulary) or "answers" (against the wrong answer alone).
     """
+    lr_factor(0, steps, schedule, warmup)  # an unknown schedule fails before any work
+    if loss not in LOSSES:
+        raise ValueError(f"loss: {loss!r} is not allowed; choose one of {', '.join(LOSSES)}")
     if prefix_cache is not None and not activated:
         raise ValueError("prefix_cache is for an activated adapter only: a LoRA tail changes the prefix's K/V")
     model.set_adapter(adapter_name)
@@ -88,16 +127,19 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     for p in params:
         p.requires_grad_(True)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, steps, schedule, warmup))
     try:
-        return _train_steps(model, adapter_name, boundary, batch, start, steps, optimizer, batch_size, seed,
-                            activated, on_step, prefix_cache, train_dtype)
+        return _train_steps(model, adapter_name, boundary, batch, start, steps, (optimizer, scheduler), batch_size,
+                            seed, activated, on_step, prefix_cache, train_dtype, loss)
     finally:
         for p in params:
             p.requires_grad_(False)
 
 
-def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int, optimizer,
-                 batch_size: int, seed: int, activated: bool, on_step, prefix_cache, train_dtype: str) -> list[float]:
+def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int, optimizers,
+                 batch_size: int, seed: int, activated: bool, on_step, prefix_cache, train_dtype: str,
+                 loss_kind: str) -> list[float]:
+    optimizer, scheduler = optimizers
     order = random.Random(seed)
     n = boundary.shape[0]
     queue: list[int] = []
@@ -118,10 +160,11 @@ def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch,
             else:
                 offsets = [batch.marker_len] * len(rows) if activated else None
                 logits = tail_logits(model, boundary[rows], mask, start, offsets)
-        loss = torch.nn.functional.cross_entropy(logits.float(), batch.targets[rows])
+        loss = step_loss(logits, batch, rows, loss_kind)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        scheduler.step()
         losses.append(loss.item())
         if on_step:
             on_step(step, losses[-1])

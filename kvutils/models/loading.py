@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from kvutils.models.checks import resolve
+from kvutils.models.configs import model_config
 from kvutils.models.converted import converted_dir
 from kvutils.models.registry import EMBEDDED, TINY, TINY_SEED, Tiny, embedded_file
 
@@ -221,15 +222,11 @@ def per_token_weights(name: str) -> dict[str, int]:
     "parameters": every parameter}: 2 × (layers + head) is a forward pass's FLOPs per token, beside
     attention. Counted on a skeleton built from the model's config on the meta device: no weights
     are read."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     resolved = resolve(name)
-    if resolved.kind == "tiny":
-        vocab = len(load_tokenizer(TINY[name].tokenizer_from))  # as _build_tiny sizes it
-        config = AutoConfig.for_model(TINY[name].model_type, vocab_size=vocab, **TINY[name].config)
-    else:
-        path = converted_dir(name) if resolved.kind == "embedded" else resolved.path
-        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    vocab = len(load_tokenizer(TINY[name].tokenizer_from)) if resolved.kind == "tiny" else None  # as _build_tiny
+    config = model_config(name, resolved, vocab_size=vocab)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     layers = sum(m.weight.numel() for module_name, m in model.named_modules()

@@ -310,7 +310,7 @@ class Chapter4Parameters(Declared):
     filler_prompts: int = param(6, "pass-key questions per context in the repeated filler (the easy control; 0: none)",
                                 meaning="pass-key questions per context in the filler (0: none)", allowed="≥ 0",
                                 check=at_least(0))
-    retrieval_depths: str = param("0.1,0.5,0.9", "where the needle sits, as shares of the haystack",
+    retrieval_depths: str | float = param("0.1,0.5,0.9", "where the needle sits, as shares of the haystack",
                                   meaning="needle depths (shares of the haystack)",
                                   allowed="numbers strictly between 0 and 1, separated by commas", check=depths)
     results_dir: str = chapter_results_dir()

@@ -27,7 +27,7 @@ from kvutils.lora.boundary import (
 from kvutils.lora.families import family_of
 from kvutils.lora.switching import answer_logits, base_prefill, layer_differences, nan_max, switch_cache
 from kvutils.lora.tails import active_adapter, adapter_parameters, check_marker, first_changed_layer, invocation_tokens, lora_tail
-from kvutils.lora.training import Batch, left_pad, resolve_train_dtype, train_adapter
+from kvutils.lora.training import Batch, left_pad, lr_factor, resolve_train_dtype, step_loss, train_adapter
 
 FAMILIES = ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gemma3"]
 TEXT = "The bank of the river was muddy after the heavy storm."
@@ -158,6 +158,57 @@ def test_training_the_tail_reduces_the_loss(train_dtype):
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.4
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable == []  # gradients are switched off again after training
+
+
+def test_the_cosine_schedule_warms_up_then_decays_to_zero():
+    steps, warmup = 10, 3
+    factors = [lr_factor(s, steps, "cosine", warmup) for s in range(steps)]
+    assert factors[:warmup] == pytest.approx([1 / 4, 2 / 4, 3 / 4])  # a linear rise, never 0
+    assert factors[warmup] < 1 and all(a > b for a, b in zip(factors[warmup:], factors[warmup + 1:]))
+    assert factors[-1] == 0.0  # the last step's rate: half a cosine has run out
+    assert lr_factor(5, steps, "constant", warmup) == 1.0
+    with pytest.raises(ValueError, match="schedule: 'linear' is not allowed; choose one of constant, cosine"):
+        lr_factor(0, steps, "linear", 0)
+
+
+def _trained_tiny_qwen2(**options) -> tuple[list[float], object, object, object]:
+    loaded = _fresh("tiny-qwen2", "float32")
+    model = lora_tail(loaded.model, 2, 4, 8, "q,k,v,o,mlp", adapter_name="t", seed=0)
+    ids, mask = left_pad([[10 + i, 20 + i, 30 + i, 7, 8] for i in range(8)], 0)
+    targets = torch.tensor([100 + i % 2 for i in range(8)])
+    batch = Batch(ids, mask, targets, 2, others=torch.tensor([101 - i % 2 for i in range(8)]))
+    boundary = boundary_states(model, ids, mask, [2])[2]
+    losses = train_adapter(model, "t", boundary, batch, 2, steps=12, lr=3e-2, batch_size=4, seed=3, **options)
+    return losses, model, boundary, batch
+
+
+@pytest.mark.parametrize("options", [dict(schedule="cosine", warmup=3), dict(loss="answers"),
+                                     dict(loss="answers", schedule="cosine", warmup=2)])
+def test_every_training_option_trains_the_tiny_qwen2(options):
+    """The options on the tiny Qwen2 (QKV bias): the loss falls, and the "answers" loss is the
+    two-way cross-entropy of the right answer's logit against the wrong one's (ln 2 for a coin)."""
+    losses, model, boundary, batch = _trained_tiny_qwen2(**options)
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.05
+    if options.get("loss") == "answers":
+        assert losses[0] < 1.5  # two answers, not a vocabulary of thousands (~10 nats)
+        logits = tail_logits(model, boundary, batch.mask, 2)
+        pair = torch.stack([logits[torch.arange(8), batch.targets], logits[torch.arange(8), batch.others]], 1)
+        assert step_loss(logits, batch, slice(None), "answers").item() == pytest.approx(
+            torch.nn.functional.cross_entropy(pair, torch.zeros(8, dtype=torch.long)).item())
+        assert step_loss(logits, batch, slice(None), "vocab").item() > step_loss(logits, batch, slice(None), "answers").item()
+
+
+def test_the_answers_loss_needs_the_wrong_answers_and_a_known_loss_is_named():
+    loaded = _fresh("tiny-qwen2", "float32")
+    model = lora_tail(loaded.model, 1, 2, 4, "q,v", adapter_name="t", seed=0)
+    ids, mask = left_pad([[3, 4, 5], [6, 7, 8, 9]], 0)
+    boundary = boundary_states(model, ids, mask, [1])[1]
+    with pytest.raises(ValueError, match="needs the batch's wrong answers"):
+        train_adapter(model, "t", boundary, Batch(ids, mask, torch.tensor([1, 2]), 1), 1, steps=1, lr=1e-2,
+                      batch_size=2, seed=0, loss="answers")
+    with pytest.raises(ValueError, match="loss: 'hinge' is not allowed; choose one of vocab, answers"):
+        train_adapter(model, "t", boundary, Batch(ids, mask, torch.tensor([1, 2]), 1), 1, steps=1, lr=1e-2,
+                      batch_size=2, seed=0, loss="hinge")
 
 
 def test_training_is_seeded():

@@ -24,7 +24,7 @@ from kvutils.lora.tails import check_k, check_marker, invocation_tokens, parse_t
 from kvutils.lora.training import resolve_train_dtype
 from kvutils.models import registry as models
 from kvutils.models.checks import check_models
-from kvutils.models.converted import converted_dir
+from kvutils.models.configs import model_config
 from kvutils.models.loading import load_tokenizer
 from kvutils.studies.parameters import Chapter5Parameters
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
@@ -100,19 +100,6 @@ def check_rank_fits(config, ks: list[int], rank: int, targets: list[str], name: 
                          f"training (weights, gradients and AdamW's two moments of rank x (in + out) per adapted "
                          f"projection), more than this machine's {memory / 2**30:,.1f} GiB of memory; give at most "
                          f"rank {fits:,}")
-
-
-def model_config(name: str, resolved: models.Resolved):
-    """The (text) config of a model, from its config file alone: no weights load."""
-    from transformers import AutoConfig
-
-    if resolved.kind == "tiny":
-        tiny = models.TINY[name]
-        config = AutoConfig.for_model(tiny.model_type, **tiny.config)
-    else:
-        path = converted_dir(name) if resolved.kind == "embedded" else resolved.path
-        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    return getattr(config, "text_config", None) or config
 
 
 PER_MODEL = {  # parameter: (what one value is, its type, the smallest allowed, an example)
