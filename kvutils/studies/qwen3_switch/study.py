@@ -22,7 +22,6 @@ from kvutils.core import checks, data
 from kvutils.lora.families import family_of
 from kvutils.lora.tails import check_k, check_marker, invocation_tokens, parse_targets
 from kvutils.lora.training import resolve_train_dtype
-from kvutils.models import registry as models
 from kvutils.models.checks import check_models
 from kvutils.models.configs import model_config
 from kvutils.models.loading import load_tokenizer
