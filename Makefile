@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: setup browser test lint book chapter bench check-html clean
+.PHONY: setup browser test lint book build-jobs html chapter status bench check-html clean
 
 setup: $(STAMP)
 
@@ -61,23 +61,66 @@ test: setup browser
 lint: setup
 	$(VENV)/bin/ruff check kvutils tests
 
-# all chapters on the full profile (two one-thread lanes side by side), the benchmark (alone, on
-# every core), the summary pages (conclusions, appendices), then the HTML book (-W: a warning fails
-# the build). The set-up's time goes to the appendix.
+# make book: GNU make is the engine. Each job (kvutils/book/jobs.py) is one `python -m kvutils.build
+# JOB`, which reuses the job when its inputs (notebook, parameters, kvutils' sources, the pins) are
+# those of its last record in $(RESULTS)/jobs/, and computes it otherwise; an interrupted job leaves
+# no record, so `make book` again resumes with the jobs not finished. Chapter 4's decode steps are
+# timed first and the benchmark after every chapter, each alone on every core; the chapters run side
+# by side in between, one job per core (JOBS, default nproc; `make -j8 book` or `make book JOBS=8`),
+# longest first, one torch thread each. The HTML is rebuilt only when an executed page or a prose
+# page is newer than it.
+JOBS ?= $(shell nproc)
+PROFILE ?= full
+RESULTS ?= results
+EXECUTED ?= book/chapters
+CORES := $(shell nproc)
+JOB := $(PY) -m kvutils.build --profile $(PROFILE) --results-dir $(RESULTS) --output-dir $(EXECUTED)
+# longest first, as measured in make book (appendix B): 05 (the Qwen's training), 04, 01, then 03 and 02
+CHAPTER_JOBS := job-05 job-04 job-01 job-03 job-02
+JOB_THREADS ?= 1
+.PHONY: jobs job-timing job-bench job-pages $(CHAPTER_JOBS)
+
 book:
-	@mkdir -p results; started=$$(date +%s); $(MAKE) --no-print-directory setup \
-	  && echo $$(( $$(date +%s) - started )) > results/.setup_seconds.tmp \
-	  && mv results/.setup_seconds.tmp results/setup_seconds.txt
-	$(PY) -m kvutils.chapters --profile full --results-dir results --no-pages --lanes
-	$(PY) -m kvutils.bench --results-dir results
-	$(PY) -m kvutils.chapters pages --results-dir results
+	@mkdir -p $(RESULTS); started=$$(date +%s); $(MAKE) --no-print-directory setup \
+	  && echo $$(( $$(date +%s) - started )) > $(RESULTS)/.setup_seconds.tmp \
+	  && mv $(RESULTS)/.setup_seconds.tmp $(RESULTS)/setup_seconds.txt
+	@$(MAKE) --no-print-directory build-jobs
+	@$(MAKE) --no-print-directory html
+
+# every job, JOBS side by side (or make's own -j), the cores shared among them
+build-jobs: setup
+	@given=$$(echo " $$MAKEFLAGS" | sed -n 's/.* -j\([0-9][0-9]*\).*/\1/p'); n=$${given:-$(JOBS)}; \
+	threads=$$(( $(CORES) / n )); [ $$threads -ge 1 ] || threads=1; \
+	echo "== make book ($(PROFILE) profile): $$n job(s) side by side, $$threads torch thread(s) each, on $(CORES) core(s)"; \
+	if [ -n "$$given" ]; then $(MAKE) --no-print-directory JOB_THREADS=$$threads jobs; \
+	else $(MAKE) --no-print-directory -j$$n JOB_THREADS=$$threads jobs; fi
+
+job-timing:
+	$(JOB) timing --threads $(CORES)
+$(CHAPTER_JOBS): job-timing
+	$(JOB) $(@:job-%=%) --threads $(JOB_THREADS)
+job-bench: $(CHAPTER_JOBS)
+	$(JOB) bench --threads $(CORES)
+job-pages: job-bench
+	$(JOB) pages --threads $(JOB_THREADS)
+jobs: job-pages
+
+# the HTML book (-W: a warning fails the build), after the jobs, when a page is newer than it
+html: _build/html/index.html
+_build/html/index.html: $(wildcard $(EXECUTED)/*.ipynb book/*.md book/_static/*) _config.yml _toc.yml | jobs
 	$(VENV)/bin/jupyter-book build -W --keep-going .
 
-# rerun one chapter (then the summary pages) and rebuild the book; needs a `make book` before it:
-# make chapter N=01 PARAMS="-p models smollm2-135m"
+# rerun one chapter with other parameters, then the summary pages, and rebuild the book (needs a
+# make book before it): make chapter N=01 PARAMS="-p models smollm2-135m". The next make book
+# computes that chapter again at its defaults.
 chapter: setup
-	$(PY) -m kvutils.chapters $(N) --profile full --results-dir results $(PARAMS)
+	$(JOB) $(N) --threads $(CORES) $(PARAMS)
+	$(JOB) pages --threads $(CORES)
 	$(VENV)/bin/jupyter-book build -W --keep-going .
+
+# what the next make book would reuse, and what it would compute (and why)
+status: setup
+	$(JOB) status
 
 bench: setup
 	$(PY) -m kvutils.bench --results-dir results

@@ -141,17 +141,24 @@ def text_prompts():
 @pytest.fixture(scope="session")
 def quick_chapters(tmp_path_factory):
     """Every chapter executed once on the quick profile, then the benchmark on a tiny model (quick
-    sizes) and the summary pages: (root, {chapter or page: executed notebook}), with results in
-    root/results and the executed copies in root/book/chapters."""
+    sizes) and the summary pages, each a job of make book's engine: (root, {chapter or page:
+    executed notebook}), with results in root/results, the jobs' log in root/build.log and the
+    executed copies in root/book/chapters."""
+    import subprocess
+
     from kvutils.book import chapters
-    from kvutils.studies import performance as bench
+    from kvutils.core.paths import REPO_ROOT
 
     root = tmp_path_factory.mktemp("quick")
     results, out = root / "results", root / "book" / "chapters"
-    chapters.run_lanes(chapters.LANES, "quick", str(results), str(out))  # as make book runs them
-    executed = {ch: out / f"{name}.ipynb" for ch, name in chapters.NOTEBOOKS.items()}
-    bench.main(["--model", "tiny-llama", "--repeats", "1", "--quick", "--results-dir", str(results)])
-    executed.update({page: chapters.run_chapter(page, "quick", results, out) for page in chapters.PAGES})
+    # as make book runs them: GNU make's jobs, two side by side, one thread each
+    log = root / "build.log"
+    with log.open("w") as sink:
+        done = subprocess.run(["make", "--no-print-directory", "-j2", "jobs", "PROFILE=quick", f"RESULTS={results}",
+                               f"EXECUTED={out}", "JOB_THREADS=1"], cwd=REPO_ROOT, stdout=sink,
+                              stderr=subprocess.STDOUT, timeout=1800)
+    assert done.returncode == 0, log.read_text()[-5000:]
+    executed = {ch: out / f"{name}.ipynb" for ch, name in {**chapters.NOTEBOOKS, **chapters.PAGES}.items()}
     return root, executed
 
 

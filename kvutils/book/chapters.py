@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from kvutils.core.catalog import NOTEBOOKS, PAGES
-from kvutils.core.interrupt import INTERRUPTED
 from kvutils.core.paths import REPO_ROOT
 
 QUICK = {
@@ -47,18 +44,6 @@ QUICK = {
                             timing_repeats=1),
 }
 EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
-# `--lanes`: the chapters split into two queues of about equal length on the full profile, one per
-# core, each kernel on one thread. On 2 cores this beats one queue on two threads: these small models
-# keep two threads only partly busy. Timings inside a chapter would then be taken beside the other
-# lane, so chapter 4's decode steps are timed first, alone (kvutils.studies.cache_approximations.study.time_alone).
-# Measured on the full profile (2026-12-01, one thread each): 04 1,091 s, 05 1,144 s, 01 465 s,
-# 02 34 s, 03 57 s. Chapter 4's frontier then grew (8 documents at 1,024 + 128 tokens, about +10
-# min) and chapter 5's patching map (32 pairs, about +3.5 min), so chapter 1 moved beside chapter 5.
-# Chapter 4 then gained its long-range retrieval section, and chapter 5 the Qwen. Measured whole on
-# 2026-12-02: 04 2,335 s, 05 2,024 s (the Qwen 1,326, SmolLM2 672), 01 555 s, 02 49 s, 03 66 s: 50
-# minutes in all. So the frontier scores 64 decoded tokens rather than 128 (chapter 4 about 1,660 s)
-# and chapter 5 runs SmolLM2 alone by default (about 670 s): chapter 4 alone, the rest beside it.
-LANES = (("04",), ("05", "01", "02", "03"))
 
 
 UNFINISHED = ".unfinished"  # beside the executed copies: ones being written, and failed ones (the book skips it)
@@ -122,54 +107,6 @@ def _remove_orphans(unfinished: Path) -> None:
             copy.unlink(missing_ok=True)
 
 
-LANE_GRACE_S = 10  # after an interrupt, time for a lane to end by itself before it gets SIGTERM
-
-
-def run_lanes(lanes, profile: str, results_dir: str, output_dir: str) -> None:
-    """Run each lane's chapters in its own process on one thread, the lanes side by side; wait for
-    all, then fail naming every lane that failed (its chapter's own error is printed above).
-    Before the lanes, chapter 4's decode steps are timed alone on every thread; the chapter reads
-    those timings (see kvutils.studies.cache_approximations.study)."""
-    from kvutils.studies.cache_approximations import study as approx_study
-    from kvutils.studies.parameters import Chapter4Parameters
-
-    started = time.time()
-    print(f"== timing chapter 4's decode steps alone ({profile} profile) ...", flush=True)
-    given = QUICK[Chapter4Parameters.NOTEBOOK] if profile == "quick" else {}
-    timed = approx_study.time_alone(results_dir, Chapter4Parameters(**given))
-    alone_s = time.time() - started
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           approx_study.TIMINGS_ENV: str(Path(timed).resolve())}
-    started = time.time()
-    procs = [(lane, subprocess.Popen([sys.executable, "-m", "kvutils.chapters", *lane, "--no-pages", "--profile",
-                                      profile, "--results-dir", results_dir, "--output-dir", output_dir], env=env))
-             for lane in lanes]
-    try:
-        failed = [(lane, p.wait()) for lane, p in procs]
-    except BaseException:  # Ctrl-C or a kill of this runner stops its lanes too, not only itself
-        for _, p in procs:  # they were interrupted with this runner; SIGTERM the ones still going
-            try:
-                p.wait(LANE_GRACE_S)
-            except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGTERM)  # not SIGINT, which a background shell's children ignore
-                p.wait()
-        raise
-    failed = [(lane, code) for lane, code in failed if code != 0]
-    if failed and all(code == INTERRUPTED for _, code in failed):
-        raise KeyboardInterrupt  # each lane said so in one line
-    if failed:
-        raise SystemExit("chapters failed: " + "; ".join(f"lane {', '.join(lane)} exited with {code}"
-                                                          for lane, code in failed))
-    from kvutils.core.results import write_json_atomic
-
-    wall = time.time() - started
-    # the appendix's wall time of `make book` counts the lanes once, not the sum of their chapters
-    write_json_atomic(Path(results_dir) / "chapter_lanes.json",
-                      {"lanes": [list(lane) for lane in lanes], "threads_per_lane": 1, "wall_time_s": round(wall, 2),
-                       "decode_timing_alone_s": round(alone_s, 2)})
-    print(f"== all lanes done in {wall:.0f} s", flush=True)
-
-
 def _drop_widget_state(notebook: Path) -> None:
     """The book is static: stored ipywidgets state would make its pages load the widget manager
     from a CDN (and the live controls need a kernel anyway), so the executed copy keeps none."""
@@ -193,6 +130,19 @@ def _check_pages_inputs(results_dir: str, running: list[str]) -> None:
                          "this run does not write; run make book first, or pass --no-pages")
 
 
+def check_overrides(chapter: str, profile: str, overrides: dict, results_dir: str) -> None:
+    """A chapter's `-p` names and values, each checked as the notebook's first cell checks it, and
+    its results folder, before a kernel starts (ValueError naming the parameter)."""
+    from kvutils.core import results
+    from kvutils.studies.parameters import DECLARED
+
+    declared = DECLARED[NOTEBOOKS[chapter]]
+    declared.check_names(overrides)
+    given = {**(QUICK.get(NOTEBOOKS[chapter], {}) if profile == "quick" else {}), **overrides}
+    declared(**{name: value for name, value in given.items() if name != "results_dir"})
+    results.check_output(results_dir, NOTEBOOKS[chapter], "--results-dir")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kvutils.chapters", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -202,12 +152,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--output-dir", default=str(EXECUTED_DIR))
     parser.add_argument("--no-pages", action="store_true", help="do not re-run the summary pages afterwards")
-    parser.add_argument("--lanes", action="store_true",
-                        help="all chapters in two one-thread queues side by side: " + " | ".join(map(",".join, LANES)))
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="override a notebook parameter (as papermill -p)")
     from kvutils.core import checks
-    from kvutils.studies.parameters import DECLARED
 
     checks.check_flags(parser, argv)
     args = parser.parse_args(argv)
@@ -221,29 +168,19 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"chapters: {', '.join(map(repr, unknown))} unknown; choose from "
                      f"{', '.join([*NOTEBOOKS, *PAGES])} or 'pages'")
     chapters = [c for c in args.chapters if c not in PAGES and c != "pages"]
-    if args.lanes and (overrides or sorted(chapters) != sorted(NOTEBOOKS)):
-        parser.error("--lanes runs every chapter with its own defaults; give no chapters and no -p")
     try:  # parameter names and output folders, before any kernel starts or model loads
         from kvutils.core import results
 
         results.check_folder(args.output_dir, "--output-dir")
         for chapter in chapters:
-            declared = DECLARED[NOTEBOOKS[chapter]]
-            declared.check_names(overrides)
-            # each value's own check and bound, as the notebook's first cell makes it, but before a kernel starts
-            given = {**(QUICK.get(NOTEBOOKS[chapter], {}) if args.profile == "quick" else {}), **overrides}
-            declared(**{name: value for name, value in given.items() if name != "results_dir"})
-            results.check_output(args.results_dir, NOTEBOOKS[chapter], "--results-dir")
+            check_overrides(chapter, args.profile, overrides, args.results_dir)
         if not chapters and not (args.results_dir.strip() and Path(args.results_dir).is_dir()):
             raise ValueError(f"--results-dir: {args.results_dir!r} is not a folder; the summary pages read the "
                              "chapters' results from it (make book writes them to results/)")
         if not args.no_pages:
-            _check_pages_inputs(args.results_dir, chapters or (list(NOTEBOOKS) if args.lanes else []))
+            _check_pages_inputs(args.results_dir, chapters)
     except ValueError as err:
         parser.error(str(err))
-    if args.lanes:
-        run_lanes(LANES, args.profile, args.results_dir, args.output_dir)
-        chapters = []
     for chapter in chapters:
         run_chapter(chapter, args.profile, args.results_dir, args.output_dir, overrides)
     for page in [] if args.no_pages else PAGES:

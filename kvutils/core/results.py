@@ -52,6 +52,27 @@ def git_commit() -> str:
     return (commit or "unknown") + ("+dirty" if dirty else "")
 
 
+BUSY_PCT = 25.0  # a timing is flagged when other work kept more than this share of the CPU busy beside it
+
+
+def machine_load(sample_s: float = 1.0) -> dict:
+    """What else keeps the machine busy now: the share of all cores in use over `sample_s` seconds
+    (measured while this process waits, so it is other work's) and the 1-minute load average (which
+    lags: it still counts a job that ended a minute ago)."""
+    import psutil
+
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"cpu_busy_pct": psutil.cpu_percent(interval=sample_s), "load_1min": load}
+
+
+def busy(load: dict | None) -> bool:
+    """A time taken with more than BUSY_PCT of the CPU busy with other work, before or after it."""
+    return load is not None and (load.get("cpu_busy_pct") or 0) > BUSY_PCT
+
+
 def machine() -> dict[str, Any]:
     import torch
 

@@ -73,14 +73,16 @@ def chapter_times(results_dir: str | Path) -> dict:
     return out
 
 
+def job_records(results_dir: str | Path) -> dict:
+    """The records of make book's jobs (kvutils.book.jobs) in the results folder, by job; a damaged
+    one is an error naming it."""
+    return {path.stem: records.load_record(path, "job", "--results-dir", "delete it or rerun make book")
+            for path in sorted((Path(results_dir) / "jobs").glob("*.json"))}
+
+
 def earlier_records(results_dir: str | Path) -> dict:
-    """What `make book` recorded before the benchmark: each chapter's wall time, the lanes' and
-    the set-up's; a damaged file is an error naming it."""
+    """What `make book` recorded before the benchmark: each chapter's wall time and the set-up's."""
     out = {"chapter_wall_time_s": chapter_times(results_dir)}
-    lanes = Path(results_dir) / "chapter_lanes.json"
-    if lanes.is_file():
-        out["chapter_lanes"] = records.load_record(lanes, "chapter_lanes", "--results-dir",
-                                                   "delete it or rerun make book")
     setup = Path(results_dir) / "setup_seconds.txt"
     if setup.is_file():
         text = setup.read_text(encoding="utf-8", errors="replace").strip()

@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None, parsed=None) -> None:
     """The benchmark; `parsed` is what kvutils.studies.bench_args.parse(argv) returned (the command
     checks its arguments before it imports this module, and torch), else argv is parsed here."""
     args, earlier = parsed or bench_args.parse(argv)
+    load_before = results.machine_load()  # other work beside the benchmark flags its page
     started = time.perf_counter()
     prompt, new, prefill, decode, context, switch_tokens = SIZES["quick" if args.quick else "full"]
     report = {"model": args.model, "profile": "quick" if args.quick else "full", "repeats": args.repeats,
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None, parsed=None) -> None:
     report.update(earlier)
     report["machine"] = results.machine()
     report["wall_time_s"] = time.perf_counter() - started
+    report["machine_load"] = {"before": load_before, "after": results.machine_load()}
     results.write_json_atomic(Path(args.results_dir) / "bench.json", report)
     print_report(report)
 

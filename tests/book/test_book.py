@@ -61,7 +61,7 @@ def test_chapter4_page(built_book):
     assert page.count('<img alt="../../_images/') == 5
     assert page.count('class="kvutils-plotly"') == 1 and '<script src="../../_static/plotly.min.js' in page
     assert "snapkv:compression_ratio=0.5" in page and "hf_quantized:backend=fp8" in page  # hover data
-    assert "Timed alone, before the chapters ran in lanes, on" in text and "torch thread(s)" in text
+    assert "Timed alone, as the build's first job, before the chapters ran side by side, on" in text and "torch thread(s)" in text
 
 
 def test_chapter5_page(built_book):

@@ -15,8 +15,8 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     root, _ = quick_chapters
     record = json.loads((root / "results" / "04_cache_approximations.json").read_text())
     numbers = record["numbers"]
-    # run in lanes (as make book runs them): the steps were timed alone, on every thread, not in the lane
-    assert numbers["decode_timing"]["where"] == "alone, before the chapters ran in lanes"
+    # run as make book's jobs: the steps were timed alone, on every thread, not in the lane
+    assert numbers["decode_timing"]["where"] == "alone, as the build's first job, before the chapters ran side by side"
     assert numbers["decode_timing"]["threads"] >= 1 and record["machine"]["torch_threads"] == 1
     assert json.loads((root / "results" / approx_study.DECODE_TIMING_FILE).read_text())["decode"] == numbers["decode"]
     for model in ("tiny-llama", "tiny-gemma3"):

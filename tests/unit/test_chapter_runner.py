@@ -149,13 +149,12 @@ def _usage_error(main, argv, capsys) -> str:
 @pytest.mark.parametrize("argv, words", [
     (["07"], "chapters: '07' unknown; choose from 01, 02, 03, 04, 05, 06, A, B or 'pages'"),
     (["01", "--results-dir", "{file}"], "--results-dir: {file} is a file, not a folder"),
-    (["--lanes", "--results-dir", "{file}/sub"], "--results-dir: {file}/sub cannot be a folder: {file} is a file"),
+    (["01", "--results-dir", "{file}/sub"], "--results-dir: {file}/sub cannot be a folder: {file} is a file"),
     (["01", "--results-dir", "/proc/kvutils-results"], "--results-dir: /proc/kvutils-results cannot be created in /proc"),
     (["04", "--results-dir", "{json_dir}"], "--results-dir: {json_dir}/04_cache_approximations.json is a folder"),
     (["01", "--output-dir", "{file}"], "--output-dir: {file} is a file, not a folder"),
     (["pages", "--results-dir", "{missing}"], "--results-dir: '{missing}' is not a folder; the summary pages read"),
     (["pages", "--results-dir", ""], "--results-dir: '' is not a folder; the summary pages read"),
-    (["01", "-p", "models", "x", "--lanes"], "--lanes runs every chapter with its own defaults"),
     (["02", "-p", "batchsize", "4"], "batchsize: not a parameter of 02_bert_contrast (did you mean batch_size?)"),
     (["01", "--results-dir", ""], "--results-dir must be a folder path (a non-empty string), got ''"),
     (["01", "--results-dir", "{missing}"], "--results-dir: the summary pages need 02_bert_contrast.json, "
@@ -182,7 +181,6 @@ def test_the_chapters_runner_checks_its_folders_before_any_work(tmp_path, capsys
     ("a file", "--results-dir: {dir} is a file, not a folder"),
     ("empty", "--results-dir must be a folder path (a non-empty string), got ''"),
     ("empty setup_seconds.txt", "setup_seconds.txt should hold the set-up's seconds, but holds ''"),
-    ("truncated chapter_lanes.json", "chapter_lanes.json is not a valid results file"),
     ("truncated chapter results", "01_cache_exactness.json is not a valid results file"),
 ])
 def test_the_benchmark_checks_its_folder_and_inputs_before_any_model(tmp_path, capsys, nothing_runs, case, words):
@@ -194,7 +192,6 @@ def test_the_benchmark_checks_its_folder_and_inputs_before_any_model(tmp_path, c
     else:
         folder.mkdir()
         file, text = {"empty setup_seconds.txt": ("setup_seconds.txt", "\n"),
-                      "truncated chapter_lanes.json": ("chapter_lanes.json", '{"lanes": [['),
                       "truncated chapter results": ("01_cache_exactness.json", '{"numbers": {')}[case]
         (folder / file).write_text(text)
     message = _usage_error(bench.main, ["--quick", "--results-dir", str(folder)], capsys)

@@ -182,13 +182,13 @@ def test_speed_sentence_shows_the_spread_and_places_the_article():
     conditions; 'grew with context' needs the repeat pairs' ranges apart, not just the medians
     (the old sentence compared medians only, and printed no spread)."""
     machine = {"cores": 2, "torch_threads": 2}
-    timing = {"where": "alone, before the chapters ran in lanes", "threads": 7, "cores": 9}
+    timing = {"where": "alone, as the build's first job, before the chapters ran side by side", "threads": 7, "cores": 9}
     apart = {"decode_timing": timing, "decode": {"m": {"steps": [_step(128, [2.0, 2.1, 2.2, 2.05, 2.15]),
                                                                  _step(2000, [40.0, 44.7, 49.0, 42.0, 46.0])]}}}
     text = rc.speed_reason(apart, machine, 29.49)
     assert "44.7× (ratio of the medians; per repeat pair 40–49×, n = 5)" in text
     assert "the article's 29.49× (one published figure, no spread given) lies below every one of our 5" in text
-    assert "timed alone, before the chapters ran in lanes, on 9 cores and 7 torch thread(s)" in text
+    assert "timed alone, as the build's first job, before the chapters ran side by side, on 9 cores and 7 torch thread(s)" in text
     assert "grew with context on every model (an exact rank test" in text
     three = {"decode_timing": timing, "decode": {"m": {"steps": [_step(128, [2.0, 2.1, 2.2]), _step(2000, [40.0, 44.7, 49.0])]}}}
     assert "did not grow detectably" in rc.speed_reason(three, machine, 29.49)  # 3 a side: p ≥ 0.1 whatever the data
@@ -211,14 +211,15 @@ def test_appendix_b_sets_the_benchmark_step_beside_chapter_4():
     whether the ranges overlap."""
     bench = bench_record(step_2000__speedups=[48.0, 49.6, 51.0], step_2000__threads=2)
     bench["model"] = "smollm2-135m"
-    ch4 = {"decode_timing": {"where": "alone, before the chapters ran in lanes", "threads": 2, "cores": 2},
+    ch4 = {"decode_timing": {"where": "alone, as the build's first job, before the chapters ran side by side",
+                             "threads": 2, "cores": 2},
            "decode": {"smollm2-135m": {"steps": [_step(2000, [42.0, 44.7, 46.0])]}}}
     runs = {"04_cache_approximations": {"numbers": ch4}}
     text = ra.step_agreement(bench, runs)
     assert "per repeat pair 48–51×, n = 3" in text and "per repeat pair 42–46×, n = 3" in text
     assert "The two ranges of repeat-pair speed-ups do not overlap" in text
     assert "after the chapters, alone on 2 cores and 2 torch thread(s)" in text
-    assert "alone, before the chapters ran in lanes, on 2 torch thread(s) of 2 cores" in text
+    assert "alone, as the build's first job, before the chapters ran side by side, on 2 torch thread(s) of 2 cores" in text
     ch4["decode"]["smollm2-135m"]["steps"][0]["speedups"] = [45.0, 49.0, 50.0]
     assert "ranges of repeat-pair speed-ups overlap" in ra.step_agreement(bench, runs)
     assert "did not time smollm2-135m at 2000 tokens" in ra.step_agreement(bench, {})

@@ -4,17 +4,16 @@ token, Table 1), and what each approximation costs in quality (Table 2, by `kvut
 `plan()` takes the checked parameters (kvutils.studies.parameters), parses every cache operation and
 tokenises every document before any model loads.
 
-Where the decode step is timed. `make book` runs the chapters in two one-thread lanes side by side
-(`kvutils.book.chapters --lanes`); a decode step timed inside a lane would share the machine's memory
-bandwidth and caches with the other lane's work, so its speed-up would not be comparable with the
-article's or with the benchmark's. The lanes runner therefore times the steps first, alone, with
+Where the decode step is timed. `make book` runs the chapters as jobs side by side, one thread
+each (kvutils.book.jobs); a decode step timed inside one would share the machine's memory bandwidth
+and caches with the other jobs' work, so its speed-up would not be comparable with the article's or
+with the benchmark's. The build therefore times the steps first, as a job of their own, alone, with
 this chapter's own parameters and every torch thread (`time_alone`, written to
 `DECODE_TIMING_FILE`), and tells the chapter where the file is through `TIMINGS_ENV`; the chapter
 then reads those timings instead of timing itself. Run any other way (`make chapter N=04`,
-papermill, the quick profile without lanes) it times itself. Either way the page says which, and on
-how many threads. The simple alternative of re-running the chapter after the lanes would double
-its cost (Table 2 and the frontier dominate it); timing before the lanes costs what the timing
-costs.
+papermill) it times itself. Either way the page says which, and on how many threads. The simple
+alternative of re-running the chapter after the others would double its cost (Table 2 and the
+frontier dominate it); timing before them costs what the timing costs.
 """
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ from kvutils.models.loading import load, load_tokenizer
 from kvutils.studies.cache_approximations import frontier, retrieval
 from kvutils.studies.parameters import DEFAULT_OPS, Chapter4Parameters
 
-TIMINGS_ENV = "KVUTILS_CH4_DECODE_TIMING"  # set by the lanes runner: the file `time_alone` wrote
+TIMINGS_ENV = "KVUTILS_CH4_DECODE_TIMING"  # set by make book's chapter job: the file `time_alone` wrote
 DECODE_TIMING_FILE = "04_decode_timing.json"  # in the results folder
 CHUNK_OPS = (ChunkReuse, ChunkBlend)
 
@@ -248,10 +247,10 @@ def _timing_key(p: Plan) -> dict:
 
 def time_alone(results_dir: str | Path, p: Chapter4Parameters) -> Path:
     """Time chapter 4's decode steps with the chapter's parameters `p` (the notebook's defaults, or
-    the quick profile's) on every thread, before the lanes start; returns the file written."""
+    the quick profile's) on every thread, before the chapters start; returns the file written."""
     from kvutils.core.results import write_json_atomic
 
-    timings = decode_timings(plan(p), "alone, before the chapters ran in lanes")
+    timings = decode_timings(plan(p), "alone, as the build's first job, before the chapters ran side by side")
     path = Path(results_dir) / DECODE_TIMING_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, timings)
@@ -259,7 +258,7 @@ def time_alone(results_dir: str | Path, p: Chapter4Parameters) -> Path:
 
 
 def deferred_timings(p: Plan) -> dict | None:
-    """The timings `time_alone` took for this chapter, where the lanes runner says there are some."""
+    """The timings `time_alone` took for this chapter, where make book's chapter job says there are some."""
     where = os.environ.get(TIMINGS_ENV)
     if not where:
         return None

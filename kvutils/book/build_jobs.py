@@ -1,0 +1,112 @@
+"""Running one job of `make book` (kvutils.book.jobs says what a job is and when it stands): reuse
+it when its record stands, else compute it and write its record after its results."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kvutils.book import chapters
+from kvutils.book.jobs import (
+    JOBS,
+    Job,
+    check_job,
+    file_digest,
+    inputs_hash,
+    read_record,
+    record_path,
+    sources_digest,
+    stale_reason,
+)
+from kvutils.core.catalog import PAGES
+
+
+def job_parameters(job: Job, profile: str, overrides: dict) -> dict:
+    """The parameters a chapter job runs with: the profile's (the quick one's sizes, or the
+    notebook's defaults) and the `-p` values given."""
+    if job.kind != "chapter":
+        return {}
+    return {**(chapters.QUICK.get(job.notebook, {}) if profile == "quick" else {}), **overrides}
+
+
+def _folders(results_dir: str | Path, output_dir: str | Path | None) -> tuple[Path, Path]:
+    return Path(results_dir).expanduser().resolve(), Path(output_dir or chapters.EXECUTED_DIR).expanduser().resolve()
+
+
+def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | Path | None, overrides: dict,
+            threads: int) -> int:
+    """Reuse the job or compute it; returns the exit status."""
+    from kvutils.core.results import git_commit, machine_load, write_json_atomic
+
+    job = check_job(name)
+    results, executed = _folders(results_dir, output_dir)
+    parameters = job_parameters(job, profile, overrides)
+    if job.kind == "chapter":
+        chapters.check_overrides(job.name, profile, overrides, str(results))  # before any kernel starts
+    expected = inputs_hash(job, profile, parameters, results)
+    outputs = job.outputs(results, executed)
+    record = read_record(results, name)
+    why = stale_reason(record, expected, outputs)
+    if why is None:
+        print(f"== job {name}: reused, computed at commit {record['commit'][:12]} on {record['finished']} "
+              f"({record['wall_s']:.0f} s, {_threads(record['threads'])}); its inputs are unchanged", flush=True)
+        write_json_atomic(record_path(results, name), {**record, "status": "reused", "checked": _now()})
+        return 0
+    print(f"== job {name}: computing on {_threads(threads)}: {why}", flush=True)
+    load_before = machine_load() if job.alone else None
+    started, began = time.time(), _now()
+    _execute(job, profile, results, executed, parameters, timed_alone=not overrides)
+    wall = time.time() - started
+    load_after = machine_load() if job.alone else None
+    write_json_atomic(record_path(results, name), {
+        "job": name, "kind": job.kind, "status": "computed", "inputs_hash": expected, "profile": profile,
+        "parameters": parameters, "outputs": {p.name: file_digest(p) for p in outputs}, "wall_s": round(wall, 2),
+        "threads": threads, "load_before": load_before, "load_after": load_after, "commit": git_commit(),
+        "started": began, "finished": _now(), "checked": _now()})
+    print(f"== job {name}: computed in {wall:.0f} s", flush=True)
+    return 0
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread{'s' * (n != 1)}"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _execute(job: Job, profile: str, results: Path, executed: Path, parameters: dict, timed_alone: bool) -> None:
+    import os
+
+    from kvutils.studies.cache_approximations import study as approx_study
+    from kvutils.studies.parameters import Chapter4Parameters
+
+    if job.kind == "timing":
+        given = chapters.QUICK[Chapter4Parameters.NOTEBOOK] if profile == "quick" else {}
+        approx_study.time_alone(results, Chapter4Parameters(**given))
+    elif job.kind == "chapter":
+        timing = results / approx_study.DECODE_TIMING_FILE
+        if job.name == "04" and timed_alone and timing.is_file():  # at the profile's settings, as the timing job
+            os.environ[approx_study.TIMINGS_ENV] = str(timing)  # its decode steps were timed alone
+        chapters.run_chapter(job.name, profile, results, executed, parameters)
+    elif job.kind == "bench":
+        from kvutils.studies import bench_args, performance
+
+        argv = [*(["--model", "tiny-llama", "--repeats", "1", "--quick"] if profile == "quick" else []),
+                "--results-dir", str(results)]
+        code = performance.cli(argv, bench_args.parse(argv))
+        if code:
+            raise SystemExit(code)
+    else:
+        for page in PAGES:
+            chapters.run_chapter(page, profile, results, executed)
+
+
+def status(profile: str, results_dir: str | Path, output_dir: str | Path | None) -> int:
+    """Print, per job, whether the next build reuses it or computes it, and why."""
+    results, executed = _folders(results_dir, output_dir)
+    sources = sources_digest()
+    for name, job in JOBS.items():
+        expected = inputs_hash(job, profile, job_parameters(job, profile, {}), results, sources=sources)
+        why = stale_reason(read_record(results, name), expected, job.outputs(results, executed))
+        print(f"{name:8s} {'reused' if why is None else 'computed: ' + why}")
+    return 0

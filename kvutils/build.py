@@ -1,0 +1,69 @@
+"""`python -m kvutils.build JOB`: one job of `make book` (kvutils.book.jobs), run only when its
+inputs changed since its last record; GNU make (the Makefile) runs the jobs in order, on every core.
+
+    python -m kvutils.build timing|01|02|03|04|05|bench|pages [--profile full|quick]
+        [--results-dir results] [--output-dir book/chapters] [--threads N] [-p NAME VALUE ...]
+    python -m kvutils.build status [--results-dir results]   # what the next build would rerun, and why
+
+A reused job prints one line naming the commit and date it was computed at; a computed one prints
+why it ran. `-p` (a chapter job only) is recorded in the job's inputs, so the next build without it
+computes the chapter again at its defaults.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from kvutils.book.jobs import JOBS
+
+    parser = argparse.ArgumentParser(prog="python -m kvutils.build", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("job", choices=[*JOBS, "status"])
+    parser.add_argument("--profile", default="full", choices=["full", "quick"])
+    parser.add_argument("--results-dir", default="results")
+    parser.add_argument("--output-dir", default=None, help="the executed notebooks (default: book/chapters)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads of the job (default: every core)")
+    parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                        help="a chapter parameter (as papermill -p reads it)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kvutils.core import checks
+    from kvutils.core.params import papermill_value
+
+    parser = _parser()
+    checks.check_flags(parser, argv)
+    args = parser.parse_args(argv)
+    overrides = {key: papermill_value(raw) for key, raw in args.p}
+    threads = args.threads or os.cpu_count() or 1
+    try:
+        checks.check_int("--threads", threads, 1, 4096, "more threads than any machine's cores")
+        if overrides and args.job not in ("01", "02", "03", "04", "05"):
+            raise ValueError(f"-p: only a chapter job takes parameters, not {args.job!r}")
+    except ValueError as err:
+        parser.error(str(err))
+    for variable in THREAD_VARIABLES:  # before torch loads, in this process and in a notebook's kernel
+        os.environ[variable] = str(threads)
+    from kvutils.book import build_jobs
+
+    if args.job == "status":
+        return build_jobs.status(args.profile, args.results_dir, args.output_dir)
+    return build_jobs.run_job(args.job, args.profile, args.results_dir, args.output_dir, overrides, threads)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Ctrl-C or a kill ends the job with one line; its results and record are as they were."""
+    from kvutils.core.interrupt import run_cli
+
+    return run_cli(main, argv, "this job left no record (it runs again next time); every earlier job's "
+                   "results and records are as they were", children=True)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,75 @@
+"""make book's engine (kvutils.book.jobs, GNU make): a job is reused when nothing it depends on
+changed, computed when something did, and an interrupted build resumes with the jobs it had not
+finished; one core builds with one job at a time."""
+import json
+import shutil
+import subprocess
+
+import psutil
+import pytest
+from test_interrupts import Watched
+
+from kvutils.book.jobs import JOBS, record_path
+from kvutils.core.paths import REPO_ROOT
+
+
+def _make(*targets: str, results, executed, prefix: tuple[str, ...] = (), timeout: int = 900) -> str:
+    done = subprocess.run([*prefix, "make", "--no-print-directory", *targets, "PROFILE=quick", f"RESULTS={results}",
+                           f"EXECUTED={executed}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+def test_a_build_with_nothing_changed_reuses_every_job_on_one_core(quick_chapters, tmp_path):
+    """`taskset -c 0 make build-jobs` over the quick book's results: one job at a time, on one
+    core, and every job reused (the log names the commit each was computed at); no file changes."""
+    root, _ = quick_chapters
+    results, executed = tmp_path / "results", tmp_path / "chapters"
+    shutil.copytree(root / "results", results)
+    shutil.copytree(root / "book" / "chapters", executed)
+    before = {p: p.read_bytes() for p in [*results.rglob("*.json"), *executed.glob("*.ipynb")] if "jobs" not in p.parts}
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset (util-linux) is not installed")
+    log = _make("build-jobs", results=results, executed=executed, prefix=("taskset", "-c", "0"))
+    assert "1 job(s) side by side, 1 torch thread(s) each, on 1 core(s)" in log
+    for name in JOBS:
+        assert f"== job {name}: reused, computed at commit " in log, log
+    assert "computing" not in log
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def _status(results) -> dict:
+    return json.loads(record_path(results, "05").read_text())
+
+
+@pytest.mark.slow  # about 100 s: chapter 5's quick job three times and the decode timing once
+def test_an_interrupted_build_resumes_and_a_parameter_reruns_only_its_chapter(tmp_path):
+    """make's job-05 (the decode timing, then chapter 5 on the quick profile): interrupted while
+    chapter 5 trains, it leaves the timing's record and no record of chapter 5; run again, it reuses
+    the timing and computes chapter 5. A -p on chapter 5 computes it anew, and the next build
+    without it computes it again at its defaults, the timing still reused."""
+    results, executed = tmp_path / "results", tmp_path / "chapters"
+    run = Watched(["make", "--no-print-directory", "job-05", "PROFILE=quick", f"RESULTS={results}",
+                   f"EXECUTED={executed}"], module=False)
+    run.wait_for("train tail", timeout=300)  # the timing job is done, chapter 5's kernel trains
+    kernels = [p for p in run.descendants() if "ipykernel" in " ".join(p.cmdline())]
+    timing = record_path(results, "timing").read_text()
+    code = run.stop("SIGINT")  # as a terminal's Ctrl-C: to make and every job of its process group
+    assert code != 0 and "interrupted; this job left no record" in "".join(run.err), run.text()[-3000:]
+    assert "Traceback" not in "".join(run.err)
+    assert not psutil.wait_procs(kernels, timeout=30)[1]
+    assert not record_path(results, "05").exists() and record_path(results, "timing").read_text() == timing
+    log = _make("job-05", results=results, executed=executed)
+    assert "== job timing: reused" in log and "== job 05: computing on 1 thread: never built here" in log
+    first = _status(results)
+    assert first["status"] == "computed" and first["parameters"]["steps"] == 3
+    rerun = subprocess.run([".venv/bin/python", "-m", "kvutils.build", "05", "--profile", "quick", "--results-dir",
+                            str(results), "--output-dir", str(executed), "-p", "steps", "2"], cwd=REPO_ROOT,
+                           capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0 and "== job 05: computing" in rerun.stdout and "its inputs changed" in rerun.stdout
+    assert _status(results)["parameters"]["steps"] == 2
+    log = _make("job-05", results=results, executed=executed)
+    assert "== job timing: reused" in log and "== job 05: computing" in log and "its inputs changed" in log
+    assert _status(results)["inputs_hash"] == first["inputs_hash"]  # the same inputs, the same hash
+    log = _make("job-05", results=results, executed=executed)
+    assert "== job 05: reused" in log
