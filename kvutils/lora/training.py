@@ -13,11 +13,10 @@ import torch
 from tqdm import tqdm
 
 from kvutils.lora.boundary import marker_logits, select_rows, tail_logits
+from kvutils.lora.schedule import LOSSES, lr_factor
 from kvutils.lora.tails import adapter_parameters
 
 TRAIN_DTYPES = ("auto", "float32", "bfloat16")
-SCHEDULES = ("constant", "cosine")  # cosine: linear warm-up, then cosine decay to 0 at the last step
-LOSSES = ("vocab", "answers")  # cross-entropy over the whole vocabulary, or over the right and the wrong answer
 
 
 def resolve_train_dtype(train_dtype: str, device: str) -> str:
@@ -55,20 +54,6 @@ class Batch:
     targets: torch.Tensor  # (batch,) the answer token
     marker_len: int  # tokens of the marker (the activated adapter's offset from the end)
     others: torch.Tensor | None = None  # (batch,) the wrong answer's token: needed by the "answers" loss
-
-
-def lr_factor(step: int, steps: int, schedule: str, warmup: int) -> float:
-    """The learning rate at `step` (0-based) as a share of the peak: 1 throughout for "constant";
-    for "cosine", a linear rise over the first `warmup` steps (step 0 at 1 / (warmup + 1)), then
-    half a cosine from 1 down to 0 after the last step."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule: {schedule!r} is not allowed; choose one of {', '.join(SCHEDULES)}")
-    if schedule == "constant":
-        return 1.0
-    if step < warmup:
-        return (step + 1) / (warmup + 1)
-    done = (step - warmup + 1) / max(1, steps - warmup)  # 1 after the last step
-    return 0.5 * (1 + math.cos(math.pi * done)) if done < 1 else 0.0
 
 
 def step_loss(logits: torch.Tensor, batch: Batch, rows, loss: str) -> torch.Tensor:

@@ -16,6 +16,7 @@ from kvutils.core import checks
 from kvutils.core.declared import Declared, param
 from kvutils.core.haystack import check_depths
 from kvutils.models.checks import DTYPES
+from kvutils.lora.schedule import LOSSES, SCHEDULES
 from kvutils.studies.qwen3_switch.tasks import TASKS
 from kvutils.studies.sense_probes.templates import DEFAULT_REPEAT_TEMPLATE, DISTANCES, check_repeat_template
 
@@ -322,10 +323,10 @@ class Chapter5Parameters(Declared):
     NOTEBOOK = "05_qwen3_switch"
     EXAMPLE = "-p models Qwen/Qwen3-0.6B"
 
-    models: str = param("smollm2-135m", "causal models: registry keys (qwen2.5-0.5b is the chapter's Qwen: add it with "
-                        "-p models qwen2.5-0.5b,smollm2-135m; make book's 40 minutes leave no room for it), "
-                        "Hugging Face ids (e.g. Qwen/Qwen3-0.6B where its weights exist) or local paths",
-                        meaning="causal models (`qwen2.5-0.5b`: the chapter's Qwen, a Qwen2, one `-p` away)",
+    models: str = param("qwen2.5-0.5b", "causal models: registry keys (qwen2.5-0.5b, the chapter's Qwen; add smollm2-135m "
+                        "for a second family, about 15 minutes more), Hugging Face ids (e.g. Qwen/Qwen3-0.6B where its "
+                        "weights exist) or local paths",
+                        meaning="causal models (`qwen2.5-0.5b`: the chapter's Qwen, a Qwen2)",
                         allowed="registry keys, hub ids (`Qwen/Qwen3-0.6B` where its weights exist), local dirs")
     task: str = param("continuation", '"continuation" (does passage B continue passage A?) or "senses" (name the sense of '
                       "an ambiguous word)", meaning="what the adapters learn after the marker",
@@ -339,13 +340,18 @@ class Chapter5Parameters(Declared):
     alpha: float = param(16, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=lora_alpha)
     targets: str = param("q,k,v,o,mlp", "projections each adapted layer gets: any of q, k, v, o, mlp",
                          meaning="projections adapted", allowed="any of `q`, `k`, `v`, `o`, `mlp`")
-    steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs (the Qwen's "
-                             "tails train 96 steps at lr 0.001 by default)",
+    steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs",
                              meaning="AdamW training (the seed also draws the examples)",
                              allowed="`steps`, `lr`: one number, or a default then `model:value` pairs")
     lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.001", "AdamW learning rate: one number, or a "
                             "default then model:rate pairs (Gemma 3 diverges at 0.003)", row="steps")
     batch_size: int = param(16, "training examples per step", row="steps", check=at_least(1))
+    schedule: str = param("cosine", 'learning rate over the steps: "cosine" (a linear warm-up, then a cosine decay to 0) '
+                          'or "constant"', row="steps", check=one_of(SCHEDULES))
+    warmup: int = param(10, "steps of linear warm-up (schedule cosine)", row="steps", check=at_least(0))
+    loss: str = param("answers", 'training loss: "answers" (cross-entropy of the right answer against the wrong one: '
+                      'ln 2 for a coin) or "vocab" (the answer token against the whole vocabulary)', row="steps",
+                      check=one_of(LOSSES))
     train_dtype: str = param("auto", 'training precision: "auto" (bfloat16 autocast where the device multiplies bfloat16 '
                              'natively, else float32), "float32" or "bfloat16"',
                              meaning="precision of training (evaluation keeps `dtype`)",
@@ -386,9 +392,9 @@ class Chapter5Parameters(Declared):
                                        "unpatched adapter answers right); columns of the map",
                                allowed="one of `k_values`; ≥ 1 (at most the pairs the task gives: half the held-out "
                                        "examples for `continuation`); 1…L")
-    patch_pairs: int = param(16, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
+    patch_pairs: int = param(48, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
                              "right)", row="patch_k", check=at_least(1))
-    patch_layer_groups: int = param(6, "columns of the patching map: the layers in this many contiguous groups",
+    patch_layer_groups: int = param(4, "columns of the patching map: the layers in this many contiguous groups",
                                     row="patch_k", check=layers)
     bench_tokens: int = param(256, "prefix length of the cost benchmark (tokens of the default corpus)",
                               meaning="prefix length and repeats of the cost benchmark",

@@ -27,7 +27,8 @@ from kvutils.lora.boundary import (
 from kvutils.lora.families import family_of
 from kvutils.lora.switching import answer_logits, base_prefill, layer_differences, nan_max, switch_cache
 from kvutils.lora.tails import active_adapter, adapter_parameters, check_marker, first_changed_layer, invocation_tokens, lora_tail
-from kvutils.lora.training import Batch, left_pad, lr_factor, resolve_train_dtype, step_loss, train_adapter
+from kvutils.lora.schedule import lr_factor
+from kvutils.lora.training import Batch, left_pad, resolve_train_dtype, step_loss, train_adapter
 
 FAMILIES = ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gemma3"]
 TEXT = "The bank of the river was muddy after the heavy storm."

@@ -65,6 +65,9 @@ class Plan:
     patch_layer_groups: int
     exact_examples: int
     train_dtype: str  # resolved: "float32" or "bfloat16"
+    schedule: str = "constant"  # the learning rate over the steps (kvutils.lora.training.SCHEDULES)
+    warmup: int = 0  # steps of linear warm-up (schedule "cosine")
+    loss: str = "vocab"  # kvutils.lora.training.LOSSES
 
 
 # --------------------------------------------------------------------------- checking the parameters
@@ -286,7 +289,8 @@ def plan(p: Chapter5Parameters) -> Plan:
                                pairs[:p.patch_pairs], prefix_len, labels, bench, learning_rates[r.name],
                                step_counts[r.name]))
     return Plan(plans, td.task, p.rank, float(p.alpha), target_list, p.batch_size, p.seed, p.dtype, p.device,
-                p.timing_repeats, p.patch_layer_groups, p.exact_examples, resolved_train_dtype)
+                p.timing_repeats, p.patch_layer_groups, p.exact_examples, resolved_train_dtype, p.schedule,
+                p.warmup, p.loss)
 
 
 def _senses_plan(td: TaskData, tokenizer, name: str, **_):

@@ -20,9 +20,10 @@ TRAIN_ACCURACY_MAX = 64  # training examples scored per adapter (the fit, not th
 
 def _batch(examples: list[Example], pad_id: int, marker_len: int, device: str) -> tuple[Batch, torch.Tensor]:
     ids, mask = left_pad([e.ids for e in examples], pad_id)
+    others = torch.tensor([e.other for e in examples], device=device)
     batch = Batch(ids.to(device), mask.to(device), torch.tensor([e.target for e in examples], device=device),
-                  marker_len)
-    return batch, torch.tensor([e.other for e in examples], device=device)
+                  marker_len, others)
+    return batch, others
 
 
 @torch.no_grad()
@@ -71,7 +72,7 @@ def train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict]
         began = time.perf_counter()
         losses = train_adapter(model, name, boundary[start], train, start, mp.steps, mp.lr, p.batch_size,
                                p.seed, activated=activated, prefix_cache=prefix_cache if activated else None,
-                               train_dtype=p.train_dtype)
+                               train_dtype=p.train_dtype, schedule=p.schedule, warmup=p.warmup, loss=p.loss)
         out["adapters"][name] = {
             "k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
             "trainable_parameters": sum(t.numel() for t in adapter_parameters(model, name)),
