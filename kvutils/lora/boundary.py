@@ -51,14 +51,27 @@ def boundary_states(model, ids: torch.Tensor, mask: torch.Tensor, layers: Sequen
     return {layer: out.hidden_states[layer] for layer in layers}
 
 
+BOUNDARY_ROWS = 128  # rows per base pass: a pass keeps every layer's hidden states of its rows at once
+
+
 def states_and_prefix_cache(model, ids: torch.Tensor, mask: torch.Tensor, layers: Sequence[int],
-                            marker_len: int) -> tuple[dict[int, torch.Tensor], object]:
-    """One base pass over a left-padded batch whose rows all end with the marker: the hidden states
-    entering `layers` (see `boundary_states`) and the cache of everything before the marker."""
-    cache = new_cache(model)
-    states = boundary_states(model, ids, mask, layers, cache=cache)
-    cache.crop(-marker_len)
-    return states, cache
+                            marker_len: int, rows: int = BOUNDARY_ROWS) -> tuple[dict[int, torch.Tensor], object]:
+    """One base pass over a left-padded batch whose rows all end with the marker, `rows` rows at a
+    time (a pass holds all L + 1 hidden states of its rows: for a training set of thousands of
+    examples, gigabytes at once): the hidden states entering `layers` (see `boundary_states`) and
+    the cache of everything before the marker, each joined along the batch."""
+    states, caches = [], []
+    for start in range(0, ids.shape[0], rows):
+        cache = new_cache(model)
+        states.append(boundary_states(model, ids[start:start + rows], mask[start:start + rows], layers, cache=cache))
+        cache.crop(-marker_len)
+        caches.append(cache)
+    joined = caches[0]
+    for i, layer in enumerate(joined.layers):  # (batch, kv_heads, seq, head_dim), the chunks' rows in order
+        if layer.is_initialized and len(caches) > 1:
+            layer.keys = torch.cat([c.layers[i].keys for c in caches])
+            layer.values = torch.cat([c.layers[i].values for c in caches])
+    return {layer: torch.cat([s[layer] for s in states]) for layer in layers}, joined
 
 
 def select_rows(cache, rows: Sequence[int] | torch.Tensor):

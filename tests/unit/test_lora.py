@@ -271,6 +271,24 @@ def test_a_nan_in_a_cache_shows_in_its_layer_difference():
 
 
 @pytest.mark.parametrize("name", FAMILIES)
+def test_the_base_pass_in_chunks_equals_one_pass(name):
+    """`states_and_prefix_cache` a few rows at a time == over the whole batch at once (float64): the
+    boundary states and every layer's prefix K/V, the rows in order."""
+    loaded, model = _adapted(name, k=2, activated=True)
+    marker = invocation_tokens(loaded.tokenizer, MARKER)
+    m, start = len(marker), loaded.n_layers - 2
+    rows = [[5 + i, 6, 7 + i, 8, 9] + marker for i in range(5)] + [[11, 12] + marker]
+    ids, mask = left_pad(rows, 0)
+    whole, whole_cache = states_and_prefix_cache(model, ids, mask, [0, start], m, rows=len(rows))
+    parts, parts_cache = states_and_prefix_cache(model, ids, mask, [0, start], m, rows=2)
+    for layer in (0, start):
+        assert (whole[layer] - parts[layer]).abs().max() <= 1e-12
+    for a, b in zip(whole_cache.layers, parts_cache.layers):
+        assert a.keys.shape == b.keys.shape and (a.keys - b.keys).abs().max() <= 1e-12
+        assert (a.values - b.values).abs().max() <= 1e-12
+
+
+@pytest.mark.parametrize("name", FAMILIES)
 def test_an_activated_adapter_trained_on_the_marker_alone_gets_the_full_pass_logits_and_gradients(name):
     """`marker_logits` on the base cache of the prefix == `tail_logits` over the whole left-padded
     sequence with the invocation offsets, in value and in every LoRA weight's gradient (float64)."""
