@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from kvutils.core import checks
 from kvutils.core.declared import Declared, param
 from kvutils.core.haystack import check_depths
-from kvutils.models.checks import DTYPES
 from kvutils.lora.schedule import LOSSES, SCHEDULES
+from kvutils.models.checks import DTYPES
 from kvutils.studies.qwen3_switch.tasks import TASKS
 from kvutils.studies.sense_probes.templates import DEFAULT_REPEAT_TEMPLATE, DISTANCES, check_repeat_template
 

@@ -25,9 +25,9 @@ from kvutils.lora.boundary import (
     tail_logits,
 )
 from kvutils.lora.families import family_of
+from kvutils.lora.schedule import lr_factor
 from kvutils.lora.switching import answer_logits, base_prefill, layer_differences, nan_max, switch_cache
 from kvutils.lora.tails import active_adapter, adapter_parameters, check_marker, first_changed_layer, invocation_tokens, lora_tail
-from kvutils.lora.schedule import lr_factor
 from kvutils.lora.training import Batch, left_pad, resolve_train_dtype, step_loss, train_adapter
 
 FAMILIES = ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gemma3"]
