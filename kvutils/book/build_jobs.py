@@ -108,5 +108,5 @@ def status(profile: str, results_dir: str | Path, output_dir: str | Path | None)
     for name, job in JOBS.items():
         expected = inputs_hash(job, profile, job_parameters(job, profile, {}), results, sources=sources)
         why = stale_reason(read_record(results, name), expected, job.outputs(results, executed))
-        print(f"{name:8s} {'reused' if why is None else 'computed: ' + why}")
+        print(f"{name:8s} {'reused' if why is None else 'to compute: ' + why}")
     return 0

@@ -392,7 +392,7 @@ class Chapter5Parameters(Declared):
                                        "unpatched adapter answers right); columns of the map",
                                allowed="one of `k_values`; ≥ 1 (at most the pairs the task gives: half the held-out "
                                        "examples for `continuation`); 1…L")
-    patch_pairs: int = param(48, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
+    patch_pairs: int = param(56, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
                              "right)", row="patch_k", check=at_least(1))
     patch_layer_groups: int = param(4, "columns of the patching map: the layers in this many contiguous groups",
                                     row="patch_k", check=layers)

@@ -306,7 +306,7 @@ def test_what_the_chapters_qwen_would_cost_where_it_did_not_run_is_computed():
             "03_sense_probes": {"parameters": {"models": "smollm2-135m,qwen2.5-0.5b"}, "wall_time_s": 60.0},
             "05_qwen3_switch": {"parameters": {"models": "smollm2-135m"}, "wall_time_s": 900.0}}
     table, glue = ra.qwen_left_out(runs)
-    assert list(table.index) == ["01_cache_exactness", "05_qwen3_switch"]  # chapter 5 too: its default is SmolLM2
+    assert list(table.index) == ["01_cache_exactness", "05_qwen3_switch"]  # chapter 5 too, where it ran on SmolLM2 alone
     qwen, smol = (sum(per_token_weights(n)[k] for k in ("layers", "head")) for n in ("qwen2.5-0.5b", "smollm2-135m"))
     assert 3.5 < qwen / smol < 3.8  # the design's "about 3.7x SmolLM2's FLOPs per token"
     extra_min = 600.0 * qwen / smol / 60
