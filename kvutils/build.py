@@ -54,7 +54,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.job == "status":
         return build_jobs.status(args.profile, args.results_dir, args.output_dir)
-    return build_jobs.run_job(args.job, args.profile, args.results_dir, args.output_dir, overrides, threads)
+    try:
+        return build_jobs.run_job(args.job, args.profile, args.results_dir, args.output_dir, overrides, threads)
+    except Exception as err:
+        import papermill
+
+        if not isinstance(err, papermill.PapermillExecutionError):
+            raise
+        if err.ename == "KeyboardInterrupt":  # Ctrl-C reached the kernel mid-cell: an interruption, said in one line
+            raise KeyboardInterrupt from None
+        # the chapter's own error, its cell and its executed copy (run_chapter's note), not papermill's internals
+        print("\n".join(getattr(err, "__notes__", [])) or f"{err.ename}: {err.evalue}", file=sys.stderr)
+        return 1
 
 
 def cli(argv: list[str] | None = None) -> int:
