@@ -54,18 +54,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.job == "status":
         return build_jobs.status(args.profile, args.results_dir, args.output_dir)
-    try:
-        return build_jobs.run_job(args.job, args.profile, args.results_dir, args.output_dir, overrides, threads)
-    except Exception as err:
-        import papermill
+    from kvutils.book.chapters import report_failed_cell
 
-        if not isinstance(err, papermill.PapermillExecutionError):
-            raise
-        if err.ename == "KeyboardInterrupt":  # Ctrl-C reached the kernel mid-cell: an interruption, said in one line
-            raise KeyboardInterrupt from None
-        # the chapter's own error, its cell and its executed copy (run_chapter's note), not papermill's internals
-        print("\n".join(getattr(err, "__notes__", [])) or f"{err.ename}: {err.evalue}", file=sys.stderr)
-        return 1
+    return report_failed_cell(lambda: build_jobs.run_job(args.job, args.profile, args.results_dir, args.output_dir,
+                                                          overrides, threads))
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -187,6 +187,23 @@ def main(argv: list[str] | None = None) -> None:
         run_chapter(page, args.profile, args.results_dir, args.output_dir)
 
 
+def report_failed_cell(run) -> int | None:
+    """`run()`'s result; a chapter's failed cell (papermill's error) is printed as its own error, its
+    cell and its executed copy (run_chapter's note) and gives 1, since the runner's traceback would
+    only show papermill's internals; a Ctrl-C that reached the kernel mid-cell is an interruption."""
+    try:
+        return run()
+    except Exception as err:
+        import papermill
+
+        if not isinstance(err, papermill.PapermillExecutionError):
+            raise
+        if err.ename == "KeyboardInterrupt":
+            raise KeyboardInterrupt from None
+        print("\n".join(getattr(err, "__notes__", [])) or f"{err.ename}: {err.evalue}", file=sys.stderr)
+        return 1
+
+
 def cli(argv: list[str] | None = None) -> int:
     """`main`, with Ctrl-C or SIGTERM answered by one line (kvutils.core.interrupt): each results file
     and each page's executed copy is replaced as one unit, so an interrupted chapter leaves the
@@ -194,20 +211,7 @@ def cli(argv: list[str] | None = None) -> int:
     from kvutils.core.interrupt import run_cli
 
     def main_interruptible(args: list[str] | None) -> int:
-        try:
-            main(args)  # checks every argument before papermill, a kernel or torch loads
-        except Exception as err:
-            import papermill
-
-            if not isinstance(err, papermill.PapermillExecutionError):
-                raise
-            if err.ename == "KeyboardInterrupt":  # Ctrl-C reached the kernel mid-cell
-                raise KeyboardInterrupt from None
-            # the chapter's own error, its cell and its executed copy (run_chapter's note); the
-            # runner's traceback would only show papermill's internals
-            print("\n".join(getattr(err, "__notes__", [])) or f"{err.ename}: {err.evalue}", file=sys.stderr)
-            return 1
-        return 0
+        return report_failed_cell(lambda: main(args)) or 0  # checks every argument before papermill or torch
 
     return run_cli(main_interruptible, argv, "every results file and page is as it was before the "
                    "interrupted chapter", children=True)
