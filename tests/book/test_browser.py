@@ -225,3 +225,26 @@ def test_the_explorer_check_notices_a_control_that_redraws_nothing(tmp_path):
     check = check_explorer(site, page="index.html", controls=("word", "head", "layer"))
     assert check.changed == {"word": True, "head": False, "layer": True}
     assert any("changing head" in p for p in check.problems), check.problems
+
+
+def test_a_page_that_reaches_off_the_site_is_reported_and_a_cached_font_does_not_hang(tmp_path):
+    """Two pages share one font (the second gets it from Chromium's cache: under request routing
+    that request stayed paused for ever, Chromium bug 1279953), and one also asks a remote host
+    for an image, which the check must name without any network."""
+    _chromium_or_skip()
+    from kvutils.book.browser_check import check_site
+
+    font = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+    if not font.is_file():
+        pytest.skip(f"no font at {font} to serve")
+    (tmp_path / "f.ttf").write_bytes(font.read_bytes())
+    page = ('<html><head><link rel="icon" href="data:,">'
+            "<style>@font-face {{font-family: T; src: url(f.ttf)}} p {{font-family: T}}</style>"
+            "</head><body><p>text</p>{}</body></html>")
+    (tmp_path / "a.html").write_text(page.format(""))
+    (tmp_path / "b.html").write_text(page.format('<img src="http://remote.example/x.png">'))
+    (tmp_path / "c.html").write_text(page.format(""))
+
+    report = check_site(tmp_path)
+    assert report["a.html"].problems == [] and report["c.html"].problems == []
+    assert any("request leaves the site: http://remote.example/x.png" in p for p in report["b.html"].problems)
