@@ -58,6 +58,8 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     cell and the failed copy (.unfinished/<name>.failed.ipynb)."""
     import papermill
 
+    from kvutils.book.kernel import IpcKernelManager
+
     everything = {**NOTEBOOKS, **PAGES}
     if chapter not in everything:
         raise ValueError(f"chapter: {chapter!r} unknown; choose one of {', '.join(everything)}")
@@ -79,7 +81,7 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     try:
         papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", running, parameters=params,
                                    cwd=REPO_ROOT, kernel_name="python3", progress_bar=False,
-                                   log_output=True)
+                                   log_output=True, kernel_manager_class=IpcKernelManager)
         _drop_widget_state(running)
         os.replace(running, output)
     except papermill.PapermillExecutionError as err:

@@ -52,11 +52,13 @@ def test_sigterm_runs_every_finally_and_prints_one_line(capsys):
 # --------------------------------------------------------------------------- a page's executed copy as one unit
 
 
-def _fake_papermill(monkeypatch, fail: str | None = None):
+def _fake_papermill(monkeypatch, fail: str | None = None, calls: list | None = None):
     """papermill.execute_notebook writing a one-cell executed copy; with `fail`, a copy whose cell
-    failed with that exception name, as papermill leaves it."""
+    failed with that exception name, as papermill leaves it. `calls` collects each call's keywords."""
 
     def execute(source, output, **kwargs):
+        if calls is not None:
+            calls.append(kwargs)
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
         nb.metadata["widgets"] = {"state": {}}
         nbformat.write(nb, output)
@@ -67,12 +69,16 @@ def _fake_papermill(monkeypatch, fail: str | None = None):
 
 
 def test_a_successful_run_replaces_the_page(tmp_path, monkeypatch):
-    _fake_papermill(monkeypatch)
+    from kvutils.book.kernel import IpcKernelManager
+
+    calls: list = []
+    _fake_papermill(monkeypatch, calls=calls)
     (tmp_path / "02_bert_contrast.ipynb").write_text("old")
     output = chapters.run_chapter("02", "quick", tmp_path / "results", tmp_path)
     nb = nbformat.read(output, as_version=4)
     assert nb.cells[0].source == "x = 1" and "widgets" not in nb.metadata
     assert not list((tmp_path / chapters.UNFINISHED).iterdir())
+    assert calls[0]["kernel_manager_class"] is IpcKernelManager  # no TCP warning at each kernel start
 
 
 def test_a_failed_run_keeps_the_page_and_names_its_copy(tmp_path, monkeypatch):
@@ -197,3 +203,18 @@ def test_the_benchmark_checks_its_folder_and_inputs_before_any_model(tmp_path, c
     message = _usage_error(bench.main, ["--quick", "--results-dir", str(folder)], capsys)
     assert message.startswith("python -m kvutils.bench: error: --results-dir")
     assert words.format(dir=folder) in message
+
+
+def test_the_chapters_kernel_runs_over_ipc_and_prints_no_tcp_warning(tmp_path, capfd):
+    """A real kernel started as the runner starts one: it answers over IPC, and ipykernel's warning
+    about TCP without encryption (printed by every TCP kernel start) is not there."""
+    from kvutils.book.kernel import IpcKernelManager
+
+    notebook = tmp_path / "in.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")]), notebook)
+    papermill.execute_notebook(notebook, tmp_path / "out.ipynb", kernel_name="python3", progress_bar=False,
+                               log_output=True, kernel_manager_class=IpcKernelManager)
+    printed = capfd.readouterr()
+    assert nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs[0]["text"] == "42\n"
+    assert "TCP without encryption" not in printed.out + printed.err
+    assert IpcKernelManager().transport == "ipc"
