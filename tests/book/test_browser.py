@@ -238,7 +238,7 @@ def test_a_page_that_reaches_off_the_site_is_reported_and_a_cached_font_does_not
     if not font.is_file():
         pytest.skip(f"no font at {font} to serve")
     (tmp_path / "f.ttf").write_bytes(font.read_bytes())
-    page = ('<html><head><link rel="icon" href="data:,">'
+    page = ("<html><head>"
             "<style>@font-face {{font-family: T; src: url(f.ttf)}} p {{font-family: T}}</style>"
             "</head><body><p>text</p>{}</body></html>")
     (tmp_path / "a.html").write_text(page.format(""))
