@@ -110,13 +110,18 @@ html: _build/html/index.html
 _build/html/index.html: $(wildcard $(EXECUTED)/*.ipynb book/*.md book/_static/*) _config.yml _toc.yml | jobs
 	$(VENV)/bin/jupyter-book build -W --keep-going .
 
-# rerun one chapter with other parameters, then the summary pages, and rebuild the book (needs a
-# make book before it): make chapter N=01 PARAMS="-p models smollm2-135m". The next make book
-# computes that chapter again at its defaults.
+# rerun one chapter with other parameters, then the summary pages (once every job they read has
+# run), and the HTML of the pages that exist: make chapter N=01 PARAMS="-p models smollm2-135m".
+# On a fresh clone it builds that chapter's page alone. The next make book computes that chapter
+# again at its defaults.
+CHAPTER_TOC := _build/chapter_toc.yml
 chapter: setup
+	@case "$(N)" in 01|02|03|04|05) ;; \
+	  *) echo "make chapter: N=$(N) is not a chapter; give N=01, 02, 03, 04 or 05 (and PARAMS=\"-p name value ...\")"; exit 2;; esac
 	$(JOB) $(N) --threads $(CORES) $(PARAMS)
-	$(JOB) pages --threads $(CORES)
-	$(VENV)/bin/jupyter-book build -W --keep-going .
+	$(JOB) pages --threads $(CORES) --if-ready
+	@$(PY) -m kvutils.book.toc $(CHAPTER_TOC)
+	$(VENV)/bin/jupyter-book build -W --keep-going --toc $(CHAPTER_TOC) .
 
 # what the next make book would reuse, and what it would compute (and why)
 status: setup

@@ -4,6 +4,7 @@ inputs changed since its last record; GNU make (the Makefile) runs the jobs in o
     python -m kvutils.build timing|01|02|03|04|05|bench|pages [--profile full|quick]
         [--results-dir results] [--output-dir book/chapters] [--threads N] [-p NAME VALUE ...]
     python -m kvutils.build status [--results-dir results]   # what the next build would rerun, and why
+    python -m kvutils.build pages --if-ready   # the summary pages only if every job they read has run
 
 A reused job prints one line naming the commit and date it was computed at; a computed one prints
 why it ran. `-p` (a chapter job only) is recorded in the job's inputs, so the next build without it
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -30,11 +32,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=0, help="torch threads of the job (default: every core)")
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="a chapter parameter (as papermill -p reads it)")
+    parser.add_argument("--if-ready", action="store_true",
+                        help="skip the job (with a line saying why) while a job it reads has no record yet: "
+                             "`make chapter` on a fresh clone")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from kvutils.core import checks
+    from kvutils.core.catalog import NOTEBOOKS
     from kvutils.core.params import papermill_value
 
     parser = _parser()
@@ -54,8 +60,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.job == "status":
         return build_jobs.status(args.profile, args.results_dir, args.output_dir)
-    from kvutils.book.chapters import report_failed_cell
+    from kvutils.book.chapters import check_overrides, report_failed_cell
 
+    if args.job in NOTEBOOKS:
+        try:  # before any kernel starts: a wrong -p is one line (make chapter's PARAMS)
+            check_overrides(args.job, args.profile, overrides, str(Path(args.results_dir).expanduser().resolve()))
+        except ValueError as err:
+            print(f"{parser.prog} {args.job}: {err}", file=sys.stderr)
+            return 2
+
+    if args.if_ready and (missing := build_jobs.missing_inputs(args.job, args.results_dir)):
+        print(f"== job {args.job}: skipped: it reads jobs not run yet ({', '.join(missing)}); make book runs every one")
+        return 0
     return report_failed_cell(lambda: build_jobs.run_job(args.job, args.profile, args.results_dir, args.output_dir,
                                                           overrides, threads))
 

@@ -66,6 +66,12 @@ def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | 
     return 0
 
 
+def missing_inputs(name: str, results_dir: str | Path) -> list[str]:
+    """The jobs `name` reads that have no record in `results_dir` yet."""
+    results = Path(results_dir).expanduser().resolve()
+    return [read for read in check_job(name).reads if read_record(results, read) is None]
+
+
 def _threads(n: int) -> str:
     return f"{n} thread{'s' * (n != 1)}"
 
