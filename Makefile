@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: setup browser test lint book build-jobs html chapter status bench check-html clean
+.PHONY: setup browser test lint book build-jobs html chapter lab status bench check-html clean
 
 setup: $(STAMP)
 
@@ -122,6 +122,13 @@ chapter: setup
 	$(JOB) pages --threads $(CORES) --if-ready
 	@$(PY) -m kvutils.book.toc $(CHAPTER_TOC)
 	$(VENV)/bin/jupyter-book build -W --keep-going --toc $(CHAPTER_TOC) .
+
+# the notebooks live in JupyterLab, widgets included (explore attention: chapter 3's explorer):
+# make lab, then open the URL it prints. LAB_ARGS passes options on (e.g. --port=9000 --no-browser).
+# As root (a container) Jupyter refuses to start without --allow-root, which is then given.
+LAB_ARGS ?=
+lab: setup
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 # what the next make book would reuse, and what it would compute (and why)
 status: setup
