@@ -68,7 +68,7 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     name = everything[chapter]
     params = dict(QUICK.get(name, {})) if profile == "quick" else {}
     params.update(parameters or {})
-    params["results_dir"] = str(Path(results_dir).expanduser().resolve())
+    params["results_dir"] = _results_dir_as_given(Path(results_dir).expanduser().resolve())
     output_dir = Path(output_dir).expanduser()
     output = output_dir / f"{name}.ipynb"
     unfinished = output_dir / UNFINISHED
@@ -82,7 +82,7 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
         papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", running, parameters=params,
                                    cwd=REPO_ROOT, kernel_name="python3", progress_bar=False,
                                    log_output=True, kernel_manager_class=IpcKernelManager)
-        _drop_widget_state(running)
+        for_the_page(running)
         os.replace(running, output)
     except papermill.PapermillExecutionError as err:
         if running.exists() and err.ename != "KeyboardInterrupt":  # an interrupted copy is of no use
@@ -109,14 +109,43 @@ def _remove_orphans(unfinished: Path) -> None:
             copy.unlink(missing_ok=True)
 
 
-def _drop_widget_state(notebook: Path) -> None:
-    """The book is static: stored ipywidgets state would make its pages load the widget manager
-    from a CDN (and the live controls need a kernel anyway), so the executed copy keeps none."""
+SHOWN_OR_GONE = ("remove-cell", "remove-input", "hide-input", "hide-cell", "show-input")  # a cell's own choice
+
+
+def for_the_page(notebook: Path) -> None:
+    """The executed copy as the page shows it (a copy under .unfinished/, not yet the page's):
+    - no stored ipywidgets state: the book is static, and that state would make its pages load the
+      widget manager from a CDN (the live controls need a kernel anyway);
+    - every code cell's input collapsed behind the theme's "show code" toggle ("hide-input"), unless
+      the cell chose otherwise: a page opens with its text and results, not with its parameters
+      and plumbing, and the code stays one click away;
+    - papermill's injected cell without its `results_dir` line (a path of the machine that built
+      the page, not a parameter of the result), and gone where nothing else was injected."""
     import nbformat
 
     nb = nbformat.read(notebook, as_version=4)
-    if nb.metadata.pop("widgets", None) is not None:
-        nbformat.write(nb, notebook)  # a copy under .unfinished/, not yet the page's
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            lines = [line for line in cell.source.splitlines() if not line.startswith("results_dir = ")]
+            cell.source = "\n".join(lines)
+            if not any(line.strip() and not line.startswith("#") for line in lines):
+                cell.metadata["tags"] = [*cell.metadata["tags"], "remove-cell"]
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not set(cell.metadata.get("tags", [])) & set(SHOWN_OR_GONE):
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []), "hide-input"]
+    nbformat.write(nb, notebook)
+
+
+def _results_dir_as_given(results_dir: Path) -> str:
+    """The results folder the notebook is given: "./" and its path in the repository (the kernel's
+    working folder) where it lies inside it, so no page shows this machine's path; absolute
+    elsewhere. Never the bare default "results": given explicitly, it is kept even with other
+    parameters changed (`kvutils.core.params.run_folder`), as `make chapter` needs."""
+    try:
+        return f"./{results_dir.relative_to(REPO_ROOT).as_posix()}"
+    except ValueError:
+        return str(results_dir)
 
 
 def _check_pages_inputs(results_dir: str, running: list[str]) -> None:

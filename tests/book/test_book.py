@@ -148,3 +148,20 @@ def test_bold_marks_a_key_number_not_a_paragraph(built_book):
                     if re.fullmatch(r"[-−\d.,/e%×+]+", _text(b).strip())]
             text = _text(paragraph).strip()
             assert len(bold) <= len(clauses(text)), (page.name, bold, text[:300])
+
+
+def test_pages_open_with_results_not_code_and_show_no_machine_path(built_book):
+    """Every code cell's input on a page sits behind the theme's "show code" toggle (hide-input,
+    kvutils.book.chapters.for_the_page), and no page prints the results folder's path."""
+    from bs4 import BeautifulSoup
+
+    root, html = built_book
+    pages = sorted((html / "book" / "chapters").glob("*.html"))
+    assert len(pages) == 8
+    for page in pages:
+        soup = BeautifulSoup(page.read_text(), "html.parser")
+        inputs = soup.select("div.cell_input")
+        assert inputs, f"{page.name}: no code cell at all (the toggles are what this test checks)"
+        shown = [i.get_text()[:80] for i in inputs if i.find_parent("details") is None]
+        assert not shown, f"{page.name}: code shown before the reader asks: {shown}"
+        assert str(root) not in page.read_text() and "results_dir = " not in soup.get_text(), page.name

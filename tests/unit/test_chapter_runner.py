@@ -77,6 +77,8 @@ def test_a_successful_run_replaces_the_page(tmp_path, monkeypatch):
     output = chapters.run_chapter("02", "quick", tmp_path / "results", tmp_path)
     nb = nbformat.read(output, as_version=4)
     assert nb.cells[0].source == "x = 1" and "widgets" not in nb.metadata
+    assert nb.cells[0].metadata.tags == ["hide-input"]  # the page opens with results, its code one click away
+    assert calls[0]["parameters"]["results_dir"] == str(tmp_path / "results")  # outside the repository: as given
     assert not list((tmp_path / chapters.UNFINISHED).iterdir())
     assert calls[0]["kernel_manager_class"] is IpcKernelManager  # no TCP warning at each kernel start
 
@@ -218,3 +220,26 @@ def test_the_chapters_kernel_runs_over_ipc_and_prints_no_tcp_warning(tmp_path, c
     assert nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs[0]["text"] == "42\n"
     assert "TCP without encryption" not in printed.out + printed.err
     assert IpcKernelManager().transport == "ipc"
+
+
+def test_a_page_collapses_code_a_cell_did_not_place_itself(tmp_path):
+    """Every code cell's input goes behind "show code" unless the cell's own tag says otherwise;
+    markdown is untouched; a results folder inside the repository is given as ./<path>, no machine path."""
+    cells = [nbformat.v4.new_markdown_cell("# Title"), nbformat.v4.new_code_cell("p = 1"),
+             nbformat.v4.new_code_cell("figure", metadata={"tags": ["remove-input"]}),
+             nbformat.v4.new_code_cell("glue()", metadata={"tags": ["remove-cell"]}),
+             nbformat.v4.new_code_cell('# Parameters\nresults_dir = "/home/me/results"\nlr = 0.1',
+                                       metadata={"tags": ["injected-parameters"]}),
+             nbformat.v4.new_code_cell('# Parameters\nresults_dir = "/home/me/results"\n',
+                                       metadata={"tags": ["injected-parameters"]})]
+    path = tmp_path / "page.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"widgets": {"state": {}}}), path)
+    chapters.for_the_page(path)
+    nb = nbformat.read(path, as_version=4)
+    assert [c.metadata.get("tags") for c in nb.cells] == [
+        None, ["hide-input"], ["remove-input"], ["remove-cell"], ["injected-parameters", "hide-input"],
+        ["injected-parameters", "remove-cell"]]
+    assert nb.cells[4].source == "# Parameters\nlr = 0.1"  # the -p values stay; the machine's path goes
+    assert "widgets" not in nb.metadata
+    assert chapters._results_dir_as_given(REPO_ROOT / "results") == "./results"
+    assert chapters._results_dir_as_given(tmp_path) == str(tmp_path)
