@@ -188,11 +188,22 @@ def registry_text() -> str:
     return "\n".join(lines)
 
 
+EXAMPLES = """
+
+examples:
+  # two quantisations against the exact cache on 8 documents of the default corpus
+  python -m kvutils.accept --model smollm2-135m --docs pydoc --n-docs 8 --op quantize_naive:bits=4 --op quantize_kivi:bits=4
+  # your own model (a local directory) and text (a folder of .txt files), numbers kept as JSON
+  python -m kvutils.accept --model ./my-model --docs ./my-texts --op snapkv:compression_ratio=0.5 --out snap.json
+  # does a pressed cache still find a key hidden 1,024 tokens back?
+  python -m kvutils.accept --task passkey --model smollm2-135m --op knorm:compression_ratio=0.5 --context 1024"""
+
+
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kvutils.accept", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Measure KV-cache operations against the exact cache: mean KL, top-1 agreement, perplexity.",
-        epilog="operations (--op name or name:key=value,...):\n" + registry_text())
+        epilog="operations (--op name or name:key=value,...):\n" + registry_text() + EXAMPLES)
     parser.add_argument("--task", default="score", choices=list(TASKS),
                         help="what to measure: " + "; ".join(f"{t.name}: {t.help}" for t in TASKS.values())
                         + " (default: %(default)s)")

@@ -421,3 +421,38 @@ def test_cli_device_auto(tmp_path, texts):
         assert acceptance.main(argv) == 0
     runs = {d: json.loads(p.read_text())["ops"] for d, p in out.items()}
     assert [r["mean_kl"] for r in runs["auto"].values()] == [r["mean_kl"] for r in runs["cpu"].values()]
+
+
+def test_the_table_shows_the_exact_row_bytes_against_exact_and_what_n_allows(texts):
+    """The printed table starts with the exact cache (its bytes the 1.00 of the "× smaller"
+    column), gives each operation's perplexity change with its interval over documents, and says
+    when n is too small for any verdict."""
+    from kvutils.core import compare
+
+    loaded = load_cached("tiny-llama", "float32")
+    run = acceptance.accept_many(loaded, ["quantize_naive:bits=4"], texts[:3], prefill=PREFILL, decode=DECODE,
+                                 progress=False)
+    printed = acceptance.table(run)
+    exact_row = next(line for line in printed.splitlines() if line.startswith("exact (the reference)"))
+    assert f"{run['exact_cache_bytes'] / 1024:.1f}" in exact_row and " 1.00 " in exact_row
+    op_row = next(line for line in printed.splitlines() if line.startswith("quantize_naive:bits=4"))
+    smaller = run["exact_cache_bytes"] / run["ops"]["quantize_naive:bits=4"]["cache_bytes"]
+    test = acceptance.perplexity_against_exact(run, "quantize_naive:bits=4")
+    assert f"{smaller:.2f}" in op_row and f"{test.effect:+.3g} [" in op_row
+    assert test.n == 3 and not compare.can_separate(3)
+    assert "at n = 3 no operation can be told from exact" in printed
+
+
+def test_the_helps_examples_are_accepted_as_typed():
+    """Each example at the end of --help (but the one on a reader's own directory) parses and passes
+    every check made before a model loads."""
+    import shlex
+
+    from kvutils.cache import accept_args
+
+    examples = [line.strip() for line in accept_args.EXAMPLES.splitlines()
+                if line.strip().startswith("python -m kvutils.accept") and "./my-model" not in line]
+    assert len(examples) == 2
+    for example in examples:
+        _, args = accept_args.parse(shlex.split(example)[3:])
+        assert args.ops
