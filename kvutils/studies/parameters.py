@@ -336,14 +336,14 @@ class Chapter5Parameters(Declared):
                                 'the top, "L" for every layer',
                                 meaning="depths of the LoRA tails and of the activated adapters (one of each per k)",
                                 allowed="integers 1…L, or `L` (every layer)")
-    rank: int = param(8, "LoRA rank r, at least 1", meaning="LoRA rank and scaling", allowed="rank ≥ 1", check=lora_rank)
-    alpha: float = param(16, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=lora_alpha)
+    rank: int = param(16, "LoRA rank r, at least 1", meaning="LoRA rank and scaling", allowed="rank ≥ 1", check=lora_rank)
+    alpha: float = param(32, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank", check=lora_alpha)
     targets: str = param("q,k,v,o,mlp", "projections each adapted layer gets: any of q, k, v, o, mlp",
                          meaning="projections adapted", allowed="any of `q`, `k`, `v`, `o`, `mlp`")
     steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs",
                              meaning="AdamW training (the seed also draws the examples)",
                              allowed="`steps`, `lr`: one number, or a default then `model:value` pairs")
-    lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.001", "AdamW learning rate: one number, or a "
+    lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.002", "AdamW learning rate: one number, or a "
                             "default then model:rate pairs (Gemma 3 diverges at 0.003)", row="steps")
     batch_size: int = param(16, "training examples per step", row="steps", check=at_least(1))
     schedule: str = param("cosine", 'learning rate over the steps: "cosine" (a linear warm-up, then a cosine decay to 0) '
@@ -371,7 +371,7 @@ class Chapter5Parameters(Declared):
     passage_tokens: int = param(32, "continuation: tokens of passage A",
                                 meaning="`continuation`: tokens of passage A and of passage B", allowed="≥ 4 each")
     candidate_tokens: int = param(24, "continuation: tokens of passage B", row="passage_tokens")
-    n_train: int = param(512, "continuation: training examples (even: half true continuations)",
+    n_train: int = param(1024, "continuation: training examples (even: half true continuations)",
                          meaning="`continuation`: training and held-out examples",
                          allowed="even, ≥ 2 (≥ 64 held out for a useful interval)")
     n_heldout: int = param(128, "continuation: held-out examples (even; at least 64 for a useful interval)", row="n_train")
@@ -392,7 +392,7 @@ class Chapter5Parameters(Declared):
                                        "unpatched adapter answers right); columns of the map",
                                allowed="one of `k_values`; ≥ 1 (at most the pairs the task gives: half the held-out "
                                        "examples for `continuation`); 1…L")
-    patch_pairs: int = param(56, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
+    patch_pairs: int = param(48, "pairs of contexts in the patching map (each cell's n: those the clean adapter answers "
                              "right)", row="patch_k", check=at_least(1))
     patch_layer_groups: int = param(4, "columns of the patching map: the layers in this many contiguous groups",
                                     row="patch_k", check=layers)
