@@ -145,6 +145,19 @@ def test_the_readme_rerun_example_does_not_replace_the_books_results(notebook, o
     assert f"make chapter N={number}" in capsys.readouterr().out
 
 
+def test_the_readmes_papermill_copies_land_in_an_ignored_folder():
+    """Each papermill example writes its executed copy under runs/ (made by the line before them),
+    which git ignores: no out.ipynb left in the repository's root."""
+    import subprocess
+
+    text = (REPO_ROOT / "README.md").read_text()
+    outputs = re.findall(r"^papermill notebooks/\w+\.ipynb (\S+)", text, flags=re.M)
+    assert len(outputs) >= 3 and all(o.startswith("runs/") for o in outputs), outputs
+    assert "mkdir -p runs" in text and "out.ipynb" not in text
+    ignored = subprocess.run(["git", "check-ignore", "-q", "runs/x.ipynb"], cwd=REPO_ROOT)
+    assert ignored.returncode == 0
+
+
 def test_the_defaults_and_an_explicit_results_dir_are_kept():
     defaults = DECLARED["01_cache_exactness"].defaults()
     assert params.run_folder(dict(defaults), "01_cache_exactness", defaults) == "results"
