@@ -105,9 +105,10 @@ job-pages: job-bench
 	$(JOB) pages --threads $(JOB_THREADS)
 jobs: job-pages
 
-# the HTML book (-W: a warning fails the build), after the jobs, when a page is newer than it
+# the HTML book (-W: a warning fails the build) from the executed pages there, when one of them or
+# a prose page is newer than it; make book runs it after build-jobs (no second walk of the jobs)
 html: _build/html/index.html
-_build/html/index.html: $(wildcard $(EXECUTED)/*.ipynb book/*.md book/_static/*) _config.yml _toc.yml | jobs
+_build/html/index.html: $(wildcard $(EXECUTED)/*.ipynb book/*.md book/_static/*) _config.yml _toc.yml
 	$(VENV)/bin/jupyter-book build -W --keep-going .
 
 # rerun one chapter with other parameters, then the summary pages (once every job they read has
