@@ -35,10 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
-# Chromium on a machine with no network: without these it keeps trying to reach Google's hosts.
-# The resolver rule makes every host but 127.0.0.1 unresolvable, so a page that reaches out fails
-# (and is reported, `_leaving`) without intercepting requests: Playwright's request routing leaves
-# a font served from Chromium's cache paused for ever (Chromium bug 1279953; seen here as MathJax's
+# Chromium with no network (else it keeps trying Google's hosts). The resolver rule leaves only
+# 127.0.0.1 resolvable, so a page reaching out fails and is reported (`_leaving`) with no request
+# routing, which left a font from Chromium's cache paused for ever (Chromium bug 1279953: MathJax's
 # fonts "in flight" after 30 s).
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -159,9 +158,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
     def send_head(self):
-        """Chromium asks every new site for /favicon.ico on its own (not a request of the page's,
-        so no page event names it; only a console error without its URL). A site without one gets
-        "204 No Content", not a 404 the check would blame on the first page opened."""
+        """Chromium's own /favicon.ico request (no page event names it, only a console error) gets
+        "204 No Content" where the site has none, not a 404 blamed on the first page opened."""
         if self.path.split("?")[0] == "/favicon.ico" and not Path(self.translate_path(self.path)).is_file():
             self.send_response(204)
             self.end_headers()

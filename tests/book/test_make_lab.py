@@ -45,10 +45,12 @@ def test_make_lab_serves_the_notebooks_and_stops(tmp_path):
     finally:
         os.killpg(lab.pid, signal.SIGINT)  # a terminal's Ctrl-C to make and JupyterLab
         try:
-            lab.wait(timeout=20)
+            lab.wait(timeout=90)  # under a loaded machine JupyterLab takes its time to shut down
+            killed = False
         except subprocess.TimeoutExpired:
             os.killpg(lab.pid, signal.SIGKILL)
             lab.wait()
-    assert "Interrupted" in log.read_text(), log.read_text()[-2000:]  # stopped by the Ctrl-C, not the kill
+            killed = True
+    assert not killed, "make lab did not stop on Ctrl-C: " + log.read_text()[-2000:]
     with pytest.raises(OSError):
         _get(f"{url}/api/status?token=kv")

@@ -220,6 +220,7 @@ def test_the_chapters_kernel_runs_over_ipc_and_prints_no_tcp_warning(tmp_path, c
     assert nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs[0]["text"] == "42\n"
     assert "TCP without encryption" not in printed.out + printed.err
     assert IpcKernelManager().transport == "ipc"
+    assert IpcKernelManager().ip != IpcKernelManager().ip  # side by side, no two kernels share sockets
 
 
 def test_a_page_collapses_code_a_cell_did_not_place_itself(tmp_path):
