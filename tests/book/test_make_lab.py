@@ -20,12 +20,19 @@ def _get(url: str):
         return response.status, response.read().decode()
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A command started in the background of a non-interactive shell (as CI may start make test)
+    inherits SIGINT ignored, and so would make and JupyterLab: give them a terminal's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_make_lab_serves_the_notebooks_and_stops(tmp_path):
     log = tmp_path / "lab.log"
     with open(log, "w") as out:
         lab = subprocess.Popen(["make", "--no-print-directory", "lab", "LAB_ARGS=--no-browser --port=0 "
                                 "--ServerApp.token=kv"], cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+                               stdin=subprocess.DEVNULL,
+                               start_new_session=True, preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         url = None
         for _ in range(120):
@@ -43,7 +50,10 @@ def test_make_lab_serves_the_notebooks_and_stops(tmp_path):
         extensions = REPO_ROOT / ".venv" / "share" / "jupyter" / "labextensions" / "@jupyter-widgets" / "jupyterlab-manager"
         assert extensions.is_dir()
     finally:
-        os.killpg(lab.pid, signal.SIGINT)  # a terminal's Ctrl-C to make and JupyterLab
+        os.killpg(lab.pid, signal.SIGINT)  # a terminal's Ctrl-C to make and JupyterLab ...
+        time.sleep(1)
+        if lab.poll() is None:  # ... twice: without a terminal to confirm on, the first one only asks
+            os.killpg(lab.pid, signal.SIGINT)
         try:
             lab.wait(timeout=90)  # under a loaded machine JupyterLab takes its time to shut down
             killed = False
