@@ -34,14 +34,13 @@ def _folders(results_dir: str | Path, output_dir: str | Path | None) -> tuple[Pa
 
 def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | Path | None, overrides: dict,
             threads: int) -> int:
-    """Reuse the job or compute it; returns the exit status."""
+    """Reuse the job or compute it; returns the exit status. A chapter's `overrides` must have passed
+    `chapters.check_overrides` (`kvutils.build` checks them first, to refuse a wrong -p in one line)."""
     from kvutils.core.results import git_commit, machine_load, write_json_atomic
 
     job = check_job(name)
     results, executed = _folders(results_dir, output_dir)
     parameters = job_parameters(job, profile, overrides)
-    if job.kind == "chapter":
-        chapters.check_overrides(job.name, profile, overrides, str(results))  # before any kernel starts
     expected = inputs_hash(job, profile, parameters, results)
     outputs = job.outputs(results, executed)
     record = read_record(results, name)

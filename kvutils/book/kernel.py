@@ -1,4 +1,4 @@
-"""The kernel papermill starts for a chapter: over IPC (Unix sockets in Jupyter's runtime folder)
+"""The kernel papermill starts for a chapter: over IPC (Unix sockets in the temporary folder)
 rather than TCP on localhost. A TCP kernel without CurveZMQ keys prints ipykernel's warning that
 it runs "over TCP without encryption" at every start; over IPC nothing of the kernel's traffic
 leaves the machine's file system, and the warning has nothing to say."""

@@ -41,7 +41,7 @@ def rerun_commands() -> pd.DataFrame:
     for n, params in ARTICLE_MODELS.items():
         flags = " ".join(f"-p {k} {shlex.quote(v)}" for k, v in params.items())
         name = NOTEBOOKS[n]
-        rows.append({"chapter": f"{n} {NOTEBOOKS[n]}", "models": ", ".join(dict.fromkeys(params.values())),
+        rows.append({"chapter": f"{n} {name}", "models": ", ".join(dict.fromkeys(params.values())),
                      "rerun and rebuild the book": f'make chapter N={n} PARAMS="{flags}"',
                      "papermill alone": f"mkdir -p runs && papermill notebooks/{name}.ipynb runs/{name}.ipynb {flags}"})
     return pd.DataFrame(rows).set_index("chapter")
