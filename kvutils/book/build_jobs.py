@@ -2,7 +2,10 @@
 it when its record stands, else compute it and write its record after its results."""
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kvutils.book import chapters
@@ -17,7 +20,10 @@ from kvutils.book.jobs import (
     sources_digest,
     stale_reason,
 )
+from kvutils.core import cores
 from kvutils.core.catalog import PAGES
+
+SLOTS = "running"  # <results>/jobs/running/<job>.pid: the jobs running now (kvutils.core.cores)
 
 
 def job_parameters(job: Job, profile: str, overrides: dict) -> dict:
@@ -53,16 +59,41 @@ def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | 
     print(f"== job {name}: computing on {_threads(threads)}: {why}", flush=True)
     load_before = machine_load() if job.alone else None
     started, began = time.time(), _now()
-    _execute(job, profile, results, executed, parameters, timed_alone=not overrides)
+    with core_slot(results, name) as used:
+        _execute(job, profile, results, executed, parameters, timed_alone=not overrides)
     wall = time.time() - started
     load_after = machine_load() if job.alone else None
     write_json_atomic(record_path(results, name), {
         "job": name, "kind": job.kind, "status": "computed", "inputs_hash": expected, "profile": profile,
         "parameters": parameters, "outputs": {p.name: file_digest(p) for p in outputs}, "wall_s": round(wall, 2),
-        "threads": threads, "load_before": load_before, "load_after": load_after, "commit": git_commit(),
+        "threads": threads, "threads_used": [threads, *used], "load_before": load_before, "load_after": load_after,
+        "commit": git_commit(),
         "started": began, "finished": _now(), "checked": _now()})
     print(f"== job {name}: computed in {wall:.0f} s", flush=True)
     return 0
+
+
+@contextmanager
+def core_slot(results: Path, name: str) -> Iterator[list[int]]:
+    """The job's slot among the build's running jobs for the length of the block (see
+    `kvutils.core.cores`: a job's long loops take the cores other jobs have freed); yields the list
+    the thread counts it changed to are put in when the block ends."""
+    folder = results / "jobs" / SLOTS
+    folder.mkdir(parents=True, exist_ok=True)
+    slot, changes = folder / f"{name}.pid", folder / f"{name}.threads"
+    changes.unlink(missing_ok=True)
+    slot.write_text(str(os.getpid()), encoding="utf-8")
+    os.environ.update({cores.SLOTS_ENV: str(folder), cores.JOB_ENV: name,
+                       cores.CORES_ENV: os.environ.get(cores.CORES_ENV) or str(os.cpu_count() or 1)})
+    used: list[int] = []
+    try:
+        yield used
+    finally:
+        used += cores.threads_used(folder, name)
+        slot.unlink(missing_ok=True)
+        changes.unlink(missing_ok=True)
+        for variable in (cores.SLOTS_ENV, cores.JOB_ENV):
+            os.environ.pop(variable, None)
 
 
 def missing_inputs(name: str, results_dir: str | Path) -> list[str]:

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import torch
 from transformers import DynamicCache
 
+from kvutils.core import cores
 from kvutils.lora.families import decoder, decoder_layers, unwrap
 from kvutils.lora.tails import active_adapter
 
@@ -62,6 +63,7 @@ def states_and_prefix_cache(model, ids: torch.Tensor, mask: torch.Tensor, layers
     the cache of everything before the marker, each joined along the batch."""
     states, caches = [], []
     for start in range(0, ids.shape[0], rows):
+        cores.share()  # in make book, the cores other jobs have freed
         cache = new_cache(model)
         states.append(boundary_states(model, ids[start:start + rows], mask[start:start + rows], layers, cache=cache))
         cache.crop(-marker_len)

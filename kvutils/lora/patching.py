@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+from kvutils.core import cores
 from kvutils.lora.boundary import copy_cache, efficient_head, new_cache, skip_lower_layers
 from kvutils.lora.families import decoder
 from kvutils.lora.switching import layer_differences, nan_max
@@ -216,6 +217,7 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
     foreign = list(foreign) if foreign is not None else [None] * len(pairs)
     for (target_ids, source_ids, own, other), alien in tqdm(list(zip(pairs, foreign)), desc="patching",
                                                             unit="context"):
+        cores.share()
         if list(target_ids[:prefix_len]) != list(source_ids[:prefix_len]):
             raise ValueError("the two contexts do not share their first prefix_len tokens")
         caches = [own_cache(model, adapter, ids, device) for ids in (target_ids, source_ids)]

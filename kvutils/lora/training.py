@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+from kvutils.core import cores
 from kvutils.lora.boundary import marker_logits, select_rows, tail_logits
 from kvutils.lora.schedule import LOSSES, lr_factor
 from kvutils.lora.tails import adapter_parameters
@@ -130,6 +131,7 @@ def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch,
     queue: list[int] = []
     losses = []
     for step in tqdm(range(steps), desc=f"train {adapter_name}", unit="step"):
+        cores.share()  # in make book, the cores other jobs have freed
         if len(queue) < batch_size:  # epochs of a seeded permutation
             perm = list(range(n))
             order.shuffle(perm)

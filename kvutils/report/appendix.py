@@ -329,7 +329,9 @@ def _how(row: dict) -> str:
     if job is None:
         return ""
     done = "computed" if job["status"] == "computed" else f"reused (computed at {job['commit'][:12]}, {job['finished']})"
-    return f"{done}, {job['threads']} thread{'s' * (job['threads'] != 1)}"
+    used = job.get("threads_used") or [job["threads"]]  # it took the cores of the jobs that ended before it
+    counts = [n for i, n in enumerate(used) if i == 0 or n != used[i - 1]]
+    return f"{done}, {' → '.join(map(str, counts))} thread{'s' * (counts != [1])}"
 
 
 def book_times_table(bench: dict, runs: dict) -> pd.DataFrame:

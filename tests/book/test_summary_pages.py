@@ -137,6 +137,8 @@ def test_jobs_side_by_side_count_once_and_a_busy_timing_is_flagged(runs):
     assert table.loc["total on record", "seconds"] == ra.fmt(200.0 + 1050.0 + 100.0, 4)
     assert table.loc["chapter 04_cache_approximations", "in the total"].startswith("no")
     assert table.loc["chapter 01_cache_exactness", "job"] == "reused (computed at abcdef123456, ), 1 thread"
+    bench["jobs"]["05"]["threads_used"] = [1, 2, 1, 2]  # it took the cores of jobs that had ended
+    assert ra.book_times_table(bench, runs).loc["chapter 05_qwen3_switch", "job"] == "computed, 1 → 2 → 1 → 2 threads"
     assert table.loc["chapter 4's decode steps, timed alone", "machine around it"].startswith("BUSY")
     assert table.loc["chapter 04_cache_approximations", "job"] == "computed, 1 thread"
     assert ra.performance_glue(bench, runs)["total_min"] == ra.fmt(1350.0 / 60, 3)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 from tqdm import tqdm
 
+from kvutils.core import cores
 from kvutils.lora.boundary import copy_cache, new_cache
 from kvutils.lora.patching import answer_map, runs
 from kvutils.lora.switching import answer_logits, base_prefill, compare_logits, layer_differences, nan_max, switch_cache
@@ -69,6 +70,7 @@ def heldout_accuracy(mp: ModelPlan, model, device: str) -> dict:
     logodds: dict[tuple[str, str], list[float]] = {}
     order: list[Example] = []  # the examples in the order their answers are stored
     for group in tqdm(by_length(mp.heldout, m), desc=f"{mp.name} held-out switch", unit="batch"):
+        cores.share()  # in make book, the cores other jobs have freed
         ids = torch.tensor([e.ids[:-m] for e in group], device=device)  # (batch, prefix)
         marker = torch.tensor([mp.marker_ids] * len(group), device=device)  # (batch, m)
         pre = base_prefill(model, ids, starts)
