@@ -9,7 +9,7 @@ Public API (stable; readers and every chapter call these):
 
 Importing kvutils is light: each name loads its module (and torch) when first used.
 The layers, each importing only from those above it in this list: core, models, cache, lora,
-studies, report, explorer, book (see the README's map).
+studies, report, explorer, book (see the map in CONTRIBUTING.md).
 """
 from __future__ import annotations
 

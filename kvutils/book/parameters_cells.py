@@ -1,8 +1,8 @@
-"""The notebooks' `parameters` cells and the README's parameter table, written from the one
+"""The notebooks' `parameters` cells and the parameter table of CONTRIBUTING.md (the README links to it), written from the one
 declaration of each notebook's parameters (kvutils.studies.parameters).
 
     python -m kvutils.book.parameters_cells           # list what differs from the declarations (exit 1 if any)
-    python -m kvutils.book.parameters_cells --write   # rewrite those cells and the README's table
+    python -m kvutils.book.parameters_cells --write   # rewrite those cells and the parameter table
 
 tests/test_parameters.py fails while a cell or the table differs.
 """
@@ -56,7 +56,9 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-# --------------------------------------------------------------------------- the README's table
+# --------------------------------------------------------------------------- the parameter table
+
+TABLE_FILE = "CONTRIBUTING.md"  # the reference the README links to: the table stands there between its markers
 
 
 def _label(notebook: str) -> str:
@@ -80,17 +82,17 @@ def readme_table() -> str:
 
 
 def with_table(readme: str) -> str:
-    """The README's text with the generated table between its two markers."""
+    """The text of TABLE_FILE with the generated table between its two markers."""
     if readme.count(START) != 1 or readme.count(END) != 1 or readme.index(START) > readme.index(END):
-        raise ValueError(f"README.md: the parameter table must stand between one {START!r} and one {END!r}")
+        raise ValueError(f"{TABLE_FILE}: the parameter table must stand between one {START!r} and one {END!r}")
     before, rest = readme.split(START)
     _, after = rest.split(END)
     return f"{before}{START}\n{readme_table()}\n{END}{after}"
 
 
 def write_readme(root: Path | None = None) -> bool:
-    """Rewrite the README's table if it differs; True if it did."""
-    path = (root or repo_root()) / "README.md"
+    """Rewrite the parameter table if it differs; True if it did."""
+    path = (root or repo_root()) / TABLE_FILE
     text = path.read_text(encoding="utf-8")
     if with_table(text) == text:
         return False
@@ -100,16 +102,16 @@ def write_readme(root: Path | None = None) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvutils.book.parameters_cells", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="rewrite the stale cells and the README's table")
+    parser.add_argument("--write", action="store_true", help="rewrite the stale cells and the parameter table")
     args = parser.parse_args(argv)
     if args.write:
-        written = write_cells() + (["README.md"] if write_readme() else [])
-        print("rewrote " + ", ".join(written) if written else "every cell and the README's table match the declarations")
+        written = write_cells() + ([TABLE_FILE] if write_readme() else [])
+        print("rewrote " + ", ".join(written) if written else "every cell and the parameter table match the declarations")
         return 0
-    readme = (repo_root() / "README.md").read_text(encoding="utf-8")
-    stale = stale_cells() + (["README.md"] if with_table(readme) != readme else [])
+    readme = (repo_root() / TABLE_FILE).read_text(encoding="utf-8")
+    stale = stale_cells() + ([TABLE_FILE] if with_table(readme) != readme else [])
     print(f"differ from kvutils/studies/parameters.py: {', '.join(stale)}; rewrite them with --write" if stale
-          else "every cell and the README's table match the declarations")
+          else "every cell and the parameter table match the declarations")
     return 1 if stale else 0
 
 

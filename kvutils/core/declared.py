@@ -3,8 +3,8 @@
 From the one declaration come the notebook's `parameters` cell (papermill's interface, rewritten
 from it by `python -m kvutils.book.parameters_cells --write`), the check of every single value
 (each field's `check`, run when an instance is made, so before any model loads), the names a
-`-p` may give, the defaults that decide where a run writes (kvutils.core.params), the README's
-parameter table, and the `parameters` a results file records.
+`-p` may give, the defaults that decide where a run writes (kvutils.core.params), the
+parameter table (CONTRIBUTING.md), and the `parameters` a results file records.
 
     @dataclass(frozen=True)
     class Chapter9Parameters(Declared):
@@ -12,16 +12,24 @@ parameter table, and the `parameters` a results file records.
         n_docs: int = param(16, "documents scored", meaning="documents", allowed="≥ 1", check=at_least(1))
 
 A field's `doc` is its comment in the notebook's cell ("{notebook}" there names the notebook);
-`meaning`, `allowed` and `note` (said after the default) are its README row. Fields that share a
-README row name the row's first field as their `row` and leave `meaning` and `allowed` to it.
+`meaning`, `allowed` and `note` (said after the default) are its row of the parameter table.
+Fields that share a row name the row's first field as their `row` and leave `meaning` and `allowed` to it.
 """
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
 from kvutils.core import params
+
+
+def say_first(notebook: str, err: Exception) -> None:
+    """In a kernel (where sys.stderr is the notebook's), one line on the kernel process's own
+    stderr: papermill's terminal, where it comes before papermill's traceback."""
+    if sys.__stderr__ is not None and sys.stderr is not sys.__stderr__:
+        print(f"{notebook}: refused in its first cell: {err}", file=sys.__stderr__, flush=True)
 
 Check = Callable[[str, object], object]  # check(name, value) raises ValueError naming the parameter
 
@@ -30,7 +38,7 @@ SIMPLE = (str, int, float, bool, tuple)  # a default is one of these: never a mu
 
 def param(default, doc: str, *, meaning: str = "", allowed: str = "", note: str = "", shown: str = "",
           row: str = "", check: Check | None = None):
-    """One parameter: its default, its comment in the cell, its README row (`shown` replaces the
+    """One parameter: its default, its comment in the cell, its row of the parameter table (`shown` replaces the
     row's default cell, its literals and notes), and the check of a value given for it."""
     if not isinstance(default, SIMPLE):
         raise TypeError(f"a parameter's default must be one of {[t.__name__ for t in SIMPLE]}, got {default!r}")
@@ -140,7 +148,15 @@ class Declared:
     @classmethod
     def from_notebook(cls, namespace: dict):
         """The notebook's first cell: no unknown `-p` name and a usable results_dir (see
-        `params.check_notebook`, which also decides the folder), then every value checked."""
-        results_dir = params.check_notebook(namespace, cls.NOTEBOOK, cls.defaults())
-        values = {name: namespace.get(name, default) for name, default in cls.defaults().items()}
-        return cls(**{**values, "results_dir": results_dir})
+        `params.check_notebook`, which also decides the folder), then every value checked.
+
+        A refusal is said first, in one line: run by papermill's command line, the kernel's own
+        stderr is the terminal's, so the reason comes before papermill's traceback of the cell; the
+        cell's traceback itself ends here, without kvutils' frames inside the check."""
+        try:
+            results_dir = params.check_notebook(namespace, cls.NOTEBOOK, cls.defaults())
+            values = {name: namespace.get(name, default) for name, default in cls.defaults().items()}
+            return cls(**{**values, "results_dir": results_dir})
+        except ValueError as err:
+            say_first(cls.NOTEBOOK, err)
+            raise err.with_traceback(None) from None

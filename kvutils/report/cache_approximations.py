@@ -184,27 +184,35 @@ def blend_tests(table2: dict) -> dict[str, tuple[float, compare.Paired]]:
     return out
 
 
-def _triple(r: dict, exact_ppl: float | None = None) -> str:
+def _triple(r: dict) -> str:
     return f"{fmt(r['mean_kl'], 3)} · {r['top1_agreement_pct']:.2f} · {fmt(r['perplexity'], 4)}"
+
+
+CHUNK_REFERENCE = "exact (the chunk rows' reference)"  # Table 2's row of the exact cache at the chunk rows' setting
 
 
 def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataFrame:
     """Table 2: per operation, mean KL vs the exact cache (nats) · top-1 agreement (%) ·
-    perplexity, the article's beside each model's. Chunk rows use the shorter chunk decode. With
-    `frontier`, the deployed methods it scored join as rows of their own (on the frontier's
-    documents, which the column "scored on" names); an operation both ran keeps Table 2's numbers."""
+    perplexity, the article's beside each model's. Chunk rows use the shorter chunk decode, under their
+    own exact row (CHUNK_REFERENCE). With `frontier`, its deployed methods join as rows (on its documents,
+    "scored on" says); an operation both ran keeps Table 2's numbers."""
     art = article_rows_by_spec()
     rows: dict[str, dict[str, str]] = {}
     for model, runs in table2.items():
         for kind in ("plain", "chunks"):
-            for spec, r in _ops(runs[kind]).items():
-                row = rows.setdefault(spec, {"scored on": f"{len(runs[kind]['documents'])} documents"})
+            run = runs[kind] or {"ops": {}}
+            setting = f"{len(run.get('documents', []))} documents, {run.get('prefill')} + {run.get('decode')} tokens"
+            if kind == "chunks" and "exact_perplexity" in run:  # the chunk rows' own reference, at their decode
+                rows.setdefault(CHUNK_REFERENCE, {"scored on": setting}).update({
+                    model: f"0 · 100.00 · {fmt(run['exact_perplexity'], 4)}",
+                    f"{model}: cache KiB": fmt(run["exact_cache_bytes"] / 1024, 5)})
+            for spec, r in _ops(run).items():
+                row = rows.setdefault(spec, {"scored on": setting})
                 if spec in art and "article (Pythia-160M)" not in row:
                     a = art[spec]
                     ppl = fmt(a["perplexity"], 6) if a["perplexity"] is not None else "n/a"
                     row["article (Pythia-160M)"] = f"{fmt(a['kl'], 6)} · {a['top1_pct']} · {ppl}"
-                row[f"{model}"] = _triple(r)
-                row[f"{model}: cache KiB"] = fmt(r["cache_bytes"] / 1024, 5)
+                row.update({model: _triple(r), f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
     table2_specs = set(rows)
     for model, run in (frontier or {}).items():
         for spec, r in run["ops"].items():
@@ -212,8 +220,7 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
                 continue
             row = rows.setdefault(spec, {})
             row["scored on"] = f"{len(run['documents'])} documents (the frontier's)"
-            row[f"{model}"] = _triple(r)
-            row[f"{model}: cache KiB"] = fmt(r["cache_bytes"] / 1024, 5)
+            row.update({model: _triple(r), f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
     for model, run in (frontier or {}).items():
         for spec, why in run.get("refused", {}).items():
             rows.setdefault(spec, {"scored on": "— (refused by every model)"})[f"{model}"] = f"refused: {why}"

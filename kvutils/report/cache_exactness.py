@@ -197,7 +197,8 @@ def _per_step_glue(numbers: dict) -> str:
         return ("Every prompt of this run was decoded with the article's per-step procedure" if modes == {"per_step"}
                 else "This run did not repeat any prompt with the article's per-step procedure (per_step_prompts = 0)")
     k = next(r["decode_per_step"]["n_prompts"] for m in numbers.values() for r in m.values() if "decode_per_step" in r)
-    return f"On the first {k} prompts, the article's per-step procedure gave " + "; ".join(parts)
+    first = "On the first prompt" if k == 1 else f"On the first {k} prompts"
+    return f"{first}, the article's per-step procedure gave " + "; ".join(parts)
 
 
 def _per_step_cost(numbers: dict) -> str:

@@ -15,6 +15,7 @@ from kvutils.report.figures import styled
 from kvutils.report.frontier import COLOURS, SPARE_COLOURS
 from kvutils.report.frontier import label as frontier_label
 from kvutils.report.tables import page_table
+from kvutils.report.text import counted, listed
 
 REGIME_MARKERS = {"agnostic": "o", "aware": "^"}
 REGIME_WORDS = {"agnostic": "question after compression", "aware": "question in the compressed prefill"}
@@ -234,7 +235,7 @@ def kl_findings(model: str, result: dict) -> str:
         parts.append(f"at compression {level}, Kendall's τ between mean KL and accuracy over {len(v['methods'])} methods "
                      f"is {v['tau']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({v['n_documents']} documents, {v['n_prompts']} prompts): "
                      f"{verdict}")
-    return f"{model}, question {REGIME_WORDS[k['regime']]}: " + "; ".join(parts) + "."
+    return f"{model}, {REGIME_WORDS[k['regime']]}: " + "; ".join(parts) + "."
 
 
 def kvpress_comparison(retrieval: dict) -> str:
@@ -279,8 +280,8 @@ def retrieval_setup(numbers: dict) -> str:
         for hay, r in haystacks(result).items():
             n = len(r["prompts"])
             needle = "RULER's magic number" if r["prompts"] and r["prompts"][0]["word"] else "the pass key"
-            parts.append(f"{model}, {hay} ({needle}): {n} prompts over contexts "
-                         f"{', '.join(map(str, r['contexts']))} tokens and {len(r['ops'])} methods in 2 regimes")
+            parts.append(f"{model}, {hay} ({needle}): {counted(n, 'prompt')} at {listed(r['contexts'], 'context')} "
+                         f"tokens, {counted(len(r['ops']), 'method')} in 2 regimes")
     if not parts:
         return "not run."
     judged = sorted({lab for res in retrieval.values() for hay in haystacks(res).values() for lab in hay["ops"]},

@@ -10,7 +10,7 @@ from kvutils.core import compare
 from kvutils.core.article import article
 from kvutils.report.figures import depth_fractions, styled
 from kvutils.report.tables import rows_table
-from kvutils.report.text import fmt
+from kvutils.report.text import fmt, listed
 
 
 def peak_depths(values: list[float]) -> tuple[float, list[int]]:
@@ -145,7 +145,7 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
     out["new"] = "; ".join(
         f"{m}: {fmt(r['probe']['new_position_pct'][1])}% after layer 1, "
         f"peak {fmt(peak_depths(r['probe']['new_position_pct'])[0])}% "
-        f"(depths {', '.join(map(str, peak_depths(r['probe']['new_position_pct'])[1]))})"
+        f"({listed(peak_depths(r['probe']['new_position_pct'])[1], 'depth')})"
         for m, r in causal.items()) or "no causal model run"
     out["encoder"] = "; ".join(
         f"{m}: {fmt(r['probe']['old_position_pct'][1])}% after layer 1, "

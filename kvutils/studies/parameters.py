@@ -1,6 +1,6 @@
 """Every parameter of the book, declared once: one declaration per notebook (kvutils.core.declared).
 
-Each notebook's `parameters` cell, the README's parameter table, the check of each single value
+Each notebook's `parameters` cell, the parameter table (CONTRIBUTING.md), the check of each single value
 and the `parameters` its results file records come from here; a study's `plan(p)` takes the
 declaration, and checks what needs more than one value, a model or a file. The studies import this
 module, not the other way round (it takes constants from two light modules of theirs), so a

@@ -165,3 +165,4 @@ def test_pages_open_with_results_not_code_and_show_no_machine_path(built_book):
         shown = [i.get_text()[:80] for i in inputs if i.find_parent("details") is None]
         assert not shown, f"{page.name}: code shown before the reader asks: {shown}"
         assert str(root) not in page.read_text() and "results_dir = \"/" not in soup.get_text(), page.name
+

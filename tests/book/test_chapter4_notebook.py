@@ -69,6 +69,10 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     assert table.loc[snap, "tiny-llama"].startswith(report_costs.fmt(frontier["tiny-llama"]["ops"][snap]["mean_kl"], 3))
     assert table.loc["hf_quantized:backend=fp8", "tiny-gemma3"].startswith("refused: ")
     assert table.loc["hf_quantized:backend=fp8", "scored on"].endswith("documents (the frontier's)")  # tiny-llama's
-    assert table.loc["exact", "scored on"] == f"{len(numbers['table2']['tiny-llama']['plain']['documents'])} documents"
+    plain, chunks = numbers["table2"]["tiny-llama"]["plain"], numbers["table2"]["tiny-llama"]["chunks"]
+    setting = f"{len(plain['documents'])} documents, {plain['prefill']} + {plain['decode']} tokens"
+    assert table.loc["exact", "scored on"] == setting
+    reference = table.loc[report_costs.CHUNK_REFERENCE, "tiny-llama"]  # the chunk rows sit under their own exact row
+    assert reference.endswith(report_costs.fmt(chunks["exact_perplexity"], 4))
     alone = report_costs.approximations_table(numbers["table2"])
     assert table.loc["quantize_naive:bits=4", alone.columns].equals(alone.loc["quantize_naive:bits=4"])

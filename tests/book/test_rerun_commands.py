@@ -27,3 +27,21 @@ def test_papermills_command_line_with_a_number_a_list_and_a_model(tmp_path):
     assert record["parameters"]["lr"] == "0.003" and record["parameters"]["k_values"] == "1,2"
     assert record["parameters"]["patch_k"] == 2 and record["numbers"]["tiny-qwen3"]["k_values"] == [1, 2]
     assert json.loads((tmp_path / "out.ipynb").read_text())["metadata"]["papermill"]["parameters"]["lr"] == 0.003
+
+
+def test_a_misspelt_parameter_on_papermills_command_line_is_said_first_in_one_line(tmp_path):
+    """The reason comes before papermill's traceback, on the terminal (the kernel's own stderr), and
+    the notebook's traceback ends at the check, without kvutils' frames inside it."""
+    argv = [str(Path(sys.executable).parent / "papermill"), "notebooks/02_bert_contrast.ipynb", str(tmp_path / "out.ipynb"),
+            "--cwd", str(REPO_ROOT), "-p", "batchsize", "4", "-p", "results_dir", str(tmp_path / "res")]
+    done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    reason = "02_bert_contrast: refused in its first cell: batchsize: not a parameter of 02_bert_contrast"
+    assert reason in done.stderr and "did you mean batch_size?" in done.stderr, done.stderr[-3000:]
+    assert done.stderr.index(reason) < done.stderr.index("Traceback"), done.stderr[-3000:]
+    errors = [o for c in json.loads((tmp_path / "out.ipynb").read_text())["cells"] for o in c.get("outputs", [])
+              if o["output_type"] == "error"]
+    assert len(errors) == 1 and errors[0]["ename"] == "ValueError"
+    frames = [line for line in errors[0]["traceback"] if "kvutils/core/params.py" in line]
+    assert not frames, "the check's own frames are left out"
+    assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())

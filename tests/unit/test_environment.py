@@ -62,13 +62,15 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (REPO_ROOT / ".ci" / "run").read_text()
 
 
-def test_the_readme_table_documents_every_notebook_parameter():
-    """One table in the README names every parameter of every notebook, with the notebooks it belongs to."""
+def test_the_parameter_table_documents_every_notebook_parameter():
+    """One table (in CONTRIBUTING.md, which the README links to) names every parameter of every
+    notebook, with the notebooks it belongs to."""
     import papermill
 
+    from kvutils.book.parameters_cells import TABLE_FILE
     from kvutils.core.catalog import NOTEBOOKS, PAGES
 
-    rows = [line.strip().strip("|").split("|") for line in (REPO_ROOT / "README.md").read_text().splitlines()
+    rows = [line.strip().strip("|").split("|") for line in (REPO_ROOT / TABLE_FILE).read_text().splitlines()
             if line.startswith("| ") and "`" in line.split("|")[2]]
     documented: dict[str, set[str]] = {}
     for cells in rows:
@@ -80,7 +82,7 @@ def test_the_readme_table_documents_every_notebook_parameter():
     for notebook in {**NOTEBOOKS, **PAGES}.values():
         parameters = papermill.inspect_notebook(REPO_ROOT / "notebooks" / f"{notebook}.ipynb")
         missing = set(parameters) - documented.get(notebook, set())
-        assert not missing, f"{notebook}: {sorted(missing)} not in the README's parameter table"
+        assert not missing, f"{notebook}: {sorted(missing)} not in the parameter table of {TABLE_FILE}"
 
 
 def test_lint_is_clean():

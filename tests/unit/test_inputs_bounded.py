@@ -20,6 +20,7 @@ import torch
 from conftest import load_cached
 
 from kvutils.book import chapters
+from kvutils.book.parameters_cells import TABLE_FILE
 from kvutils.cache import accept as acceptance
 from kvutils.cache import registry
 from kvutils.cache.methods.hf_quantized import backend_missing
@@ -472,12 +473,12 @@ def test_an_intact_entry_is_used_as_it_is(tmp_path, real, monkeypatch):
     assert converted.converted_dir("smollm2-135m") == entry
 
 
-# --------------------------------------------------------------------------- the README's documented special values
+# --------------------------------------------------------------------------- the parameter table's documented special values
 
 PLANS = {"01_cache_exactness": exactness.plan, "02_bert_contrast": senses_study.plan,
          "03_sense_probes": senses_study.plan, "04_cache_approximations": approx_study.plan,
          "05_qwen3_switch": switch.plan}
-# every special value the README's parameter table documents (an empty list, "none", one value),
+# every special value the parameter table (CONTRIBUTING.md) documents (an empty list, "none", one value),
 # with what the plan must make of it; the quick profile supplies the rest
 SPECIAL = [
     ("01_cache_exactness", dict(per_step_prompts=0), lambda p: p.per_step_prompts == 0),  # "0: none"
@@ -506,7 +507,7 @@ SPECIAL_WORDS = re.compile(r'`""`|\bnone\b|one number|`L`|`auto`')
 
 
 def _readme_rows():
-    for line in (REPO_ROOT / "README.md").read_text().splitlines():
+    for line in (REPO_ROOT / TABLE_FILE).read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and re.match(r"\d", cells[0]):
             yield re.findall(r"`(\w+)`", cells[0]), re.findall(r"`(\w+)`", cells[1]), cells[3] + " " + cells[4]
@@ -516,8 +517,8 @@ def test_the_walk_covers_every_special_value_the_readme_documents():
     covered = {(notebook, name) for notebook, change, _ in SPECIAL for name in change}
     missing = [(notebooks, names) for notebooks, names, text in _readme_rows() if SPECIAL_WORDS.search(text)
                and not any((nb, name) in covered for nb in notebooks for name in names)]
-    assert not missing, f"README rows with documented special values that the walk does not try: {missing}"
-    single = re.findall(r"-p (\w+) (\d+)", next(line for line in (REPO_ROOT / "README.md").read_text()
+    assert not missing, f"{TABLE_FILE} rows with documented special values that the walk does not try: {missing}"
+    single = re.findall(r"-p (\w+) (\d+)", next(line for line in (REPO_ROOT / TABLE_FILE).read_text()
                                               .splitlines() if "A single number is a valid list" in line))
     assert single and all(any(name in change and isinstance(change[name], int) for _, change, _ in SPECIAL)
                           for name, _ in single)

@@ -41,7 +41,7 @@ def test_the_notebooks_parameters_cell_is_its_declaration(notebook):
 
 
 def test_the_readme_table_is_generated_from_the_declarations():
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO_ROOT / parameters_cells.TABLE_FILE).read_text(encoding="utf-8")
     assert parameters_cells.with_table(readme) == readme, "run python -m kvutils.book.parameters_cells --write"
     table = readme.split(parameters_cells.START)[1].split(parameters_cells.END)[0]
     for cls in declared.DECLARED.values():  # every parameter has a row, with what it means and allows
@@ -129,8 +129,9 @@ def test_the_write_command_rewrites_only_a_stale_parameters_cell(tmp_path):
     """On a copy of the notebooks and README: an edited cell and a hand-edited table row are put
     back as the declarations say, the rest of each file byte for byte as it was."""
     shutil.copytree(REPO_ROOT / "notebooks", tmp_path / "notebooks")
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    (tmp_path / "README.md").write_text(readme.replace("| prompts decoded together |", "| prompts |"), encoding="utf-8")
+    readme = (REPO_ROOT / parameters_cells.TABLE_FILE).read_text(encoding="utf-8")
+    edited = readme.replace("| prompts decoded together |", "| prompts |")
+    (tmp_path / parameters_cells.TABLE_FILE).write_text(edited, encoding="utf-8")
     path = parameters_cells.notebook_path("04_cache_approximations", tmp_path)
     original = path.read_text(encoding="utf-8")
     nb = json.loads(original)
@@ -141,7 +142,7 @@ def test_the_write_command_rewrites_only_a_stale_parameters_cell(tmp_path):
     assert parameters_cells.write_cells(tmp_path) == ["04_cache_approximations"]
     assert parameters_cells.write_readme(tmp_path)
     assert path.read_text(encoding="utf-8") == original
-    assert (tmp_path / "README.md").read_text(encoding="utf-8") == readme
+    assert (tmp_path / parameters_cells.TABLE_FILE).read_text(encoding="utf-8") == readme
     assert parameters_cells.stale_cells(tmp_path) == [] and not parameters_cells.write_readme(tmp_path)
 
 

@@ -32,8 +32,8 @@ def refusal(config, op: HFQuantized) -> str | None:
     """Why transformers' QuantizedCache refuses this model (it takes only full-attention layers)."""
     kinds = set(layer_types(config))
     if kinds - {"full_attention"}:
-        return (f"transformers' QuantizedCache refuses models with {sorted(kinds - {'full_attention'})} layers "
-                "(only full attention is supported)")
+        others = " and ".join(kind.replace("_", "-") for kind in sorted(kinds - {"full_attention"}))
+        return f"transformers' QuantizedCache refuses models with {others} layers (only full attention is supported)"
     return backend_missing(op.backend)
 
 
