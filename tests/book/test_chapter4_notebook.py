@@ -35,7 +35,7 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     assert gemma["held_kib_per_token_fp32"] < gemma["formula_kib_per_token_fp32"]  # windowed layers
     frontier = numbers["frontier"]
     assert set(frontier) == {"tiny-llama", "tiny-gemma3"}
-    assert "sliding_attention" in frontier["tiny-gemma3"]["refused"]["hf_quantized:backend=fp8"]
+    assert "sliding-attention" in frontier["tiny-gemma3"]["refused"]["hf_quantized:backend=fp8"]
     llama = frontier["tiny-llama"]["ops"]
     assert (llama["hf_quantized:backend=fp8"]["path"] == "step"
             and llama["h2o:compression_ratio=0.25,recent=0.5"]["path"] == "step")

@@ -339,7 +339,7 @@ def test_a_cache_that_refuses_the_model_is_named_not_skipped(texts, capsys):
     run = acceptance.accept_many(loaded, ["exact", "hf_quantized:backend=fp8"], texts[:1], prefill=PREFILL,
                                  decode=DECODE, progress=False)
     assert list(run["ops"]) == ["exact"]
-    assert "sliding_attention" in run["refused"]["hf_quantized:backend=fp8"]
+    assert "sliding-attention" in run["refused"]["hf_quantized:backend=fp8"]
     assert "hf_quantized:backend=fp8 not scored" in capsys.readouterr().err
     assert "refused: transformers' QuantizedCache refuses" in acceptance.table(run)
 

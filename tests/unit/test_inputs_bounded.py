@@ -272,7 +272,7 @@ def test_a_cli_run_with_a_refused_op_exits_non_zero_and_names_it(tmp_path, capsy
                               "--out", str(out)])
     assert status == acceptance.NOT_ALL_SCORED != 0
     run = json.loads(out.read_text())
-    assert list(run["ops"]) == ["exact"] and "sliding_attention" in run["refused"]["hf_quantized:backend=fp8"]
+    assert list(run["ops"]) == ["exact"] and "sliding-attention" in run["refused"]["hf_quantized:backend=fp8"]
     assert "not scored (refused: hf_quantized:backend=fp8)" in capsys.readouterr().err
 
 

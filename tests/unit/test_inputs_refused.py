@@ -83,7 +83,7 @@ def bad_inputs(tmp_path_factory):
         "passkey: every operation refused by the model": (["kvutils.accept", "--model", "gemma3-270m", "--task", "passkey",
                                                            "--op", "hf_quantized:backend=fp8", "--context", "256"],
                                                           ["--op: every operation asked for is refused for gemma3-270m",
-                                                           "sliding_attention"]),
+                                                           "sliding-attention"]),
         "chapters: misspelt parameter": (["kvutils.chapters", "03", "-p", "distanse", "cosine", "--no-pages",
                                           "--results-dir", str(tmp / "res")], ["distanse", "did you mean distance?"]),
         "chapters: rank": (["kvutils.chapters", "05", "-p", "rank", "100000000", "--no-pages", "--results-dir",
