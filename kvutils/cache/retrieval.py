@@ -15,7 +15,10 @@ transformers' cache objects. Per prompt and operation:
   separator (a space; the model may prefer a quote) given. Greedy decoding reads the same cache as
   teacher forcing for as long as the tokens agree, so this is greedy decoding writing the key
   exactly once the separator is written, found without decoding;
-- `key_logprob`: the log-probability of the key's tokens (after the separator), summed, in nats.
+- `key_logprob`: the log-probability of the key's tokens (after the separator), summed, in nats;
+- `needle_kept` (`needle_kept`): per layer and KV head, the share of the needle's entries the cache
+  still lets the query that writes the key's first digit read (what a press or policy kept after
+  the prefill, what a window's positions allow, capped by the layer's own sliding window).
 Presses and decode-time policies decide from what the prefill saw layer by layer, every method and
 both regimes from one computation of each layer's attention weights (`prefilled.Remembered`).
 """
@@ -36,6 +39,7 @@ from kvutils.cache.scoring import STEP_BATCH, score_step_many
 from kvutils.cache.sizes import cache_bytes, kept_bytes
 from kvutils.cache.step_batched import StepStart, step_start
 from kvutils.core.haystack import Prompt
+from kvutils.models.layers import kv_shape, layer_windows
 from kvutils.models.loading import Loaded
 
 REGIMES = ("agnostic", "aware")
@@ -58,6 +62,36 @@ def answer_record(logits: torch.Tensor, prompt: Prompt) -> dict:
     target = target.to(logp.device)
     return {"depth": prompt.depth, "context": prompt.context, "correct": bool((logp.argmax(-1) == target).all()),
             "key_logprob": float(logp.gather(-1, target[:, None]).sum())}
+
+
+def needle_kept(config, op, prompt: Prompt, decided) -> list[list[float]]:
+    """(layers, kv_heads) shares of the needle's entries [start, end) that the query writing the
+    key's first digit can read: a press's or policy's kept set after the prefill (`decided`, per
+    layer (kv_heads, prefill) bool, or a policy's start states), else what the operation's positions
+    keep (`op.keeps`: a window, the exact cache, the precision rows), and on a sliding-attention
+    layer only the entries within its window."""
+    start, end = prompt.needle
+    query = prompt.answer + prompt.key_from - 1
+    slots = torch.arange(start, end)  # (needle,)
+    windows = layer_windows(config)
+    if decided is not None:
+        held = [d["held"] for d in decided] if op.kind == POLICY else decided
+        kept = [h[:, start:end] for h in held]  # per layer (kv_heads, needle)
+    else:
+        by_position = op.keeps(slots, torch.tensor([query]))[0]  # (needle,)
+        kept = [by_position.expand(kv_shape(config)[0], -1)] * len(windows)
+    out = []
+    for k, window in zip(kept, windows):
+        if window:
+            k = k & ((query - slots) < window)
+        out.append([round(float(x), 4) for x in k.float().mean(-1)])
+    return out
+
+
+def lost_by_construction(shares: list[list[float]]) -> bool:
+    """No layer or KV head can read any of the needle's entries: the key's digits are not in the
+    cache (what later entries computed from them in the exact prefill may still carry)."""
+    return not any(x > 0 for layer in shares for x in layer)
 
 
 def decide_layerwise(ops: list, views: dict[str, list[LayerView]]) -> tuple[dict, dict]:
@@ -91,11 +125,13 @@ def _held_bytes(loaded: Loaded, op, decided, stats: dict, prefill: int) -> float
 
 
 class _Scores:
-    """Per operation and regime, one record and the bytes held after the prefill per prompt."""
+    """Per operation and regime, one record, the bytes held after the prefill and the needle's kept
+    shares per prompt."""
 
     def __init__(self, ops: list, regimes: tuple[str, ...], n: int):
         self.records = {op.spec: {r: [None] * n for r in regimes} for op in ops}
         self.held = {op.spec: {r: [None] * n for r in regimes} for op in ops}
+        self.needle = {op.spec: {r: [None] * n for r in regimes} for op in ops}
         self.seconds = {op.spec: 0.0 for op in ops}
 
 
@@ -103,7 +139,8 @@ class _Scores:
 def score_retrieval(loaded: Loaded, ops, prompts: list[Prompt], regimes: tuple[str, ...] = REGIMES,
                     progress: bool = True, give_up=None) -> dict:
     """Every operation on every prompt in each regime. Returns {"exact": [record per prompt],
-    "ops": {spec: {regime: {"per_prompt": [...], "held_bytes": [...]}}}, "seconds": {spec: s},
+    "ops": {spec: {regime: {"per_prompt": [...], "held_bytes": [...], "needle_kept": [...]}}},
+    "seconds": {spec: s},
     "exact_seconds", "refused": {spec: why}, "gave_up": bool} (a record: depth, context, correct,
     key_logprob). `give_up(exact records so far)` True: the operations are not scored on the
     prompts left (only the exact cache is), and "gave_up" says so."""
@@ -128,7 +165,8 @@ def score_retrieval(loaded: Loaded, ops, prompts: list[Prompt], regimes: tuple[s
             _score_pending(loaded, scored, prompts, pending, scores)
     return {"exact": exact, "exact_seconds": round(exact_seconds, 3), "refused": refused, "gave_up": gave_up,
             "seconds": {k: round(v, 3) for k, v in scores.seconds.items()},
-            "ops": {op.spec: {r: {"per_prompt": scores.records[op.spec][r], "held_bytes": scores.held[op.spec][r]}
+            "ops": {op.spec: {r: {"per_prompt": scores.records[op.spec][r], "held_bytes": scores.held[op.spec][r],
+                                  "needle_kept": scores.needle[op.spec][r]}
                               for r in regimes} for op in scored}}
 
 
@@ -164,6 +202,7 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
             else:  # a transformers cache object, filled through its own update
                 pending.setdefault((op.spec, regime), []).append((p, step_start(loaded, op, ids, P, pre_r, stats)))
             scores.held[op.spec][regime][p] = _held_bytes(loaded, op, choice, stats, P)
+            scores.needle[op.spec][regime][p] = needle_kept(loaded.config, op, prompt, choice)
             scores.seconds[op.spec] += time.perf_counter() - t0
     return exact
 

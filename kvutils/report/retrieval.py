@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pandas as pd
 
 from kvutils.cache.registry import parse_op
@@ -16,6 +17,7 @@ from kvutils.report.frontier import COLOURS, SPARE_COLOURS
 from kvutils.report.frontier import label as frontier_label
 from kvutils.report.tables import page_table
 from kvutils.report.text import counted, listed
+from kvutils.studies.cache_approximations.retrieval import QUESTION_WINDOW
 
 REGIME_MARKERS = {"agnostic": "o", "aware": "^"}
 REGIME_WORDS = {"agnostic": "question after compression", "aware": "question in the compressed prefill"}
@@ -61,14 +63,35 @@ def retrieval_points(retrieval: dict) -> pd.DataFrame:
                     e = entry[regime]
                     rows.append({"model": model, "haystack": hay, "method": method_of(label), "label": label,
                                  "regime": regime, "held % of exact": 100 * e["mean_held_bytes"] / full,
-                                 "accuracy %": 100 * e["accuracy"]})
-    return pd.DataFrame(rows, columns=["model", "haystack", "method", "label", "regime", "held % of exact", "accuracy %"])
+                                 "needle readable %": needle_share(e), "accuracy %": 100 * e["accuracy"]})
+    return pd.DataFrame(rows, columns=["model", "haystack", "method", "label", "regime", "held % of exact",
+                                       "needle readable %", "accuracy %"])
+
+
+def needle_share(regime_entry: dict) -> float:
+    """The needle's entries the answer can read, % over every layer, KV head and prompt (NaN for a
+    results file written before the needle was recorded)."""
+    mean = regime_entry.get("needle_kept_mean")
+    return 100 * float(np.mean(mean)) if mean else float("nan")
 
 
 @styled
 def plot_retrieval(retrieval: dict):
     """Accuracy against held bytes, one panel per model and haystack: one colour per method, one
     marker per regime, the exact cache's accuracy as a dashed line."""
+    return _scatter(retrieval, "held % of exact", "bytes held after the prefill (% of exact)",
+                    "Long-range retrieval: keys retrieved vs bytes held")
+
+
+@styled
+def plot_needle(retrieval: dict):
+    """Accuracy against the share of the needle's own entries the answer can still read (every layer
+    and KV head, mean over the prompts): where a method's misses come from losing the needle itself."""
+    return _scatter(retrieval, "needle readable %", "needle entries readable (%, layers × heads)",
+                    "Long-range retrieval: keys retrieved vs the needle's entries kept")
+
+
+def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
     import matplotlib.pyplot as plt
 
     panels = [(m, h) for m, result in retrieval.items() for h in haystacks(result)]
@@ -76,7 +99,7 @@ def plot_retrieval(retrieval: dict):
         fig, ax = plt.subplots(figsize=(7.5, 2))
         ax.set_axis_off()
         ax.text(0.5, 0.5, "retrieval not run (retrieval_models is empty)", ha="center", va="center")
-        fig.suptitle("Long-range retrieval: no model")
+        fig.suptitle(title.split(":")[0] + ": no model")
         return fig
     cols = 2 if len(panels) > 1 else 1
     rows = -(-len(panels) // cols)
@@ -89,13 +112,13 @@ def plot_retrieval(retrieval: dict):
         ax.axhline(100 * exact, color="black", ls="--", lw=1)
         sub = points[(points["model"] == model) & (points["haystack"] == hay)]
         for _, p in sub.iterrows():
-            ax.plot(p["held % of exact"], p["accuracy %"], marker=REGIME_MARKERS[p["regime"]], color=colours[p["method"]],
+            ax.plot(p[x], p["accuracy %"], marker=REGIME_MARKERS[p["regime"]], color=colours[p["method"]],
                     ms=6, mec="white", mew=0.5, lw=0, alpha=0.85)
         if sub.empty:
             ax.text(0.5, 0.5, "no method judged:\nthe exact cache is below the 80 % gate", ha="center", va="center",
                     transform=ax.transAxes, fontsize=10)
         ax.set_title(f"{model}, {hay}", fontsize=11)
-        ax.set_xlabel("bytes held after the prefill (% of exact)")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel("keys retrieved (%)")
         ax.set_ylim(-5, 105)
         ax.grid(alpha=0.3)
@@ -105,7 +128,7 @@ def plot_retrieval(retrieval: dict):
     handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r]) for r, mk in REGIME_MARKERS.items()]
     handles.append(plt.Line2D([], [], color="black", ls="--", label="exact cache"))
     fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
-    fig.suptitle("Long-range retrieval: keys retrieved vs bytes held (" + ", ".join(retrieval) + ")")
+    fig.suptitle(f"{title} ({', '.join(retrieval)})")
     legend_rows = -(-len(handles) // 3)
     fig.tight_layout(rect=(0, 0.035 * legend_rows + 0.02, 1, 1))
     return fig
@@ -160,21 +183,46 @@ def _names(items: list[str]) -> str:
     return "none" if not items else items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def kept_and_lost(r: dict, regime: str) -> tuple[list[str], list[str], list[str], int]:
+def kept_and_lost(r: dict, regime: str) -> tuple[list[str], list[str], list[str], int, list[str]]:
     """In one regime, against the exact cache: the methods neither test puts below it (no detectable
-    loss), those McNemar's test puts below it in keys retrieved, and those whose right/wrong answers
+    loss), those McNemar's test puts below it in keys retrieved, those whose right/wrong answers
     do not separate at this n while the paired bootstrap puts the key's log-probability below the
-    exact cache's (a loss the accuracy test is too small to see); and n."""
+    exact cache's (a loss the accuracy test is too small to see); n; and, taken out of the first
+    three, the methods whose cache holds none of the needle's entries on some prompts (a loss by
+    construction there, whatever the tests say), each as a clause with both tests' verdicts."""
     def against_exact(metric: str) -> dict[str, compare.Paired]:
         return {p.a: p for p in (compare.Paired.from_dict(v) for v in r["verdicts"]
                                  if v["against"] == "exact" and v["metric"] == metric and v["regime"] == regime)}
     correct, logprob = against_exact("correct"), against_exact("key_logprob")
-    lost = [a for a, p in correct.items() if p.verdict == compare.A_LOWER]
+    built = {a: r["ops"][a][regime]["construction_losses"] for a in correct
+             if r["ops"].get(a, {}).get(regime, {}).get("construction_losses", {}).get("prompts")}
+    lost = [a for a, p in correct.items() if p.verdict == compare.A_LOWER and a not in built]
     quieter = [a for a, p in correct.items() if not p.separated and a in logprob
-               and logprob[a].verdict == compare.A_LOWER]
-    kept = [a for a, p in correct.items() if not p.separated and a not in quieter]
+               and logprob[a].verdict == compare.A_LOWER and a not in built]
+    kept = [a for a, p in correct.items() if not p.separated and a not in quieter and a not in built]
     n = next(iter(correct.values())).n if correct else 0
-    return [short(a) for a in kept], [short(a) for a in lost], [short(a) for a in quieter], n
+    return ([short(a) for a in kept], [short(a) for a in lost], [short(a) for a in quieter], n,
+            [construction_clause(short(a), c, n, correct[a], logprob.get(a)) for a, c in built.items()])
+
+
+def _detects(p: compare.Paired | None) -> str:
+    if p is None:
+        return "not tested"
+    return "detects the loss" if p.verdict == compare.A_LOWER else "does not separate it at this n"
+
+
+def construction_clause(name: str, losses: dict, n: int, correct: compare.Paired, logprob) -> str:
+    """"window@0.25 holds none of the needle's entries on 8 of 24 prompts (3 of them still answered
+    right); McNemar's test detects the loss, the key's log-probability does not separate it at this n"."""
+    k, right = len(losses["prompts"]), losses["correct"]
+    still = (f"{right} of them still answered right, which only what later entries computed from the needle in "
+             "the exact prefill can carry" if right else "none of them answered right")
+    text = (f"{name} holds none of the needle's entries on {k} of {n} prompts ({still}); McNemar's test "
+            f"{_detects(correct)}, the key's log-probability (paired bootstrap) {_detects(logprob)}")
+    if correct.verdict != compare.A_LOWER and right < k:
+        text += (f" (the {k - right} wrong answers are a loss by construction all the same: the tests need more "
+                 "prompts to see so few)")
+    return text
 
 
 def _exact_at(r: dict, context: int) -> str:
@@ -205,10 +253,12 @@ def model_findings(model: str, result: dict) -> list[str]:
                 f"{' and '.join(judged)}-token prompts")
         text += f" (at {' and '.join(skipped)} tokens it is below the gate, or was not run)" if skipped else ""
         for regime in ("agnostic", "aware"):
-            kept, lost, quieter, n = kept_and_lost(r, regime)
+            kept, lost, quieter, n, built = kept_and_lost(r, regime)
             text += (f". With the {REGIME_WORDS[regime]}, at n = {n} prompts, no detectable loss against the exact cache "
                      f"in keys retrieved or in the key's log-probability: {_names(kept)}; fewer keys retrieved "
                      f"(McNemar): {_names(lost)}")
+            if built:
+                text += "; a loss by construction on some prompts: " + "; ".join(built)
             if quieter:
                 text += (f"; as many keys retrieved as far as McNemar's test can tell at this n, but a lower "
                          f"log-probability of the key (paired bootstrap): {_names(quieter)}")
@@ -255,12 +305,32 @@ def kvpress_comparison(retrieval: dict) -> str:
             if rand and snap25:
                 out.append(f"random at 0.25 {_pct(rand['agnostic']['accuracy'])} against snapkv at 0.25 "
                            f"{_pct(snap25['agnostic']['accuracy'])} (question after compression)")
+            asked = r["ops"].get(f"{QUESTION_WINDOW}@0.25")
+            if asked and snap25:
+                out.append(question_window_clause(snap25, asked, rand))
     if not out:
         return "no model passed the exact cache's gate, so there is nothing to set beside kvpress's plots."
     return ("kvpress's published plots (Llama-3.1-8B, RULER 4k) show SnapKV at 50 % keeping about 89 of 96 points with "
             "the question in the compressed context and about 70 without, and random eviction beating SnapKV on a "
             "single needle at 10 % compression. Ours, all accuracies over every context of the haystack: "
             + "; ".join(out) + ".")
+
+
+def question_window_clause(snap: dict, asked: dict, rand: dict | None) -> str:
+    """SnapKV at 0.25 observing its 64 default tokens against observing the question's only (with
+    the question in the prefill): keys retrieved, paired over the same prompts, and the needle's
+    entries each can read."""
+    window = parse_op(next(iter(asked["specs"].values()))).setting("window")
+    default = parse_op(next(iter(snap["specs"].values()))).setting("window")
+    a, b = asked["aware"], snap["aware"]
+    p = compare.paired([float(x["correct"]) for x in a["per_prompt"]], [float(x["correct"]) for x in b["per_prompt"]],
+                       f"the question's {window} tokens", f"its default {default}", unit="prompts")
+    share = (f"; the needle's entries the answer can read: {needle_share(a):.0f} % against {needle_share(b):.0f} %"
+             + (f" (random at 0.25: {needle_share(rand['aware']):.0f} %)" if rand else "")
+             if np.isfinite(needle_share(a)) else "")
+    return (f"snapkv at 0.25 with the question in the prefill, observing the question's {window} tokens only: "
+            f"{_pct(a['accuracy'])} against {_pct(b['accuracy'])} observing its default {default} "
+            f"({p.sentence(lower_is_better=False, metric='keys retrieved')}){share}")
 
 
 def retrieval_glue(numbers: dict) -> dict[str, str]:

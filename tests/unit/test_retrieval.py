@@ -4,6 +4,7 @@ every entry retrieves exactly as the exact cache (a tie by construction), a wind
 the needle is scored on a cache without it, the shared prefill and the layer-by-layer decisions give
 what each method computes alone, and the gate and the rank agreement are computed, not assumed."""
 import dataclasses
+import json
 import random
 
 import matplotlib.text
@@ -19,6 +20,7 @@ from kvutils.cache.prefilled import Prefilled, exact_prefill
 from kvutils.cache.registry import parse_op
 from kvutils.cache.scoring import score_step
 from kvutils.core import haystack
+from kvutils.models import layers
 from kvutils.models.greedy import greedy
 from kvutils.studies.cache_approximations import retrieval as study
 from kvutils.studies.cache_approximations import study as approx_study
@@ -130,6 +132,59 @@ def test_a_window_that_evicted_the_needle_never_reads_it(family):
 
 
 @pytest.mark.parametrize("family", ["tiny-llama", "tiny-gemma3"])
+def test_a_window_that_excludes_the_needle_is_labelled_a_loss_by_construction(family):
+    """By position: a window ending after the needle reads none of it in any layer or head, and the
+    study and the page call it a loss by construction, not "no detectable loss"; a window holding the
+    whole prompt reads all of it (each sliding-attention layer only what its own window reaches)."""
+    loaded = load_cached(family, "float32")
+    prompts = _prompts(loaded, depths=(0.5,), n=2)
+    small, whole = (parse_op(s).spec for s in ("window:size=24,sinks=2", "window:size=100000,sinks=4"))
+    run = retrieval.score_retrieval(loaded, [small, whole], prompts, progress=False)
+    windows = layers.layer_windows(loaded.config)
+    for regime in retrieval.REGIMES:
+        for shares in run["ops"][small][regime]["needle_kept"]:
+            assert len(shares) == loaded.config.num_hidden_layers and retrieval.lost_by_construction(shares)
+        for p, shares in zip(prompts, run["ops"][whole][regime]["needle_kept"]):
+            query = p.answer + p.key_from - 1
+            for layer, w in zip(shares, windows):
+                inside = 1.0 if w is None else float(np.mean([query - s < w for s in range(*p.needle)]))
+                assert layer == [pytest.approx(inside, abs=1e-4)] * len(layer)
+            assert not retrieval.lost_by_construction(shares)
+    entry = {regime: {"per_prompt": got["per_prompt"], **study.needle_summary(got["needle_kept"], got["per_prompt"])}
+             for regime, got in run["ops"][small].items()}
+    assert entry["aware"]["construction_losses"]["prompts"] == [0, 1]
+    from kvutils.report import retrieval as page
+
+    result = {"exact": {"per_prompt": run["exact"]}, "ops": {"window@0.25": {"level": 0.25, **entry}}}
+    for regime in retrieval.REGIMES:
+        result["ops"]["window@0.25"][regime]["prompts"] = [0, 1]
+    result["verdicts"] = study.verdicts(result)
+    kept, lost, quieter, n, built = page.kept_and_lost(result, "agnostic")
+    assert not any("window" in x for x in kept + lost + quieter) and n == 2
+    assert len(built) == 1 and "holds none of the needle's entries on 2 of 2 prompts" in built[0]
+
+
+@pytest.mark.parametrize("family", ["tiny-llama", "tiny-gemma3"])
+def test_the_needle_kept_share_is_what_the_press_kept_there(family):
+    """A press's needle shares are, per layer and KV head, the mean of its own kept set (what the
+    fast path reports it applied) over the needle's positions, capped by each sliding window."""
+    loaded = load_cached(family, "float32")
+    p = _prompts(loaded, depths=(0.5,), n=1)[0]
+    spec = "snapkv:compression_ratio=0.5,window=8"
+    run = retrieval.score_retrieval(loaded, [spec], [p], progress=False)
+    query = p.answer + p.key_from - 1
+    for regime in retrieval.REGIMES:
+        P = retrieval.prefill_length(p, regime)
+        stats = {}
+        score_fast(loaded, parse_op(spec), torch.tensor(p.ids), P, p.context - 1 - P, stats=stats)
+        for held, window, got in zip(stats["held"], layers.layer_windows(loaded.config),
+                                     run["ops"][parse_op(spec).spec][regime]["needle_kept"][0]):
+            slots = torch.arange(*p.needle)
+            visible = held[:, slots] & ((query - slots) < window if window else True)
+            assert got == pytest.approx(visible.float().mean(-1).tolist(), abs=1e-4)
+
+
+@pytest.mark.parametrize("family", ["tiny-llama", "tiny-gemma3"])
 def test_the_shared_prefill_gives_what_each_method_computes_alone(family):
     """score_retrieval (one prefill, the agnostic one cut from it, presses deciding layer by layer
     from remembered weights) against each method scored alone on its own prefill: the fast path,
@@ -234,3 +289,18 @@ def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
     assert "n = 3 prompts" in glue["retrieval"] and "question after compression" in glue["retrieval"]
     assert "the frontier was not run" in glue["retrieval_kl"]
     assert "kvpress" in glue["retrieval_kvpress"]
+    assert "observing the question's" in glue["retrieval_kvpress"] and "needle's entries the answer can read" in \
+        glue["retrieval_kvpress"]
+    needle = page.plot_needle(numbers["retrieval"])
+    assert figures.illegible_text(needle) == [] and "needle" in needle._suptitle.get_text()
+    points = page.retrieval_points(numbers["retrieval"])
+    assert points["needle readable %"].between(0, 100).all()
+    # what run_model writes follows the results file's format, the needle's records included
+    from jsonschema import Draft202012Validator
+
+    from kvutils.core import results, schema
+    format_ = json.loads(schema.schema_path("04_cache_approximations").read_text())
+    written = results.as_written(numbers["retrieval"])
+    assert "construction_losses" in written["tiny-llama"]["pydoc"]["ops"]["window@0.25"]["aware"]
+    assert list(Draft202012Validator(format_["properties"]["numbers"]["properties"]["retrieval"])
+                .iter_errors(written)) == []

@@ -20,7 +20,7 @@ from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.quantize_kivi import QuantizeKivi
 from kvutils.cache.methods.window import Window
 from kvutils.cache.registry import parse_op
-from kvutils.cache.retrieval import REGIMES, prefill_length, score_retrieval
+from kvutils.cache.retrieval import REGIMES, lost_by_construction, prefill_length, score_retrieval
 from kvutils.cache.sizes import cache_bytes
 from kvutils.core import compare
 from kvutils.core.haystack import Prompt
@@ -37,13 +37,18 @@ GATE = 0.8  # the exact cache's accuracy a (model, haystack, context) needs befo
 PRECISION = ("cast:dtype=bfloat16", "quantize_naive:bits=4", "quantize_kivi:bits=4", "quantize_kivi:bits=2")
 PRESSES = ("random", "knorm", "snapkv")
 LEVELS = (0.25, 0.5)
+# SnapKV again with its observation window cut to the question's own tokens (its default, 64, is mostly
+# haystack when the question is 10-25 tokens long): the test of whether the window explains its misses
+QUESTION_WINDOW = "snapkv-question"
+QUESTION_WINDOW_LEVELS = (0.25,)
 BOOTSTRAP = 2000  # resamples of the rank agreement's interval
 SEED = 0
 
 
 def method_specs(prompt: Prompt, config=None, precision=PRECISION, presses=PRESSES, levels=LEVELS) -> dict[str, str]:
     """label -> spec for one context: the precision rows, each press at each level, and a
-    StreamingLLM window (4 sinks) holding, on average over the agnostic decode, what a press holds.
+    StreamingLLM window (4 sinks) holding, on average over the agnostic decode, what a press holds,
+    and at QUESTION_WINDOW_LEVELS SnapKV observing the question's tokens only (QUESTION_WINDOW).
     KIVI's channel group is cut to the head dimension where that is smaller (the tiny test models)."""
     P = prefill_length(prompt, "agnostic")
     D = len(prompt.ids) - 1 - P
@@ -57,6 +62,9 @@ def method_specs(prompt: Prompt, config=None, precision=PRECISION, presses=PRESS
     for r in levels:
         for name in presses:
             out[f"{name}@{r:g}"] = parse_op(f"{name}:compression_ratio={r}").spec
+        if "snapkv" in presses and r in QUESTION_WINDOW_LEVELS:
+            question = max(1, prompt.answer - 1 - prompt.question)  # (aware) the prefill's last tokens: the question
+            out[f"{QUESTION_WINDOW}@{r:g}"] = parse_op(f"snapkv:compression_ratio={r},window={question}").spec
         size = frontier.matched_budget(P, D, r)
         out[f"window@{r:g}"] = parse_op(f"window:size={size},sinks={frontier.STREAMING_SINKS}").spec
     return out
@@ -76,6 +84,15 @@ def by_depth(records: list[dict]) -> dict:
     for r in records:
         out.setdefault(str(r["context"]), {}).setdefault(str(r["depth"]), []).append(r["correct"])
     return {c: {d: sum(v) / len(v) for d, v in ds.items()} for c, ds in out.items()}
+
+
+def needle_summary(shares: list, records: list[dict]) -> dict:
+    """From the per-prompt (layers, kv_heads) needle shares: their mean per layer and head, and the
+    prompts (indices into the records) on which the cache holds none of the needle's entries, with
+    how many of those were still answered right."""
+    lost = [i for i, s in enumerate(shares) if lost_by_construction(s)]
+    return {"needle_kept_mean": np.asarray(shares, dtype=float).mean(0).round(4).tolist(),
+            "construction_losses": {"prompts": lost, "correct": sum(bool(records[i]["correct"]) for i in lost)}}
 
 
 def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, dict[str, str]],
@@ -114,9 +131,10 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
             entry["specs"][str(context)] = spec
             for regime in REGIMES:
                 got = run["ops"][spec][regime]
-                r = entry.setdefault(regime, {"per_prompt": [], "held_bytes": [], "prompts": []})
+                r = entry.setdefault(regime, {"per_prompt": [], "held_bytes": [], "needle_kept": [], "prompts": []})
                 r["per_prompt"] += got["per_prompt"]
                 r["held_bytes"] += got["held_bytes"]
+                r["needle_kept"] += got["needle_kept"]
                 r["prompts"] += list(range(offset, offset + len(at)))
     prompts = kept
     contexts = sorted({p.context for p in prompts})
@@ -128,6 +146,7 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
             r["by_depth"] = by_depth(r["per_prompt"])
             r["mean_key_logprob"] = float(np.mean([x["key_logprob"] for x in r["per_prompt"]]))
             r["mean_held_bytes"] = float(np.mean(r["held_bytes"]))
+            r.update(needle_summary(r["needle_kept"], r["per_prompt"]))
     full = float(np.mean([cache_bytes(loaded.config, Exact(), prefill_length(p, "agnostic"), loaded.dtype)
                           for p in prompts]))
     return {"exact": {"per_prompt": exact, "accuracy": _accuracy(exact), "by_depth": by_depth(exact),
@@ -176,7 +195,7 @@ def kl_vs_retrieval(frontier_run: dict | None, results: dict, regime: str = "awa
     every gated prompt of every haystack; higher KL should mean lower accuracy, so agreement is
     τ < 0), with a 95 % bootstrap interval resampling the documents and the prompts together."""
     if not frontier_run:
-        return {"levels": {}, "why": "the frontier was not run for this model"}
+        return {"regime": regime, "levels": {}, "why": "the frontier was not run for this model"}
     kl = {}  # label -> per-document KL
     for spec, r in frontier_run["ops"].items():
         label = _frontier_label(spec, r.get("level"))
