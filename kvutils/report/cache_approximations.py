@@ -2,14 +2,14 @@
 approximation table (Table 2, Chart 5), each beside the article's figures, built from results."""
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from kvutils.cache.registry import ARTICLE_OPS, parse_op
 from kvutils.core import compare
 from kvutils.core.article import article
+from kvutils.report.cache_bytes import bytes_glue, bytes_table, plot_bytes  # noqa: F401 (Table 1, for the notebook)
 from kvutils.report.figures import styled
+from kvutils.report.names import human
 from kvutils.report.tables import page_table, rows_table
 from kvutils.report.text import fmt
 from kvutils.report.timing import grew_test, speedup_grew, step_line
@@ -78,63 +78,6 @@ def plot_decode(decode: dict):
     ax.set_xlabel("model and context length")
     ax.set_title(f"What the cache buys: one decode step, median of repeats\nmodels: {', '.join(decode)}")
     ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-# --------------------------------------------------------------------------- Table 1: bytes
-
-
-def bytes_table(bytes_rows: list[dict]) -> pd.DataFrame:
-    """Table 1: one row per configuration — the article's six and ours (ours with the bytes of a
-    real filled cache beside the formula)."""
-    rows = {}
-    for r in bytes_rows:
-        rows[r["model"]] = {
-            "attention": r["attention"],
-            "layers": str(r["layers"]),
-            "KV heads": "—" if r.get("kv_heads") is None else str(r["kv_heads"]),
-            "head dim": "—" if r.get("head_dim") is None else str(r["head_dim"]),
-            "KiB per token (formula)": fmt(r["kib_per_token"]),
-            "GiB per 128K tokens (formula)": fmt(r["gib_per_128k"], 4),
-            "article": fmt(r["article_kib_per_token"]) + " / " + fmt(r["article_gib_per_128k"], 4)
-            if r.get("article_kib_per_token") is not None else "—",
-            "fp32 cache check (KiB per token): formula → held → measured":
-                f"{fmt(r['formula_kib_per_token_fp32'], 4)} → {fmt(r['held_kib_per_token_fp32'], 4)} → "
-                f"{fmt(r['measured_kib_per_token'], 4)} at {r['check_tokens']} tokens"
-                if r.get("measured_kib_per_token") is not None else "—",
-        }
-    return rows_table(rows, "configuration")
-
-
-@styled
-def plot_bytes(bytes_rows: list[dict]):
-    """Chart 4: KV-cache size of a 128K-token sequence per configuration, on a log axis whose tick
-    labels are plain numbers that do not overlap (`report.overlapping_text`)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    names = [r["model"] for r in bytes_rows]
-    values = [r["gib_per_128k"] for r in bytes_rows]
-    colours = ["tab:blue" if r.get("source") == "published" else "tab:orange" for r in bytes_rows]
-    left = 10 ** math.floor(math.log10(min(values)))  # bars start at a power of ten below the smallest
-    ax.barh(names, [v - left for v in values], left=left, color=colours)
-    for i, v in enumerate(values):
-        ax.text(v, i, f" {v:.3g}", va="center")
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlim(left, max(values) * 4)  # room for the value beside the longest bar
-    # labelled ticks at 1, 2, 5 × 10^k over a short range, at powers of ten over a long one; the
-    # minor ticks unlabelled (matplotlib labels them on a short range, and they overlap)
-    decades = math.log10(max(values) * 4 / left)
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0,) if decades > 3 else (1.0, 2.0, 5.0)))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("KV cache of one 128K-token sequence (GiB, 16-bit values, log scale)")
-    ax.set_ylabel("configuration")
-    ax.set_title("The price of exactness: cache memory per sequence\n"
-                 "(blue: published configurations;\norange: this book's models, formula at 16 bits)")
     fig.tight_layout()
     return fig
 
@@ -226,7 +169,7 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
             rows.setdefault(spec, {"scored on": "— (refused by every model)"})[f"{model}"] = f"refused: {why}"
     table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
     table.index.name = "operation (KL nats · top-1 % · perplexity)"
-    return page_table(table)  # the op specs wrap in the column; the numbers keep their width
+    return page_table(table, short={spec: human(spec) for spec in rows if ":" in spec or spec == "exact"})
 
 
 @styled
@@ -304,14 +247,7 @@ def chapter4_glue(numbers: dict) -> dict[str, str]:
     out["decode"] = "; ".join(
         step_line(m, s) + f" (analytical {fmt(s['analytical_ratio'], 4)}×; bandwidth bound {fmt(s['bound_ms'], 3)} ms)"
         for m, r in numbers["decode"].items() for s in r["steps"])
-    ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
-    out["bytes"] = "; ".join(
-        f"{r['model']}: {fmt(r['kib_per_token'], 4)} KiB per token at 16 bits, {fmt(r['gib_per_128k'], 3)} GiB per 128K tokens"
-        for r in ours)
-    out["bytes_check"] = "; ".join(
-        f"{r['model']}: formula {fmt(r['formula_kib_per_token_fp32'], 4)} KiB/token, held by the cache "
-        f"{fmt(r['held_kib_per_token_fp32'], 4)}, measured {fmt(r['measured_kib_per_token'], 4)} "
-        f"(fp32, {r['check_tokens']} tokens)" for r in ours)
+    out.update(bytes_glue(numbers["bytes"]))
     headline = (("bf16", "cast:dtype=bfloat16"), ("naive int8", "quantize_naive:bits=8"),
                 ("naive int4", "quantize_naive:bits=4"), ("KIVI int4", "quantize_kivi:bits=4,group=32,residual=128"),
                 ("a 128-token window with 4 sinks", "window:size=128,sinks=4,reindex=false"),

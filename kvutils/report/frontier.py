@@ -10,6 +10,7 @@ from kvutils.cache.registry import parse_op
 from kvutils.core import compare
 from kvutils.report import interactive
 from kvutils.report.figures import styled
+from kvutils.report.names import human
 from kvutils.report.tables import page_table
 from kvutils.report.text import fmt
 
@@ -26,13 +27,8 @@ X_LABEL = "mean bytes held over the decode (% of the exact cache's)"
 
 
 def label(spec: str) -> str:
-    """A short name for a method's spec: 'snapkv 0.5', 'window 4+572', 'kivi 2-bit', 'fp8 cache'."""
-    op = parse_op(spec)
-    if op.setting("compression_ratio") is not None:
-        return f"{op.name} {op.compression_ratio:g}"
-    named = {"window": lambda: f"window {op.sinks}+{op.size - op.sinks}", "quantize_kivi": lambda: f"kivi {op.bits}-bit",
-             "cast": lambda: op.dtype, "hf_quantized": lambda: f"{op.backend} cache"}
-    return named[op.name]() if op.name in named else op.name
+    """A method's name for a reader, with its setting: 'SnapKV (evicts 50 %)', 'window of 576 (4 sinks)'."""
+    return human(spec)
 
 
 def method(spec: str) -> str:

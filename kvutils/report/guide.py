@@ -18,6 +18,8 @@ from kvutils.core.checks import check_number
 from kvutils.core.compare import IDENTICAL, Paired
 from kvutils.report.cache_approximations import article_rows_by_spec
 from kvutils.report.figures import styled
+from kvutils.report.names import human
+from kvutils.report.tables import page_table
 from kvutils.report.text import fmt
 from kvutils.report.timing import spread
 from kvutils.studies.qwen3_switch.study import TOLERANCE as SWITCH_TOLERANCE
@@ -109,9 +111,22 @@ def chapter1_rows(ch1: dict) -> list[dict]:
     return [_row("exact cache vs recomputation (ch. 1)", EXACT if exact_decode else OPEN, top1, n, article_top1=100.0,
                  check=theorem, test=f"fp64 |logit difference| ≤ {FP64_TOLERANCE:g}" if exact_decode else
                  "fp64 not within the rounding tolerance: see chapter 1"),
-            _row("prefix reuse across continuations (ch. 1)", EXACT if exact_prefix else OPEN, 100.0,
+            _row("prefix reuse across continuations (ch. 1)", EXACT if exact_prefix else OPEN, None,
                  f"{sum(r[d]['prefixes']['n_prefixes'] for r in ch1.values() for d in r)} prefixes", check=theorem,
-                 test="bit-identical or within the fp64 tolerance" if exact_prefix else "see chapter 1")]
+                 test=prefix_test(ch1, exact_prefix))]
+
+
+def prefix_test(ch1: dict, exact_prefix: bool) -> str:
+    """What chapter 1 compares for prefix reuse (a prefix's cached keys and values across
+    continuations; no token is decoded, so the row has no top-1 agreement), per dtype."""
+    parts = []
+    for dtype in dict.fromkeys(d for r in ch1.values() for d in r):
+        p = [r[dtype]["prefixes"] for r in ch1.values() if dtype in r]
+        same, n = sum(x["bit_identical"] for x in p), sum(x["n_prefixes"] for x in p)
+        worst = max(x["max_diff_across_continuations"] for x in p)
+        parts.append(f"{dtype}: {int(same)} of {int(n)} bit-identical, largest difference {fmt(worst, 2)}")
+    rule = f"fp64 within {FP64_TOLERANCE:g}" if exact_prefix else "not within the fp64 tolerance: see chapter 1"
+    return f"cached keys and values compared, no token decoded ({'; '.join(parts)}); {rule}"
 
 
 def chapter5_rows(runs: dict) -> list[dict]:
@@ -281,7 +296,15 @@ def decision_table(rows: list[dict]) -> pd.DataFrame:
             f" / {fmt(r['bytes_bf16_pct'], 3)}" if r["bytes_bf16_pct"] is not None else ""),
         "time ÷ exact decode, median (range, n)": _time_text(r["time_ratio"]),
         "test; checked by": f"{r['test']}; {r['check']}"} for r in rows])
-    return table.set_index("operation")
+    return page_table(table.set_index("operation"), short={r["operation"]: shown(r["operation"]) for r in rows})
+
+
+def shown(operation: str) -> str:
+    """A row's name on the page: an operation's spec by its human name (the spec is its tooltip)."""
+    try:
+        return human(operation)
+    except ValueError:  # a named row ("exact cache vs recomputation (ch. 1)"), not a spec
+        return operation
 
 
 @styled
@@ -296,16 +319,18 @@ def plot_decision_guide(rows: list[dict], model: str):
     ax.barh(list(y), [r["top1"] if r["top1"] is not None else 0 for r in rows], color=[r["verdict"].colour for r in rows])
     for i, r in enumerate(rows):  # a column right of the 100% line, clear of the bars and marks
         ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=9)
+        if r["top1"] is None:  # compared in its cached state, not in decoded tokens: no bar
+            ax.text(1, i, "K/V compared", va="center", fontsize=9)
     marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
     ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=3)
-    ax.set_yticks(list(y), [r["operation"] for r in rows])
+    ax.set_yticks(list(y), [shown(r["operation"]) for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, 130)
     ax.set_xticks(range(0, 101, 20))  # the space right of 100% holds the size labels, not a scale
     ax.axvline(100, color="grey", linewidth=0.6)
     ax.set_xlabel("top-1 agreement with exact decoding (%)\nlabel: cache size as % of the exact cache")
     ax.set_ylabel("cache operation")
-    ax.set_title(f"Decision guide: which cache operations are free\nmodel: {model} (chapters 1, 4, 5)")
+    ax.set_title(f"Decision guide: top-1 agreement with exact decoding\nmodel: {model} (chapters 1, 4, 5)")
     handles = [Patch(color=v.colour, label=v.label) for v in VERDICTS]
     handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.3, -0.12), ncol=1)

@@ -14,7 +14,7 @@ from kvutils.cache.registry import parse_op
 from kvutils.core import compare
 from kvutils.report.figures import styled
 from kvutils.report.frontier import COLOURS, SPARE_COLOURS
-from kvutils.report.frontier import label as frontier_label
+from kvutils.report.names import human_label
 from kvutils.report.tables import page_table
 from kvutils.report.text import counted, listed
 from kvutils.studies.cache_approximations.retrieval import QUESTION_WINDOW
@@ -29,14 +29,8 @@ def haystacks(model_result: dict) -> dict:
 
 
 def short(label: str) -> str:
-    """A method's label as the page shows it: "snapkv@0.5" as it is, a precision spec by name and
-    bits ("kivi 4-bit", "naive 8-bit", "bfloat16")."""
-    if "@" in label:
-        return label
-    op = parse_op(label)
-    if op.name == "quantize_naive":
-        return f"naive {op.bits}-bit"
-    return frontier_label(label)
+    """A method's label as the page shows it: "SnapKV (evicts 50 %)", "KIVI 4-bit", "bfloat16 cache"."""
+    return human_label(label)
 
 
 def method_of(label: str) -> str:

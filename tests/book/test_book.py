@@ -57,8 +57,9 @@ def test_chapter4_page(built_book):
     assert "tiny-llama at 128 tokens: with the cache median " in text and "(ratio of the medians; per repeat pair" in text
     assert "68.625 / 8.578" in text  # the article's DeepSeek-V3 row, recomputed by the formula
     assert "0.064307 · 86.3 · 17.8661" in text  # the article's bf16 row beside ours
-    # decode, bytes, approximations, blend sweep, retrieval; the frontier is the interactive chart
-    assert page.count('<img alt="../../_images/') == 5
+    # decode, bytes, approximations, blend sweep, retrieval, the needle kept against retrieval; the frontier is
+    # the interactive chart
+    assert page.count('<img alt="../../_images/') == 6
     assert page.count('class="kvutils-plotly"') == 1 and '<script src="../../_static/plotly.min.js' in page
     assert "snapkv:compression_ratio=0.5" in page and "hf_quantized:backend=fp8" in page  # hover data
     assert "Timed alone, as the build's first job, before the chapters ran side by side, on" in text and "torch thread(s)" in text

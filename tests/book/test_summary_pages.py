@@ -30,7 +30,13 @@ def test_decision_guide_verdicts_follow_the_measurements(runs):
     rows = rc.decision_rows(runs)
     by_op = {r["operation"]: r for r in rows}
     assert by_op["exact cache vs recomputation (ch. 1)"]["verdict"] is rc.EXACT  # the quick run's fp64 is exact
-    assert by_op["prefix reuse across continuations (ch. 1)"]["verdict"] is rc.EXACT
+    prefix = by_op["prefix reuse across continuations (ch. 1)"]
+    assert prefix["verdict"] is rc.EXACT and prefix["top1"] is None  # keys and values compared: no token decoded
+    ch1 = rc.chapter_numbers(runs, "01")
+    for dtype in {d for r in ch1.values() for d in r}:
+        p = [r[dtype]["prefixes"] for r in ch1.values() if dtype in r]
+        same, n = sum(x["bit_identical"] for x in p), sum(x["n_prefixes"] for x in p)
+        assert f"{dtype}: {int(same)} of {int(n)} bit-identical" in prefix["test"]
     assert [r for r in rows if r["operation"].startswith("LoRA switch, tail patch")][0]["verdict"] is rc.EXACT
     ops = [r for r in rows if ":" in r["operation"] or r["operation"] == "exact"]
     assert ops and "exact" not in by_op  # the reference itself is not an operation

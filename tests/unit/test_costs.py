@@ -121,3 +121,20 @@ def test_chapter4_setup_names_the_weights():
     glue = report_costs.chapter4_glue({"bandwidth_gb_s": 1.0, "decode": {}, "bytes": [],
                                        "table2": {"gemma3-270m": {"plain": run, "chunks": None}}})
     assert "gemma3-270m: Q4_K_M GGUF, dequantised to fp32" in glue["setup"]
+
+
+@pytest.mark.parametrize("name", CAUSAL_TINY)
+def test_table1_gives_a_windowed_models_128k_bytes_as_held(name):
+    """Table 1's held figure per 128K tokens: every layer's 131,072 positions at 16 bits, but a
+    sliding-window layer only the window − 1 entries it keeps (Gemma 3: 15 of 18 layers)."""
+    from kvutils.studies.cache_approximations.study import _bytes_rows
+
+    config = load_cached(name, "float32").config
+    row = _bytes_rows({name: config}, 8, {name: 1.0})[-1]
+    kv_heads, head_dim = layers.kv_shape(config)
+    kinds = layers.layer_types(config)
+    entries = sum(min(sizes.SEQUENCE_128K, config.sliding_window - 1) if k == "sliding_attention" else sizes.SEQUENCE_128K
+                  for k in kinds)
+    assert row["gib_per_128k_held"] == pytest.approx(2 * kv_heads * head_dim * 2 * entries / sizes.GIB, rel=1e-12)
+    windowed = "sliding_attention" in kinds
+    assert (row["gib_per_128k_held"] < row["gib_per_128k"]) == windowed

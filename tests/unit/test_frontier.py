@@ -115,15 +115,15 @@ def test_verdicts_and_headline_follow_the_tests():
     assert all({"a", "b", "n", "effect", "ci95", "verdict"} <= set(v) for v in clear["verdicts"])
     assert len(clear["verdicts"]) == 3 and clear["levels"]["0.5"]["best"].startswith("snapkv")
     text = report_frontier.frontier_glue({"m": clear})
-    assert "**snapkv 0.5** has the lowest mean KL" in text and "beat random: snapkv 0.5" in text
-    assert "worse than random: knorm 0.5" in text
+    assert "**SnapKV (evicts 50 %)** has the lowest mean KL" in text and "beat random: SnapKV (evicts 50 %)" in text
+    assert "worse than random: K-norm (evicts 50 %)" in text
     assert "below random on m" in report_frontier.kvpress_glue({"m": clear})
     noise = _run({"random:compression_ratio=0.5,seed=0": list(base),
                   "snapkv:compression_ratio=0.5": list(base + rng.normal(0, 0.05, 8))})
     text = report_frontier.frontier_glue({"m": noise})
     assert "no single best: no detectable difference at n = 8" in text and "**" not in text
     assert "hold" not in text.split("documents")[1]  # equal held bytes within the level: no caveat
-    assert "no detectable difference from random: snapkv 0.5" in text
+    assert "no detectable difference from random: SnapKV (evicts 50 %)" in text
 
 
 def test_identical_scores_are_named_by_construction_or_flagged():
@@ -144,7 +144,7 @@ def test_expected_attention_clause_is_computed():
     assert "it is the single best on m at 0.5" in report_frontier.kvpress_glue({"m": ea_best})
     ea_behind = _run({"random:compression_ratio=0.5,seed=0": list(base), "expected_attention:compression_ratio=0.5":
                       list(base * 0.9), "snapkv:compression_ratio=0.5": list(base * 0.2)})
-    assert "behind snapkv 0.5 on m at 0.5" in report_frontier.kvpress_glue({"m": ea_behind})
+    assert "behind SnapKV (evicts 50 %) on m at 0.5" in report_frontier.kvpress_glue({"m": ea_behind})
 
 
 def test_chart_tells_every_method_and_model_apart():
@@ -194,7 +194,7 @@ def test_chained_ties_sliding_windows_and_unequal_bytes_are_said():
     text = report_frontier.frontier_glue({"m": run})
     # one clause for the one fact: the three are one group, each reason said once
     assert "no construction explains it" not in text and text.count("identical by construction") == 1
-    assert "snapkv 0.75, adakv 0.75 and pyramidkv 0.75 are identical by construction" in text
+    assert "SnapKV (evicts 75 %), AdaKV (evicts 75 %) and PyramidKV (evicts 75 %) are identical by construction" in text
     assert text.count("AdaKV has no other head") == 1 and text.count("PyramidKV falls back") == 1
     assert "hold" not in text.split("documents")[1]
     run["ops"]["random:compression_ratio=0.75,seed=0"]["mean_held_bytes"] *= 2

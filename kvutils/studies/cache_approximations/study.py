@@ -194,6 +194,7 @@ def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list
         rows.append({**{k: r.get(k) for k in ("model", "attention", "layers", "kv_heads", "head_dim")},
                      "source": "published", "kib_per_token": per_token / sizes.KIB,
                      "gib_per_128k": per_token * sizes.SEQUENCE_128K / sizes.GIB,
+                     "gib_per_128k_held": per_token * sizes.SEQUENCE_128K / sizes.GIB,  # no windowed layers
                      "article_kib_per_token": r["kib_per_token"], "article_gib_per_128k": r["gib_per_128k"]})
     for name, config in loaded_configs.items():
         kv_heads, head_dim = kv_shape(config)
@@ -206,6 +207,9 @@ def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list
                      "kv_heads": kv_heads, "head_dim": head_dim, "source": "ours",
                      "kib_per_token": per_token / sizes.KIB,
                      "gib_per_128k": per_token * sizes.SEQUENCE_128K / sizes.GIB,
+                     # what the cache holds: a sliding-window layer keeps its window, not 128K positions
+                     "gib_per_128k_held": sizes.model_cache_bytes(config, sizes.SEQUENCE_128K, torch.bfloat16)["held"]
+                     / sizes.GIB,
                      "check_tokens": check_tokens,
                      "formula_kib_per_token_fp32": fp32["full_model_formula"] / check_tokens / sizes.KIB,
                      "held_kib_per_token_fp32": fp32["held"] / check_tokens / sizes.KIB,

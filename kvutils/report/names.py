@@ -1,0 +1,49 @@
+"""One human name per cache operation, with its setting, for every chart, table and sentence:
+"SnapKV (evicts 50 %)", "window of 800 (4 sinks)", "KIVI 4-bit", "bfloat16 cache". The spec itself
+("snapkv:compression_ratio=0.5,window=64,kernel=5") stays where a reader copies it to `--op`."""
+from __future__ import annotations
+
+from kvutils.cache.registry import parse_op
+from kvutils.studies.cache_approximations.frontier import STREAMING_SINKS
+
+# the method's name as its paper or library writes it
+DISPLAY = {"snapkv": "SnapKV", "pyramidkv": "PyramidKV", "adakv": "AdaKV", "knorm": "K-norm", "random": "random",
+           "expected_attention": "Expected Attention", "h2o": "H2O", "tova": "TOVA", "exact": "exact cache",
+           "quantize_naive": "naive", "quantize_kivi": "KIVI", "cast": "cast", "hf_quantized": "transformers",
+           "chunk_reuse": "chunk reuse", "chunk_blend": "CacheBlend", "window": "window"}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g} %"
+
+
+def human(spec: str) -> str:
+    """The operation's name and setting, for a reader."""
+    op = parse_op(spec)
+    name = DISPLAY.get(op.name, op.name)
+    if op.setting("compression_ratio") is not None:
+        return f"{name} (evicts {_pct(op.compression_ratio)})"
+    named = {
+        "window": lambda: f"window of {op.size} ({op.sinks} sinks{', re-indexed' if op.reindex else ''})",
+        "quantize_kivi": lambda: f"KIVI {op.bits}-bit, residual {op.residual}",
+        "quantize_naive": lambda: f"naive {op.bits}-bit",
+        "cast": lambda: f"{op.dtype} cache",
+        "hf_quantized": lambda: f"{op.backend} cache (transformers)",
+        "chunk_reuse": lambda: f"chunk reuse, chunks of {op.chunk} ({op.positions} positions)",
+        "chunk_blend": lambda: f"CacheBlend, recomputes {_pct(op.recompute_fraction)}, chunks of {op.chunk}",
+    }
+    return named[op.name]() if op.name in named else name
+
+
+def human_label(label: str) -> str:
+    """A retrieval label ("snapkv@0.25", "window@0.25", "snapkv-question@0.25", or a precision
+    spec) for a reader."""
+    if "@" not in label:
+        return human(label)
+    name, level = label.rsplit("@", 1)
+    evicts = _pct(float(level))
+    if name == "window":
+        return f"window with {STREAMING_SINKS} sinks (evicts {evicts} on average)"
+    if name == "snapkv-question":
+        return f"SnapKV observing the question (evicts {evicts})"
+    return f"{DISPLAY.get(name, name)} (evicts {evicts})"
