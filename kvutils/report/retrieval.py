@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 import pandas as pd
+from scipy.stats import rankdata
 
 from kvutils.cache.registry import parse_op
 from kvutils.core import compare
@@ -278,8 +279,23 @@ def kl_findings(model: str, result: dict) -> str:
                    "no detectable agreement at this n (the interval reaches 0 or above)")
         parts.append(f"at compression {level}, Kendall's τ between mean KL and accuracy over {len(v['methods'])} methods "
                      f"is {v['tau']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({v['n_documents']} documents, {v['n_prompts']} prompts): "
-                     f"{verdict}")
-    return f"{model}, {REGIME_WORDS[k['regime']]}: " + "; ".join(parts) + "."
+                     f"{verdict}{rank_gap(v)}")
+    return (f"{model}, {REGIME_WORDS[k['regime']]} (agreement is τ < 0: a higher KL, fewer keys retrieved): "
+            + "; ".join(parts) + ".")
+
+
+def rank_gap(level: dict) -> str:
+    """The method the two axes rank most differently at one level (rank 1: lowest KL, most keys
+    retrieved; ties share their mean rank), or "" when they rank every method alike."""
+    methods = level["methods"]
+    by_kl = rankdata([level["mean_kl"][m] for m in methods])
+    by_keys = rankdata([-level["accuracy"][m] for m in methods])
+    gaps = [abs(a - b) for a, b in zip(by_kl, by_keys)]
+    i = max(range(len(methods)), key=gaps.__getitem__)
+    if gaps[i] == 0:
+        return ""
+    return (f"; the two rank {short(methods[i])} most differently (rank {by_kl[i]:g} of {len(methods)} by KL, "
+            f"{by_keys[i]:g} by keys retrieved)")
 
 
 def kvpress_comparison(retrieval: dict) -> str:

@@ -296,7 +296,7 @@ class Chapter4Parameters(Declared):
                                  meaning="frontier tokens teacher-forced and scored after the prefill",
                                  allowed="≥ 1", check=tokens())
     retrieval_models: str = param("smollm2-135m", "models on the long-range retrieval test (a subset of models; \"\" for "
-                                  "none; each model at 1,024 tokens adds about 8 minutes)",
+                                  "none; each model at 1,024 tokens adds about 6 minutes of one core at 24 + 12 prompts)",
                                   meaning="models on the long-range retrieval test",
                                   allowed='a subset of `models`; `""` for none')
     retrieval_corpus: str = param("pydoc", "real-text haystack for RULER's magic-number needles: " + CORPUS_DOC,
@@ -306,9 +306,9 @@ class Chapter4Parameters(Declared):
                                           meaning="retrieval prompt lengths (tokens)",
                                           allowed="integers ≥ 128 separated by commas, within the model's context",
                                           check=integers)
-    retrieval_prompts: int = param(12, "real-text questions per context (depths taken in turn)",
+    retrieval_prompts: int = param(24, "real-text questions per context (depths taken in turn: 8 per depth)",
                                    meaning="real-text questions per context", allowed="≥ 1", check=at_least(1))
-    filler_prompts: int = param(6, "pass-key questions per context in the repeated filler (the easy control; 0: none)",
+    filler_prompts: int = param(12, "pass-key questions per context in the repeated filler (the easy control; 0: none)",
                                 meaning="pass-key questions per context in the filler (0: none)", allowed="≥ 0",
                                 check=at_least(0))
     retrieval_depths: str | float = param("0.1,0.5,0.9", "where the needle sits, as shares of the haystack",

@@ -304,3 +304,20 @@ def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
     assert "construction_losses" in written["tiny-llama"]["pydoc"]["ops"]["window@0.25"]["aware"]
     assert list(Draft202012Validator(format_["properties"]["numbers"]["properties"]["retrieval"])
                 .iter_errors(written)) == []
+
+
+def test_the_kl_sentence_says_which_sign_agrees_and_names_the_method_ranked_most_differently():
+    """Three methods ranked alike by KL and by keys retrieved, and SnapKV best by KL but worst by
+    retrieval: the sentence states that agreement is τ < 0 and names SnapKV with both ranks."""
+    from kvutils.report import retrieval as page
+
+    level = {"methods": ["random@0.5", "knorm@0.5", "window@0.5", "snapkv@0.5"], "tau": 0.0, "ci95": [-0.5, 0.5],
+             "n_documents": 8, "n_prompts": 36, "predicts": False,
+             "mean_kl": {"random@0.5": 0.2, "knorm@0.5": 0.3, "window@0.5": 0.4, "snapkv@0.5": 0.1},
+             "accuracy": {"random@0.5": 0.9, "knorm@0.5": 0.8, "window@0.5": 0.7, "snapkv@0.5": 0.1}}
+    text = page.kl_findings("m", {"kl_vs_retrieval": {"regime": "aware", "levels": {"0.5": level}}})
+    assert "agreement is τ < 0" in text
+    assert "the two rank SnapKV (evicts 50 %) most differently (rank 1 of 4 by KL, 4 by keys retrieved)" in text
+    alike = dict(level, mean_kl={**level["mean_kl"], "snapkv@0.5": 0.5})
+    assert "most differently" not in page.kl_findings("m", {"kl_vs_retrieval": {"regime": "aware",
+                                                                                 "levels": {"0.5": alike}}})
