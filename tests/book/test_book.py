@@ -128,11 +128,12 @@ def test_the_site_needs_no_network(built_book):
 def test_table_row_labels_wrap_with_the_full_label_as_a_tooltip(built_book):
     """Table 1 (chapter 1) and Table 2 (chapter 4) go to the page through kvutils.report.tables.page_table:
     an op spec may wrap after ':' and ',' (before, the unbreakable specs made the label column as
-    wide as the page and pushed the numbers out of view) and carries the whole spec as a tooltip."""
+    wide as the page and pushed the numbers out of view) and carries the whole spec as a tooltip.
+    Table 2 shows each operation by its human name ("naive 4-bit"), the spec behind it as its tooltip."""
     _, html = built_book
     page = _page(html, "04_cache_approximations")
     assert 'class="dataframe kvutils-table"' in page
-    assert '<th class="kvutils-label" title="quantize_naive:bits=4">quantize_<wbr>naive:<wbr>bits=4</th>' in page
+    assert '<th class="kvutils-label" title="quantize_naive:bits=4">naive 4-bit</th>' in page
     assert 'title="fp32: identical sequences [one pass]"' in _page(html, "01_cache_exactness")
 
 
