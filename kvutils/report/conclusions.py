@@ -35,6 +35,7 @@ from kvutils.report.guide import (  # noqa: F401
     stale_test,
     stale_word,
 )
+from kvutils.report.guide_retrieval import retrieval_summary
 from kvutils.report.sense_probes import first_stays_at, layer_count, layer_tests, peak_depths
 from kvutils.report.tables import rows_table
 from kvutils.report.text import fmt, fraction
@@ -183,6 +184,9 @@ def rq3_table(runs: dict) -> pd.DataFrame:
                     f"{fmt(ops[spec]['top1_agreement_pct'], 4)} (n = {len(ops[spec]['per_document'])} documents)")
     for model, longest in _longest_steps(numbers).items():
         rows[speed][f"ours: {model}"] = f"{speedup_text(longest)} at {longest['context']} tokens"
+    for model in numbers.get("retrieval") or {}:  # the second axis: does the model still find a key far back?
+        rows.setdefault("long-range retrieval (chapter 4)", {f"article ({ARTICLE_MODEL})": "not measured"})[
+            f"ours: {model}"] = retrieval_summary(numbers["retrieval"], model)
     return rows_table(rows, "finding")
 
 

@@ -18,6 +18,7 @@ from kvutils.core.checks import check_number
 from kvutils.core.compare import IDENTICAL, Paired
 from kvutils.report.cache_approximations import article_rows_by_spec
 from kvutils.report.figures import styled
+from kvutils.report.guide_retrieval import axis_text, loses_keys, loss_clause, retrieval_axis
 from kvutils.report.names import human
 from kvutils.report.tables import page_table
 from kvutils.report.text import fmt
@@ -81,18 +82,37 @@ def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
         chunk = o["name"] in CHUNK_OPS
         source = plain if spec in ((plain or {}).get("ops") or {}) else run["chunks"]
         rows.append(_op_row(spec, o, near_exact_pct, art, source, None if chunk else plain["exact_cache_bytes"]
-                            if plain else None, "acceptance test (kvutils.cache.accept), Table 2"))
+                            if plain else None, "acceptance test (kvutils.cache.accept), Table 2") | {"setting": setting(source)})
     front = ch4.get("frontier", {}).get(model)
     for spec, o in _frontier_only(run, front).items():
         rows.append(_op_row(spec, o, near_exact_pct, art, front, front["exact_cache_bytes"],
-                            f"acceptance test, the frontier's {_count(len(front['documents']), 'document')}"))
-    return rows
+                            f"acceptance test, the frontier's {_count(len(front['documents']), 'document')}")
+                    | {"setting": setting(front, "the frontier")})
+    return [both_axes(r, retrieval_axis(ch4.get("retrieval") or {}, model, r["operation"])) for r in rows]
+
+
+EXACTNESS = "chapters 1 and 5: the exact cache and the LoRA switch"  # the setting of the theorem rows
+
+
+def setting(run: dict, name: str = "Table 2") -> str:
+    """The setting a chapter-4 row was measured in, for its panel: "Table 2: 256 cached + 256 scored tokens"."""
+    return f"{name}: {run['prefill']:,} cached + {run['decode']:,} scored tokens"
+
+
+def both_axes(row: dict, axis: dict | None) -> dict:
+    """The row with its retrieval axis: an operation is free only where both axes say so, so a
+    retrieval loss (a test or the construction) turns a near-exact or untested row costly."""
+    row = row | {"retrieval": axis}
+    if loses_keys(axis) and row["verdict"] in (NEAR, OPEN):
+        row |= {"verdict": COSTLY, "test": f"{row['test']}; {loss_clause(axis)}"}
+    return row
 
 
 def _row(operation: str, verdict: Verdict, top1: float | None, n: str, **extra) -> dict:
     """A guide row: the fields every row has, then this row's."""
     row = dict(operation=operation, verdict=verdict, top1=top1, n=n, top1_ci=None, kl=None, article_top1=None,
-               bytes_pct=100.0, bytes_bf16_pct=None, time_ratio=None, test="", check="")
+               bytes_pct=100.0, bytes_bf16_pct=None, time_ratio=None, test="", check="", retrieval=None,
+               setting=EXACTNESS)
     return row | extra
 
 
@@ -246,6 +266,13 @@ def guide_coverage(runs: dict, rows: list[dict], model: str) -> str:
     else:
         text += (f". The frontier's methods are not in it: the frontier was not run on {model}"
                  + (f" (it ran on {', '.join(ch4.get('frontier', {}))})" if ch4.get("frontier") else ""))
+    ran = sum(1 for r in rows if r["retrieval"])
+    if ran:
+        text += (f". The retrieval column reads chapter 4's long-range retrieval on {model} for the {ran} of them it ran "
+                 "(keys retrieved with the question in the compressed prefill / before it); a retrieval loss turns a "
+                 "row costly whatever its top-1 agreement")
+    elif ch4.get("retrieval"):
+        text += f". The retrieval column is empty: chapter 4's retrieval ran no gated prompts on {model}"
     others = [m for m in ch4["table2"] if m != model]
     if others:
         text += f". Chapter 4's rows for {', '.join(others)} are in chapter 4, not in the guide"
@@ -295,6 +322,7 @@ def decision_table(rows: list[dict]) -> pd.DataFrame:
         "cache vs fp32 / vs bf16 (%)": fmt(r["bytes_pct"], 3) + (
             f" / {fmt(r['bytes_bf16_pct'], 3)}" if r["bytes_bf16_pct"] is not None else ""),
         "time ÷ exact decode, median (range, n)": _time_text(r["time_ratio"]),
+        "keys retrieved (%), with / before the question": axis_text(r["retrieval"]),
         "test; checked by": f"{r['test']}; {r['check']}"} for r in rows])
     return page_table(table.set_index("operation"), short={r["operation"]: shown(r["operation"]) for r in rows})
 
@@ -309,30 +337,46 @@ def shown(operation: str) -> str:
 
 @styled
 def plot_decision_guide(rows: list[dict], model: str):
-    """The decision guide: every operation's top-1 agreement with exact decoding, coloured by
-    verdict, the article's value marked, the cache size it leaves written at the bar's end."""
+    """The decision guide, one panel per setting (the rows of a panel were measured alike): every
+    operation's top-1 agreement with exact decoding and its 95 % interval over documents, coloured
+    by verdict, the article's value marked, the cache size it leaves written right of the 100 % line."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 2.8))
-    y = range(len(rows))
-    ax.barh(list(y), [r["top1"] if r["top1"] is not None else 0 for r in rows], color=[r["verdict"].colour for r in rows])
+    panels = {}
+    for r in rows:
+        panels.setdefault(r["setting"], []).append(r)
+    heights = [len(p) + 1.2 for p in panels.values()]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 0.32 * sum(heights) + 2.6), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (name, group) in zip(axes[:, 0], panels.items()):
+        _guide_panel(ax, group, name)
+    axes[-1, 0].set_xlabel("top-1 agreement with exact decoding (%), 95 % interval over documents\n"
+                           "label: cache size as % of the exact cache")
+    fig.suptitle(f"Decision guide: top-1 agreement with exact decoding\nmodel: {model} (chapters 1, 4, 5)")
+    handles = [Patch(color=v.colour, label=v.label) for v in VERDICTS]
+    handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
+    fig.tight_layout()
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1)
+    return fig
+
+
+def _guide_panel(ax, rows: list[dict], name: str) -> None:
+    y = list(range(len(rows)))
+    ax.barh(y, [r["top1"] if r["top1"] is not None else 0 for r in rows], color=[r["verdict"].colour for r in rows])
     for i, r in enumerate(rows):  # a column right of the 100% line, clear of the bars and marks
         ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=9)
         if r["top1"] is None:  # compared in its cached state, not in decoded tokens: no bar
             ax.text(1, i, "K/V compared", va="center", fontsize=9)
+        if r["top1_ci"]:
+            lo, hi = max(0.0, r["top1_ci"][0]), min(100.0, r["top1_ci"][1])
+            ax.plot([lo, hi], [i, i], color="black", linewidth=1.2, zorder=3)
     marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
-    ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=3)
-    ax.set_yticks(list(y), [shown(r["operation"]) for r in rows])
-    ax.invert_yaxis()
+    ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=4)
+    ax.set_yticks(y, [shown(r["operation"]) for r in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, 130)
     ax.set_xticks(range(0, 101, 20))  # the space right of 100% holds the size labels, not a scale
     ax.axvline(100, color="grey", linewidth=0.6)
-    ax.set_xlabel("top-1 agreement with exact decoding (%)\nlabel: cache size as % of the exact cache")
-    ax.set_ylabel("cache operation")
-    ax.set_title(f"Decision guide: top-1 agreement with exact decoding\nmodel: {model} (chapters 1, 4, 5)")
-    handles = [Patch(color=v.colour, label=v.label) for v in VERDICTS]
-    handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.3, -0.12), ncol=1)
-    fig.tight_layout()
-    return fig
+    ax.set_ylabel("operation")
+    ax.set_title(name)

@@ -1,0 +1,116 @@
+"""The decision guide's second axis: long-range retrieval (chapter 4) beside the KL and top-1 axis.
+
+For a guide row's cache operation, on the guide's model, per haystack whose exact cache passed the
+gate and per regime: keys retrieved, n, and the two paired verdicts against the exact cache that
+chapter 4 computed (McNemar on right/wrong, the paired bootstrap on the key's log-probability), and
+the prompts on which the operation's cache held none of the needle's entries (a loss by
+construction). An operation is free only where both axes say so: a retrieval loss makes a
+near-exact row costly.
+"""
+from __future__ import annotations
+
+from kvutils.cache.registry import parse_op
+from kvutils.core import compare
+from kvutils.report.retrieval import haystacks, short
+
+REGIME_SHORT = {"aware": "with the question", "agnostic": "before the question"}
+
+
+def _canonical(spec: str) -> str | None:
+    try:
+        return parse_op(spec).spec
+    except ValueError:  # a named guide row ("exact cache vs recomputation (ch. 1)"), not a spec
+        return None
+
+
+def label_for(result: dict, spec: str) -> str | None:
+    """The retrieval label ("snapkv@0.25", or a precision spec) whose operation is `spec` at some
+    context, or None where retrieval did not run it."""
+    wanted = _canonical(spec)
+    if wanted is None:
+        return None
+    for label, entry in result["ops"].items():
+        if wanted in {_canonical(s) for s in entry.get("specs", {}).values()} or _canonical(label) == wanted:
+            return label
+    return None
+
+
+def retrieval_axis(retrieval: dict, model: str, spec: str) -> dict | None:
+    """{haystack: {regime: {correct, n, accuracy_pct, mcnemar, key_logprob, construction_losses,
+    construction_wrong, lost}}} for `spec` on `model`, over the gated prompts; None where retrieval
+    did not run the operation on that model (or no haystack passed the gate)."""
+    out = {}
+    for hay, r in haystacks(retrieval.get(model) or {}).items():
+        if not any(r.get("gate", {}).values()):
+            continue
+        label = label_for(r, spec)
+        if label is None:
+            continue
+        out[hay] = {}
+        for regime in REGIME_SHORT:
+            records = r["ops"][label][regime]["per_prompt"]
+            tests = {v["metric"]: compare.Paired.from_dict(v) for v in r["verdicts"]
+                     if v["a"] == label and v["against"] == "exact" and v["regime"] == regime}
+            built = r["ops"][label][regime].get("construction_losses") or {"prompts": [], "correct": 0}
+            wrong = len(built["prompts"]) - built["correct"]
+            correct, logprob = tests.get("correct"), tests.get("key_logprob")
+            lost = wrong > 0 or any(t is not None and t.verdict == compare.A_LOWER for t in (correct, logprob))
+            out[hay][regime] = {"correct": sum(bool(x["correct"]) for x in records), "n": len(records),
+                                "accuracy_pct": 100 * sum(bool(x["correct"]) for x in records) / len(records),
+                                "mcnemar": correct.verdict if correct else None,
+                                "key_logprob": logprob.verdict if logprob else None,
+                                "construction_losses": len(built["prompts"]), "construction_wrong": wrong,
+                                "lost": lost}
+    return out or None
+
+
+def loses_keys(axis: dict | None) -> list[str]:
+    """Where the operation loses retrieval: "pydoc, before the question", … (empty: nowhere detected)."""
+    return [f"{hay}, {REGIME_SHORT[regime]}" for hay, regimes in (axis or {}).items()
+            for regime, v in regimes.items() if v["lost"]]
+
+
+def axis_text(axis: dict | None) -> str:
+    """The guide's retrieval cell: keys retrieved with the question / before it, n, per haystack,
+    and where a test (or the construction) puts the operation below the exact cache."""
+    if not axis:
+        return "—"
+    parts = []
+    for hay, regimes in axis.items():
+        a, g = regimes["aware"], regimes["agnostic"]
+        parts.append(f"{hay}: {a['accuracy_pct']:.0f} / {g['accuracy_pct']:.0f} % (n = {a['n']})")
+    lost = loses_keys(axis)
+    return "; ".join(parts) + (f"; loses keys: {', '.join(lost)}" if lost else "; no detectable loss")
+
+
+def loss_clause(axis: dict) -> str:
+    """Why a row lost its near-exact colour to retrieval: each loss with the test that found it."""
+    out = []
+    for hay, regimes in axis.items():
+        for regime, v in regimes.items():
+            if not v["lost"]:
+                continue
+            found = [name for name, verdict in (("McNemar", v["mcnemar"]), ("key log-probability", v["key_logprob"]))
+                     if verdict == compare.A_LOWER]
+            if v["construction_wrong"]:
+                found.append(f"needle not held on {v['construction_losses']} of {v['n']} prompts")
+            out.append(f"{hay} {REGIME_SHORT[regime]}, {v['correct']} of {v['n']} keys ({', '.join(found)})")
+    return "retrieval loses keys: " + "; ".join(out)
+
+
+def retrieval_summary(retrieval: dict, model: str) -> str:
+    """One cell for the conclusions' summary table: the exact cache's keys per gated haystack, and
+    which methods lose keys (a test or the construction, in either regime) and which show no loss."""
+    result = haystacks(retrieval.get(model) or {})
+    exact = [f"{hay} {sum(bool(x['correct']) for x in r['exact']['per_prompt'])} of {len(r['exact']['per_prompt'])}"
+             for hay, r in result.items()]
+    gated = {hay: r for hay, r in result.items() if any(r.get("gate", {}).values())}
+    if not gated:
+        return f"exact cache: {', '.join(exact) or 'not run'}; below the gate, no method judged"
+    labels = dict.fromkeys(label for r in gated.values() for label in r["ops"])
+    lost, kept = [], []
+    for label in labels:
+        spec = next(iter(next(r["ops"][label]["specs"].values() for r in gated.values() if label in r["ops"])))
+        (lost if loses_keys(retrieval_axis(retrieval, model, spec)) else kept).append(short(label))
+    return (f"exact cache: {', '.join(exact)} keys; losing keys somewhere: {', '.join(lost) or 'none'}; "
+            f"no detectable loss: {', '.join(kept) or 'none'}")
