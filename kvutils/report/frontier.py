@@ -345,13 +345,20 @@ def kvpress_glue(frontier: dict) -> str:
                 elif mine in info["leaders"]:
                     ea.append(f"among the leaders on {model} at {level} (no detectable difference from the lowest mean)")
                 else:
-                    ea.append(f"behind {label(info['leaders'][0])} on {model} at {level}")
+                    lead = info["leaders"][0]
+                    ea.append(f"behind {label(lead)} on {model} at {level}, holding "
+                              f"{fmt(_held_pct(run, run['ops'][mine]), 3)} % of the exact cache against "
+                              f"{fmt(_held_pct(run, run['ops'][lead]), 3)} %")
             for s in specs:
                 if parse_op(s).family != "press" or method(s) == "random":
                     continue
                 for other in ("random", "streaming window"):
-                    if any(p.better() == p.b for p in _vs(run, level, s, other)):
-                        below.append(f"{label(s)} below {other} on {model}")
+                    for p in _vs(run, level, s, other):
+                        if p.better() == p.b:
+                            below.append(f"{label(s)} below {other} on {model} (holding "
+                                         f"{fmt(_held_pct(run, run['ops'][s]), 3)} % of the exact cache against "
+                                         f"{fmt(_held_pct(run, run['ops'][p.b]), 3)} %)")
+                            break
     first = ("kvpress reports expected attention as the strongest press on Llama-3.1-8B (RULER, 4k context); here it is "
              + ("; ".join(ea) if ea else "not on the frontier") + ".")
     second = ("kvpress also finds presses scoring below random or StreamingLLM on some models; here the tests find "

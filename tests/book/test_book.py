@@ -57,6 +57,9 @@ def test_chapter4_page(built_book):
     assert "tiny-llama at 128 tokens: with the cache median " in text and "(ratio of the medians; per repeat pair" in text
     assert "68.625 / 8.578" in text  # the article's DeepSeek-V3 row, recomputed by the formula
     assert "0.064307 · 86.3 · 17.8661" in text  # the article's bf16 row beside ours
+    # KIVI against naive quantisation at one bit width, each with the memory it holds (issue 37)
+    assert re.search(r"tiny-llama at 4 bits: KIVI holds [\d.]+ % of the exact cache \(its last 16 tokens in full "
+                     r"precision\) for [\d.]+ % top-1, naive [\d.]+ % for", text)
     # decode, bytes, approximations, blend sweep, retrieval, the needle kept against retrieval; the frontier is
     # the interactive chart
     assert page.count('<img alt="../../_images/') == 6

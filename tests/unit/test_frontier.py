@@ -144,7 +144,12 @@ def test_expected_attention_clause_is_computed():
     assert "it is the single best on m at 0.5" in report_frontier.kvpress_glue({"m": ea_best})
     ea_behind = _run({"random:compression_ratio=0.5,seed=0": list(base), "expected_attention:compression_ratio=0.5":
                       list(base * 0.9), "snapkv:compression_ratio=0.5": list(base * 0.2)})
-    assert "behind SnapKV (evicts 50 %) on m at 0.5" in report_frontier.kvpress_glue({"m": ea_behind})
+    behind = report_frontier.kvpress_glue({"m": ea_behind})
+    assert "behind SnapKV (evicts 50 %) on m at 0.5" in behind
+    # a comparison of methods that hold memory carries the bytes both sides hold
+    held = {s: report_frontier._held_pct(ea_behind, o) for s, o in ea_behind["ops"].items()}
+    ea, snap = (next(v for s, v in held.items() if s.startswith(m)) for m in ("expected_attention", "snapkv"))
+    assert f"holding {report_frontier.fmt(ea, 3)} % of the exact cache against {report_frontier.fmt(snap, 3)} %" in behind
 
 
 def test_chart_tells_every_method_and_model_apart():
