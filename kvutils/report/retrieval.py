@@ -144,7 +144,9 @@ def exact_table(retrieval: dict):
             for context, below in r.get("not_run", {}).items():
                 rows.append({"model": model, "haystack": hay, "context (tokens)": int(context), "prompts": 0,
                              "all": "not run", "judged (exact ≥ 80 %)": f"no: below the gate at {below}"})
-    return page_table(pd.DataFrame(rows).fillna(""))
+    table = pd.DataFrame(rows).fillna("")
+    table.insert(0, "model, haystack", table.pop("model") + ", " + table.pop("haystack"))
+    return page_table(table.set_index("model, haystack"))  # rows headed by what they are, not 0, 1, 2 …
 
 
 def depth_table(retrieval: dict):
@@ -164,7 +166,8 @@ def depth_table(retrieval: dict):
                     for d in sorted(per):
                         row[f"{when} q., {d:g}"] = f"{100 * sum(per[d]) / len(per[d]):.0f}"
                 rows.append(row)
-    return page_table(pd.DataFrame(rows).fillna(""))
+    table = pd.DataFrame(rows).fillna("")
+    return page_table(table.set_index("method") if rows else table)  # rows headed by the method, not 0, 1, 2 …
 
 
 # --------------------------------------------------------------------------- the glued findings

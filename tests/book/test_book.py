@@ -171,3 +171,34 @@ def test_pages_open_with_results_not_code_and_show_no_machine_path(built_book):
         assert not shown, f"{page.name}: code shown before the reader asks: {shown}"
         assert str(root) not in page.read_text() and "results_dir = \"/" not in soup.get_text(), page.name
 
+
+
+DOUBLED = re.compile(r"\b([A-Za-z]{2,})\s+\1\b", re.I)  # "question question"
+REPR = re.compile(r"\[\s*'[^']*'(?:\s*,\s*'[^']*')*\s*\]|\{\s*'[^']+'\s*:|\b(?:None|True|False)\b(?=[,)\]])")
+
+
+def _prose_and_tables(soup) -> str:
+    """What a reader reads of a page's article (not the navigation): text outside code cells' inputs
+    (shown or behind a toggle)."""
+    article = soup.select_one("article") or soup
+    for hidden in article.select("div.cell_input, script, style, details.hide"):
+        hidden.decompose()
+    return re.sub(r"\s+", " ", article.get_text(" "))
+
+
+def test_no_page_shows_a_doubled_word_a_python_repr_a_pandas_index_or_a_machine_path(built_book):
+    """Issue 37's text defects, over every built chapter page: no word twice in a row, no Python
+    list or dict repr (['sliding_attention']), no pandas RangeIndex column (0, 1, 2, … heading the
+    rows), no path of this machine."""
+    from bs4 import BeautifulSoup
+
+    root, html = built_book
+    for page in sorted((html / "book" / "chapters").glob("*.html")):
+        soup = BeautifulSoup(page.read_text(), "html.parser")
+        for table in soup.select("table.dataframe"):
+            heads = [th.get_text().strip() for th in table.select("tbody tr > th:first-child")]
+            assert not heads or heads[:3] != ["0", "1", "2"], f"{page.name}: a table's rows are headed 0, 1, 2 …"
+        text = _prose_and_tables(soup)
+        assert not DOUBLED.search(text), f"{page.name}: doubled word: {DOUBLED.search(text).group(0)!r}"
+        assert not REPR.search(text), f"{page.name}: Python repr: {text[max(0, REPR.search(text).start() - 60):][:140]!r}"
+        assert str(root) not in text and str(Path.home()) + "/" not in text, page.name
