@@ -83,13 +83,17 @@ class StepTimes:
         return [u / c for u, c in zip(self.uncached_repeats_ms, self.cached_repeats_ms)]
 
 
+WARMUPS = 3  # untimed rounds of each step before the timed repeats
+
+
 @torch.inference_mode()
 def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> StepTimes:
     """Time of one decode step after the context `ids` (1, context), every repeat kept and the
     median of each side: with the cache (one token against a prefilled cache, fresh copy each
     repeat so the context stays fixed) and without it (the whole context plus the new token, from
-    scratch). After one warm-up of each, the two are timed alternately (cached, uncached, cached,
-    …), so a repeat pair shares the machine's state of the moment."""
+    scratch). After WARMUPS untimed rounds of each (a first round alone still ran 2-3× slower than
+    the later ones: allocator and kernel caches), the two are timed alternately (cached, uncached,
+    cached, …), so a repeat pair shares the machine's state of the moment."""
     model, ids = loaded.model, ids.to(loaded.device)
     context = ids.shape[-1]
     prefilled = DynamicCache(config=model.config)
@@ -103,9 +107,10 @@ def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> St
     def uncached_step():
         model(input_ids=full, use_cache=False, logits_to_keep=1)
 
-    caches = [copy.deepcopy(prefilled) for _ in range(repeats + 1)]
-    cached_step(caches.pop())  # warm-up
-    uncached_step()
+    caches = [copy.deepcopy(prefilled) for _ in range(repeats + WARMUPS)]
+    for _ in range(WARMUPS):  # untimed
+        cached_step(caches.pop())
+        uncached_step()
     cached, uncached = [], []
     for cache in caches:
         cached.append(1e3 * _time_once(lambda cache=cache: cached_step(cache)))

@@ -56,7 +56,14 @@ def test_sliding_layers_attend_to_at_most_their_window():
 def test_decode_step_times_and_the_bandwidth_bound_are_measured():
     loaded = load_cached("tiny-llama", "float32")
     ids = torch.arange(1000, 1064)[None]
-    times = costs.decode_step_times(loaded, ids, repeats=3)
+    calls = []
+    hook = loaded.model.register_forward_hook(lambda module, args, kwargs_out: calls.append(1))
+    try:
+        times = costs.decode_step_times(loaded, ids, repeats=3)
+    finally:
+        hook.remove()
+    # the prefill, then WARMUPS untimed rounds and 3 timed ones, each a cached and an uncached step
+    assert len(calls) == 1 + 2 * (costs.WARMUPS + 3)
     assert times.context == 64 and times.cached_ms > 0 and times.uncached_ms > 0
     # every repeat is kept (a page shows the spread), the medians are theirs, a speed-up per repeat pair
     assert len(times.cached_repeats_ms) == len(times.uncached_repeats_ms) == 3
