@@ -201,6 +201,7 @@ class Rate:
     p: float
     above: bool  # the test separates the rate from chance, upwards
     below: bool
+    clusters: str = ""  # "16 words": the test ran over these clusters of items (clustered_against_chance)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -209,8 +210,9 @@ class Rate:
 
     def sentence(self, what: str = "right") -> str:
         lo, hi = self.ci95
+        over = f", sign test over {self.clusters}" if self.clusters else ""
         base = (f"{what} on {self.successes} of {self.n} ({100 * self.rate:.0f} %, 95 % interval "
-                f"{100 * lo:.0f}–{100 * hi:.0f} %; chance {100 * self.chance:.0f} %, p = {self.p:.2g})")
+                f"{100 * lo:.0f}–{100 * hi:.0f} %; chance {100 * self.chance:.0f} %, p = {self.p:.2g}{over})")
         if self.above:
             return base + ", above chance"
         if self.below:
@@ -337,3 +339,34 @@ def resampled_flips(values: Mapping[str, Sequence[float]], lower_is_better: bool
             out[f"{a} vs {names[j]}"] = float(np.mean(np.sign(means[i] - means[j]) != order))
     return out
 
+
+
+def clustered_against_chance(right: Sequence[Sequence[int]], chance: float, unit: str = "words") -> Rate:
+    """Right answers grouped in clusters (a word's items: its two senses share the word, so they
+    are not independent draws) against a chance rate. The test is an exact sign test over the
+    clusters (each cluster's share of right answers above or below chance; ties dropped), the
+    interval a percentile bootstrap that resamples whole clusters; `successes` and `n` count items."""
+    shares = np.asarray([np.mean(c) for c in right], dtype=float)
+    successes, n = int(sum(sum(c) for c in right)), int(sum(len(c) for c in right))
+    if n < 1 or not 0 < chance < 1:
+        raise ValueError(f"clustered_against_chance: need items and 0 < chance < 1 (got {n} items, chance {chance})")
+    p = sign_test(shares - chance)
+    sizes = np.asarray([len(c) for c in right], dtype=float)
+    rng = np.random.default_rng(SEED)
+    picks = rng.integers(0, len(shares), size=(RESAMPLES, len(shares)))  # (resamples, clusters)
+    boot = (shares[picks] * sizes[picks]).sum(1) / sizes[picks].sum(1)
+    lo, hi = np.percentile(boot, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
+    rate = successes / n
+    return Rate(successes, n, float(chance), rate, (float(lo), float(hi)), p, p < ALPHA and rate > chance,
+                p < ALPHA and rate < chance, f"{len(shares)} {unit}")
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of p-values tested together (e.g. one per depth): a depth picked
+    for its smallest p is judged at its adjusted p, so the choice among many is paid for."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [1.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted

@@ -21,6 +21,7 @@ from typing import BinaryIO
 from kvutils.core.paths import link_loop, loop_error, resolve_path
 
 DEFAULT_SENSES = "data/senses.json"
+SENSES_PER_WORD = 2  # every ambiguous word has exactly two senses (load_senses checks it)
 DEFAULT_GARDEN_PATHS = "data/garden_paths.json"
 DEFAULT_CORPUS = "pydoc"  # CPython's language reference, installed with Python itself
 PYDOC_MIN_CHARS = 2000  # the default corpus keeps the reference sections at least this long
@@ -212,7 +213,7 @@ def load_senses(path: str | Path = DEFAULT_SENSES, parameter: str = "senses_file
             problems.append(f"{where}: given twice (each word once)")
             continue
         senses = entry.get("senses")
-        if not isinstance(senses, list) or len(senses) != 2:
+        if not isinstance(senses, list) or len(senses) != SENSES_PER_WORD:
             problems.append(f'{where}: needs exactly two "senses"')
             continue
         parsed = []

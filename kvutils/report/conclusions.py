@@ -10,7 +10,6 @@ import pandas as pd
 
 from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
-from kvutils.core.compare import against_chance
 from kvutils.core.records import check_fields, load_results
 from kvutils.core.results import results_path
 from kvutils.report.cache_approximations import article_rows_by_spec
@@ -36,7 +35,7 @@ from kvutils.report.guide import (  # noqa: F401
     stale_word,
 )
 from kvutils.report.guide_retrieval import retrieval_summary
-from kvutils.report.sense_probes import first_stays_at, layer_count, layer_tests, peak_depths
+from kvutils.report.sense_probes import depth_rates, first_stays_at, holm_above, layer_count, layer_tests, peak_depths
 from kvutils.report.tables import rows_table
 from kvutils.report.text import fmt, fraction
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
@@ -336,18 +335,19 @@ def breaks_exactness(table2: dict) -> str:
 
 def rq2_verdict(causal: dict) -> str:
     """RQ2's finding: the old position at exactly 50 % (a tie by construction: its states are the same
-    under both senses), and at a later copy of the word each depth tested against chance (exact
-    binomial over the probe's items), the peak with its interval."""
+    under both senses), and at a later copy of the word each depth tested against chance (a sign
+    test over the words, Holm-corrected for the number of depths), the peak with its interval."""
     if not causal:
         return "No causal model was run in chapter 3"
     parts = []
     for m, r in causal.items():
-        n, new = r["probe"]["n_items"], r["probe"]["new_position_pct"]
-        rates = [against_chance(round(pct * n / 100), n, 0.5) for pct in new]
+        new = r["probe"]["new_position_pct"]
+        rates = depth_rates(r["probe"], "new")
         peak = max(range(len(new)), key=lambda d: new[d])
-        parts.append(f"{m}: above chance at {sum(x.above for x in rates)} of {len(new)} depths (exact binomial test "
-                     f"per depth, p < 0.05, not corrected for testing {len(new)} depths); at its best depth, {peak}, "
-                     + rates[peak].sentence())
+        held = holm_above(rates)
+        test = f"a sign test over the {rates[0].clusters}" if rates[0].clusters else "an exact binomial test over the items"
+        parts.append(f"{m}: above chance at {len(held)} of {len(new)} depths (per depth, {test}, Holm-corrected for "
+                     f"testing {len(new)} depths); at its best depth, {peak}, " + rates[peak].sentence())
     chance = all(set(r["probe"]["old_position_pct"]) == {50.0} for r in causal.values())
     head = ("At the old position, a probe on the cached state of the word scores exactly 50% at every depth of "
             f"{', '.join(causal)}: a tie by construction, since that state is the same under both senses (chapter 2), "

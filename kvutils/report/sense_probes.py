@@ -8,6 +8,7 @@ import pandas as pd
 
 from kvutils.core import compare
 from kvutils.core.article import article
+from kvutils.core.data import SENSES_PER_WORD
 from kvutils.report.figures import depth_fractions, styled
 from kvutils.report.tables import rows_table
 from kvutils.report.text import fmt, listed
@@ -175,21 +176,34 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
     n_items = next(iter(numbers.values()))["probe"]["n_items"]
     out["n_items"] = str(n_items)
     out["step"] = fmt(100 / n_items)
-    out["method"] = (compare.METHOD + " A probe's accuracy at one depth is tested against chance (50 %) with an "
-                     "exact binomial test over its items, and \"from depth k on\" is written only when every depth "
-                     "from k to the last is above chance by that test.")
+    out["method"] = (compare.METHOD + " A probe's accuracy at one depth is tested against chance (50 %) by an "
+                     "exact sign test over the words (a word's two senses are not independent items), with an "
+                     "interval that resamples words; \"from depth k on\" is written only when every depth from k to "
+                     "the last is above chance by that test (tested from the last depth back, so no correction for "
+                     "the number of depths is owed), and a single depth picked among many is judged at its "
+                     "Holm-adjusted p.")
     return out
 
 
 def depth_rates(probe: dict, where: str) -> list[compare.Rate]:
     """Per depth, the probe's right answers at the `where` ("new" or "old") position against chance
-    (one half: two senses), from the per-item outcomes (or, in results without them, the accuracy
-    times the items: the same count)."""
+    (one half: two senses). From the per-item outcomes (word-major: a word's two senses side by
+    side) the test is clustered by word, since a word's two items are not independent draws (a sign
+    test over the words, an interval resampling words); results without them fall back to an exact
+    binomial test over the items (the accuracy times the items: the same count)."""
     n = probe["n_items"]
     items = probe.get(f"{where}_position_right")
-    counts = ([sum(d) for d in items] if items is not None else
-              [round(pct * n / 100) for pct in probe[f"{where}_position_pct"]])
-    return [compare.against_chance(k, n, 0.5) for k in counts]
+    if items is not None:
+        return [compare.clustered_against_chance([d[i:i + SENSES_PER_WORD] for i in range(0, len(d), SENSES_PER_WORD)],
+                                                 0.5) for d in items]
+    return [compare.against_chance(round(pct * n / 100), n, 0.5) for pct in probe[f"{where}_position_pct"]]
+
+
+def holm_above(rates: list[compare.Rate]) -> list[int]:
+    """The depths above chance after Holm's correction for testing every depth (a depth singled out
+    among many is judged at its adjusted p)."""
+    adjusted = compare.holm([r.p for r in rates])
+    return [d for d, (r, p) in enumerate(zip(rates, adjusted)) if p < compare.ALPHA and r.rate > r.chance]
 
 
 def _depths(depths: list[int]) -> str:
@@ -207,15 +221,20 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
         also = (f"; before that, depth{'s' if len(earlier) > 1 else ''} {_depths(earlier)} above chance too, but not "
                 "every depth between" if earlier else "")
         return (f"from depth {start} on {subject} (every depth from {start} is above chance at n = {n} items; the "
-                f"weakest: {weakest.sentence()}{also})")
+                f"weakest: {weakest.sentence()}{also}; tested from the last depth back, stopping at the first that "
+                "is not, so no correction for the number of depths is owed)")
     best = max(range(len(rates)), key=lambda d: rates[d].successes)
+    adjusted = compare.holm([r.p for r in rates])
     if above:
+        held = holm_above(rates)
         return (f"it is above chance at depth{'s' if len(above) > 1 else ''} {_depths(above)} but not at every later "
-                f"depth, so this run does not show it from one depth on (n = {n} items per depth)")
+                f"depth, so this run does not show it from one depth on (n = {n} items per depth); corrected for "
+                f"testing {len(rates)} depths (Holm), "
+                + (f"depth{'s' if len(held) > 1 else ''} {_depths(held)} stay{'' if len(held) > 1 else 's'} above"
+                   if held else "none stays above"))
     return (f"no depth shows a detectable difference from chance at n = {n} items (the most: depth {best}, "
-            f"{rates[best].sentence()}; that p is the smallest of {len(rates)} depths' and is not corrected for "
-            "choosing it, and the items are words in two senses each, not independent draws, so it overstates "
-            "the evidence)")
+            f"{rates[best].sentence()}; picked as the best of {len(rates)} depths, its Holm-adjusted p is "
+            f"{adjusted[best]:.2g})")
 
 
 def _new_reading(model: str, probe: dict) -> str:

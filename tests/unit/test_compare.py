@@ -127,3 +127,26 @@ def test_a_withheld_verdict_says_which_rule_withheld_it():
     assert "whatever the data" in few.withheld() and "whatever the data" in few.sentence()
     plain = compare.paired([1.0, -1.0] * 5, [0.0] * 10)  # p = 1: nothing withheld, nothing to explain
     assert plain.withheld() == "" and plain.sentence().endswith("p = 1")
+
+
+def test_a_clustered_rate_tests_the_clusters_not_the_items():
+    """16 words of two items each, 24 of 32 items right: 12 words right twice, 4 wrong twice. Counted
+    as 32 independent items the binomial test separates it from chance (p = 0.007); a word's two
+    items are not independent, and the sign test over the 16 words does not (p = 0.077)."""
+    right = [[1, 1]] * 12 + [[0, 0]] * 4
+    items = compare.against_chance(24, 32, 0.5)
+    words = compare.clustered_against_chance(right, 0.5)
+    assert items.above and items.p == pytest.approx(0.0070, abs=5e-4)
+    assert not words.above and words.p == pytest.approx(0.0768, abs=5e-4)
+    assert (words.successes, words.n, words.clusters) == (24, 32, "16 words")
+    lo, hi = words.ci95
+    assert lo < 0.75 < hi and hi - lo > items.ci95[1] - items.ci95[0] - 0.1  # words resampled, not items
+    assert "sign test over 16 words" in words.sentence()
+    ties = compare.clustered_against_chance([[1, 0]] * 16, 0.5)  # every word half right: no evidence either way
+    assert ties.p == 1.0 and not ties.above and not ties.below
+
+
+def test_holm_adjusts_each_p_for_the_number_tested_step_down():
+    assert compare.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert compare.holm([0.5]) == [0.5]
+    assert compare.holm([0.001] * 3) == pytest.approx([0.003] * 3)
