@@ -73,12 +73,13 @@ def plot_decode(decode: dict):
     for xi, c, u in zip(x, cached, uncached):
         ax.text(xi + 0.2, u * 1.1, f"{u / c:.1f}×", ha="center")
     ax.set_yscale("log")
+    ax.set_ylim(top=max(uncached) * 3)  # room above the tallest bar for its speed-up label
     ax.set_xticks(x, labels)
     ax.set_ylabel("time of one decode step (ms, log scale)")
     ax.set_xlabel("model and context length")
     ax.set_title(f"What the cache buys: one decode step, median of repeats\nmodels: {', '.join(decode)}")
-    ax.legend()
     fig.tight_layout()
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1)  # off the bars
     return fig
 
 
@@ -192,14 +193,14 @@ def plot_approximations(table2: dict):
     if marked:
         ax.scatter([v for _, v in marked], [k + 0.4 - height / 2 for k, _ in marked], marker="|", s=200,
                    color="black", zorder=3, label="article (Pythia-160M)")
-    ax.set_yticks(y + 0.4 - height / 2, specs)
+    ax.set_yticks(y + 0.4 - height / 2, [human(s) for s in specs])
     ax.invert_yaxis()
     ax.set_xlim(0, 101)
     ax.set_xlabel("top-1 agreement with the exact cache (%)")
     ax.set_ylabel("cache operation")
     ax.set_title(f"What each cache approximation costs: next-token agreement\nmodels: {', '.join(table2)}")
-    ax.legend(loc="lower left")
     fig.tight_layout()
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2)  # below, off the bars
     return fig
 
 

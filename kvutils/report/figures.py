@@ -81,3 +81,47 @@ def overlapping_text(fig) -> list[str]:
             problems += [f"{a!r} overlaps {b!r}" for i, (a, box_a) in enumerate(boxes)
                          for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
     return problems
+
+
+def covered_or_clipped(fig) -> list[str]:
+    """What a reader could not see whole: a legend drawn over an axes' data (its bars, points or
+    value labels), and a value label that reaches past the edge of its axes (where the page cuts it
+    or the title runs into it); empty when nothing is hidden."""
+    import numpy as np
+    from matplotlib.collections import PathCollection
+    from matplotlib.patches import Rectangle
+    from matplotlib.transforms import Bbox
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    legends = [(leg, leg.get_window_extent(renderer)) for leg in fig.legends]
+    for ax in fig.axes:
+        if ax.get_legend() is not None:
+            legends.append((ax.get_legend(), ax.get_legend().get_window_extent(renderer)))
+    for ax in fig.axes:
+        frame = ax.get_window_extent(renderer)
+        data = [(f"bar {i}", p.get_window_extent(renderer)) for i, p in enumerate(ax.patches)
+                if isinstance(p, Rectangle) and p.get_visible() and p.get_width() and p.get_height()]
+        data += [(f"label {t.get_text()!r}", t.get_window_extent(renderer)) for t in ax.texts
+                 if t.get_visible() and t.get_text().strip()]
+        points = [ax.transData.transform(np.asarray(c.get_offsets())) for c in ax.collections
+                  if isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets())]
+        for legend, box in legends:
+            if legend.axes is not None and legend.axes is not ax and legend.figure is not fig:
+                continue
+            for name, where in data:  # what is drawn of it: a bar clipped to its axes (a log axis has no 0)
+                seen = Bbox.intersection(where, frame)
+                if seen is not None and seen.width > 0 and seen.height > 0 and box.overlaps(seen):
+                    problems.append(f"the legend covers {name} of {ax.get_title()[:30]!r}")
+            for xy in points:
+                inside = ((xy[:, 0] > box.x0) & (xy[:, 0] < box.x1) & (xy[:, 1] > box.y0) & (xy[:, 1] < box.y1))
+                if inside.any():
+                    problems.append(f"the legend covers {int(inside.sum())} plotted point(s) of {ax.get_title()[:30]!r}")
+        for t in ax.texts:
+            if not t.get_visible() or not t.get_text().strip():
+                continue
+            where = t.get_window_extent(renderer)
+            if where.x0 < frame.x0 - 1 or where.x1 > frame.x1 + 1 or where.y0 < frame.y0 - 1 or where.y1 > frame.y1 + 1:
+                problems.append(f"the label {t.get_text()[:30]!r} reaches past its axes ({ax.get_title()[:30]!r})")
+    return problems

@@ -10,12 +10,11 @@ from kvutils.cache.registry import parse_op
 from kvutils.core import compare
 from kvutils.report import interactive
 from kvutils.report.figures import styled
-from kvutils.report.names import human
+from kvutils.report.names import DISPLAY, human
 from kvutils.report.tables import page_table
 from kvutils.report.text import fmt
 
 EXACT_FLOOR = 1e-7  # where an exact row (KL 0) is drawn on the log axis
-MARKERS = ("o", "s", "^", "D", "v", "P")  # one per model
 # one colour per method, told apart in print (the baseline grey, the exact cache black)
 COLOURS = {"exact": "black", "cast": "#8c564b", "quantize_kivi": "#17becf", "hf_quantized": "navy",
            "streaming window": "#bcbd22", "random": "#7f7f7f", "knorm": "#ff7f0e", "snapkv": "#2ca02c",
@@ -166,13 +165,14 @@ def frontier_chart(frontier: dict):
 
 @styled
 def plot_frontier(frontier: dict):
-    """Mean KL (log) against mean bytes held over the decode, every model on one panel: one colour
-    per method (its budgets joined by a line), one marker per model. With no model, a figure that
-    says the frontier was not run."""
+    """Mean KL (log) against mean bytes held over the decode, one panel per model (two models'
+    methods overlaid in one colour each could not be told apart): one colour per method, the same
+    on every panel, its budgets joined by a line. With no model, a figure that says the frontier was
+    not run."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 6.4))
     if not frontier:
+        fig, ax = plt.subplots(figsize=(7.5, 6.4))
         ax.set_axis_off()
         ax.text(0.5, 0.5, "frontier not run (frontier_models is empty)", ha="center", va="center", fontsize=12)
         fig.suptitle("Bytes vs fidelity: no model")
@@ -181,21 +181,21 @@ def plot_frontier(frontier: dict):
     methods = list(dict.fromkeys(points["method"]))
     spare = iter(SPARE_COLOURS)
     colours = {m: COLOURS.get(m) or next(spare, "0.5") for m in methods}
-    markers = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(frontier)}
-    for (model, name), group in points.groupby(["model", "method"], sort=False):
-        group = group.sort_values("held % of exact")
-        ax.plot(group["held % of exact"], group["plotted KL"], marker=markers[model], color=colours[name], lw=1,
-                ms=7, mec="white", mew=0.6)
-    ax.set_yscale("log")
-    ax.set_xlabel(X_LABEL)
-    ax.set_ylabel(f"mean KL vs exact (nats, log;\n{EXACT_FLOOR:g} = exact)")
-    ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], color=colours[m], marker="o", lw=1, label=m) for m in methods]
-    handles += [plt.Line2D([], [], color="0.3", marker=markers[m], lw=0, label=m) for m in frontier]
-    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
+    fig, axes = plt.subplots(len(frontier), 1, figsize=(7.5, 3.6 * len(frontier) + 1.8), sharex=True, squeeze=False)
+    for ax, model in zip(axes[:, 0], frontier):
+        for name, group in points[points["model"] == model].groupby("method", sort=False):
+            group = group.sort_values("held % of exact")
+            ax.plot(group["held % of exact"], group["plotted KL"], marker="o", color=colours[name], lw=1, ms=6,
+                    mec="white", mew=0.6)
+        ax.set_yscale("log")
+        ax.set_title(model)
+        ax.set_ylabel(f"mean KL vs exact\n(nats, log; {EXACT_FLOOR:g} = exact)")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel(X_LABEL)
+    handles = [plt.Line2D([], [], color=colours[m], marker="o", lw=1, label=DISPLAY.get(m, m)) for m in methods]
     fig.suptitle(_title(frontier))
-    rows = -(-len(handles) // 3)
-    fig.tight_layout(rect=(0, 0.034 * rows + 0.015, 1, 1))
+    fig.tight_layout()
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
     return fig
 
 

@@ -375,7 +375,7 @@ def _guide_panel(ax, rows: list[dict], name: str) -> None:
     ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=4)
     ax.set_yticks(y, [shown(r["operation"]) for r in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(0, 130)
+    ax.set_xlim(0, 140)
     ax.set_xticks(range(0, 101, 20))  # the space right of 100% holds the size labels, not a scale
     ax.axvline(100, color="grey", linewidth=0.6)
     ax.set_ylabel("operation")

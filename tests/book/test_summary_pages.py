@@ -283,6 +283,7 @@ def test_figures_read_at_the_page_width(runs):
                "chapter 5 patching map": report_switch.plot_patch_map(numbers["05"])}
     for name, fig in figures.items():
         assert report_figures.illegible_text(fig) == [], name
+        assert report_figures.covered_or_clipped(fig) == [], name  # no legend over data, no label past its axes
         plt.close(fig)
     small = plt.figure(figsize=(11, 4))
     small.gca().set_xlabel("layer", fontsize=8)

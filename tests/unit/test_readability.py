@@ -146,3 +146,30 @@ def test_wrap_keeps_every_word():
     assert interactive.wrap("averyveryverylongword x", 5) == "averyveryverylongword<br>x"
     assert interactive.wrap("one<br>two three", 20) == "one<br>two three"
     assert interactive.wrap(None, 5) is None
+
+
+def test_a_legend_over_the_bars_and_a_label_past_its_axes_are_caught():
+    """The defects of issue 37's figures: a legend drawn over the last bar, a value label above the
+    top of its axes; and the same chart with the legend below the axes and room for the label passes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvutils.report import figures
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar([0, 1, 2], [1, 2, 10], label="bars")
+    ax.text(2, 11, "46.3×", ha="center")  # above the autoscaled top (10.5)
+    ax.legend(loc="upper right")  # over the tallest bar
+    problems = figures.covered_or_clipped(fig)
+    assert any("legend covers bar 2" in p for p in problems) and any("'46.3×' reaches past" in p for p in problems)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar([0, 1, 2], [1, 2, 10], label="bars")
+    ax.text(2, 11, "46.3×", ha="center")
+    ax.set_ylim(0, 14)
+    fig.tight_layout()
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0))
+    assert figures.covered_or_clipped(fig) == []
+    plt.close(fig)
