@@ -12,7 +12,7 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from kvutils.cache.registry import parse_op
-from kvutils.core import compare
+from kvutils.core import compare, haystack
 from kvutils.report.figures import styled
 from kvutils.report.frontier import COLOURS, SPARE_COLOURS
 from kvutils.report.names import human_label
@@ -346,12 +346,20 @@ def question_window_clause(snap: dict, asked: dict, rand: dict | None) -> str:
             f"({p.sentence(lower_is_better=False, metric='keys retrieved')}){share}")
 
 
+def needle_examples() -> dict[str, str]:
+    """The two needles as a prompt holds them, from the templates the prompts are built with (a word
+    of the study and a key of the needle's length; each prompt draws its own)."""
+    magic = haystack.MAGIC_NEEDLE.format(word="bank", key="4817263"[:haystack.KEY_DIGITS["magic"]]).strip()
+    passkey = haystack.PASSKEY_NEEDLE.format(key="48213"[:haystack.KEY_DIGITS["passkey"]]).strip()
+    return {"needle_magic": f"“{magic}”", "needle_passkey": f"“{passkey}”"}
+
+
 def retrieval_glue(numbers: dict) -> dict[str, str]:
     retrieval = numbers.get("retrieval") or {}
     if not retrieval:
         return {"retrieval": "The retrieval test was not run (retrieval_models is empty).", "retrieval_kl": "",
-                "retrieval_kvpress": ""}
-    return {"retrieval": " ".join(t for m, res in retrieval.items() for t in model_findings(m, res)),
+                "retrieval_kvpress": "", **needle_examples()}
+    return {**needle_examples(), "retrieval": " ".join(t for m, res in retrieval.items() for t in model_findings(m, res)),
             "retrieval_kl": " ".join(kl_findings(m, res) for m, res in retrieval.items()),
             "retrieval_kvpress": kvpress_comparison(retrieval)}
 
