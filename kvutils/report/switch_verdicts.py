@@ -95,8 +95,10 @@ def knee(model: str, r: dict) -> str:
     elif k["knee_k"] == best:
         head = f"k = {best}: {top}, and every smaller k is detectably below it"
     elif not k["resolved"]:
-        head = (f"k = {k['knee_k']} or below ({fmt(acc[k['knee_k']], 3)}%): the smallest k trained already shows no "
-                f"detectable difference from {top}, and nothing smaller was trained")
+        n = rest[0].n if rest else 0
+        head = (f"not located at n = {n} held-out examples: no smaller k is detectably below {top} (the smallest, "
+                f"k = {k['knee_k']}, scores {fmt(acc[k['knee_k']], 3)}%), so the sweep cannot say where quality starts to "
+                "fall: at the smallest k trained or below it, or at a depth the test has too few examples to see")
     else:
         head = (f"k = {k['knee_k']} ({fmt(acc[k['knee_k']], 3)}%): the smallest k with no detectable difference from "
                 f"{top}")
