@@ -82,7 +82,7 @@ def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
         chunk = o["name"] in CHUNK_OPS
         source = plain if spec in ((plain or {}).get("ops") or {}) else run["chunks"]
         rows.append(_op_row(spec, o, near_exact_pct, art, source, None if chunk else plain["exact_cache_bytes"]
-                            if plain else None, "acceptance test (kvutils.cache.accept), Table 2") | {"setting": setting(source)})
+                            if plain else None, "kvutils' acceptance test, Table 2") | {"setting": setting(source)})
     front = ch4.get("frontier", {}).get(model)
     for spec, o in _frontier_only(run, front).items():
         rows.append(_op_row(spec, o, near_exact_pct, art, front, front["exact_cache_bytes"],
@@ -317,13 +317,13 @@ def decision_table(rows: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame([{
         "operation": r["operation"], "verdict": r["verdict"].name,
         "top-1 agreement (%) [95 % interval], n": _top1_text(r),
-        f"article (%), {ARTICLE_MODEL}": fmt(r["article_top1"]) if r["article_top1"] is not None else "—",
+        f"article (%), {ARTICLE_MODEL.split('-')[0]}": fmt(r["article_top1"]) if r["article_top1"] is not None else "—",
         "mean KL (nats)": fmt(r["kl"], 3) if r["kl"] is not None else "—",
         "cache vs fp32 / vs bf16 (%)": fmt(r["bytes_pct"], 3) + (
             f" / {fmt(r['bytes_bf16_pct'], 3)}" if r["bytes_bf16_pct"] is not None else ""),
         "time ÷ exact decode, median (range, n)": _time_text(r["time_ratio"]),
-        "keys retrieved (%), with / before the question": axis_text(r["retrieval"]),
-        "test; checked by": f"{r['test']}; {r['check']}"} for r in rows])
+        "test; checked by; keys retrieved (%) with / before the question": f"{r['test']}; {r['check']}" + (
+            f"; retrieval {axis_text(r['retrieval'])}" if r["retrieval"] else "")} for r in rows])
     return page_table(table.set_index("operation"), short={r["operation"]: shown(r["operation"]) for r in rows})
 
 

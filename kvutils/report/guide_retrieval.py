@@ -102,8 +102,8 @@ def retrieval_summary(retrieval: dict, model: str) -> str:
     """One cell for the conclusions' summary table: the exact cache's keys per gated haystack, and
     which methods lose keys (a test or the construction, in either regime) and which show no loss."""
     result = haystacks(retrieval.get(model) or {})
-    exact = [f"{hay} {sum(bool(x['correct']) for x in r['exact']['per_prompt'])} of {len(r['exact']['per_prompt'])}"
-             for hay, r in result.items()]
+    exact = [f"{hay} {sum(bool(x['correct']) for x in r['exact']['per_prompt'])} of {len(r['exact']['per_prompt'])} "
+             "prompts" for hay, r in result.items()]
     gated = {hay: r for hay, r in result.items() if any(r.get("gate", {}).values())}
     if not gated:
         return f"exact cache: {', '.join(exact) or 'not run'}; below the gate, no method judged"
@@ -112,5 +112,5 @@ def retrieval_summary(retrieval: dict, model: str) -> str:
     for label in labels:
         spec = next(iter(next(r["ops"][label]["specs"].values() for r in gated.values() if label in r["ops"])))
         (lost if loses_keys(retrieval_axis(retrieval, model, spec)) else kept).append(short(label))
-    return (f"exact cache: {', '.join(exact)} keys; losing keys somewhere: {', '.join(lost) or 'none'}; "
+    return (f"exact cache: keys of {', '.join(exact)}; losing keys somewhere: {', '.join(lost) or 'none'}; "
             f"no detectable loss: {', '.join(kept) or 'none'}")

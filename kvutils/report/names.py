@@ -28,7 +28,7 @@ def human(spec: str) -> str:
         "quantize_kivi": lambda: f"KIVI {op.bits}-bit, residual {op.residual}",
         "quantize_naive": lambda: f"naive {op.bits}-bit",
         "cast": lambda: f"{op.dtype} cache",
-        "hf_quantized": lambda: f"{op.backend} cache (transformers)",
+        "hf_quantized": lambda: f"transformers {op.backend} cache",
         "chunk_reuse": lambda: f"chunk reuse, chunks of {op.chunk} ({op.positions} positions)",
         "chunk_blend": lambda: f"CacheBlend, recomputes {_pct(op.recompute_fraction)}, chunks of {op.chunk}",
     }

@@ -201,6 +201,7 @@ def test_decision_guide_takes_in_the_frontier_methods(runs):
     changed = copy.deepcopy(runs)
     ch4 = changed["04_cache_approximations"]["numbers"]
     ch4["frontier"] = {model: {"documents": ["a", "b"], "exact_cache_bytes": 1000.0, "refused": {"kvzip:x=1": "why"},
+                               "prefill": 64, "decode": 32,
                                "ops": {"tova:compression_ratio=0.5": {"name": "tova", "mean_kl": 0.2,
                                                                      "top1_agreement_pct": 90.0, "cache_bytes": 500.0,
                                                                      "per_document": [{"top1_agreement_pct": 90.0}] * 8},
@@ -210,6 +211,7 @@ def test_decision_guide_takes_in_the_frontier_methods(runs):
     assert rows["tova:compression_ratio=0.5"]["bytes_pct"] == 50.0
     assert rows["tova:compression_ratio=0.5"]["verdict"] is rc.COSTLY and "exact" not in rows
     assert "frontier's 2 documents" in rows["tova:compression_ratio=0.5"]["check"]
+    assert rows["tova:compression_ratio=0.5"]["setting"] == "the frontier: 64 cached + 32 scored tokens"  # its panel
     text = rc.guide_coverage(changed, list(rows.values()), model)
     assert f"The guide sorts {len(rows)} operations" in text and "the 1 methods of chapter 4's frontier" in text
     assert "Left out: kvzip:x=1" in text

@@ -68,7 +68,7 @@ def test_the_conclusions_cell_names_the_exact_cache_and_each_method_by_its_retri
     retrieval = _retrieval()
     retrieval["m"]["pydoc"]["exact"] = {"per_prompt": _records(23)}
     text = retrieval_summary(retrieval, "m")
-    assert text == ("exact cache: pydoc 23 of 24 keys; losing keys somewhere: SnapKV (evicts 25 %); "
+    assert text == ("exact cache: keys of pydoc 23 of 24 prompts; losing keys somewhere: SnapKV (evicts 25 %); "
                     "no detectable loss: bfloat16 cache")
     retrieval["m"]["pydoc"]["gate"] = {"1024": False}
-    assert retrieval_summary(retrieval, "m") == "exact cache: pydoc 23 of 24; below the gate, no method judged"
+    assert retrieval_summary(retrieval, "m") == "exact cache: pydoc 23 of 24 prompts; below the gate, no method judged"
