@@ -73,3 +73,9 @@ def test_the_acceptance_command_parses_as_its_cli_reads_it(tmp_path):
     argv[argv.index("--out") + 1] = str(tmp_path / "accept.json")
     _, args = parse(argv)
     assert args.model == "smollm2-135m" and len(args.ops) == 2
+
+
+def test_the_readmes_screenshot_of_the_explorer_is_in_the_repository():
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README)
+    assert any("explorer" in i for i in images), images
+    assert all((REPO_ROOT / i).is_file() for i in images), images
