@@ -107,9 +107,7 @@ def covered_or_clipped(fig) -> list[str]:
                  if t.get_visible() and t.get_text().strip()]
         points = [ax.transData.transform(np.asarray(c.get_offsets())) for c in ax.collections
                   if isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets())]
-        for legend, box in legends:
-            if legend.axes is not None and legend.axes is not ax and legend.figure is not fig:
-                continue
+        for _, box in legends:  # any legend, its own axes' or another's, over this axes' data
             for name, where in data:  # what is drawn of it: a bar clipped to its axes (a log axis has no 0)
                 seen = Bbox.intersection(where, frame)
                 if seen is not None and seen.width > 0 and seen.height > 0 and box.overlaps(seen):
