@@ -345,17 +345,16 @@ def clustered_against_chance(right: Sequence[Sequence[int]], chance: float, unit
     """Right answers grouped in clusters (a word's items: its two senses share the word, so they
     are not independent draws) against a chance rate. The test is an exact sign test over the
     clusters (each cluster's share of right answers above or below chance; ties dropped), the
-    interval a percentile bootstrap that resamples whole clusters; `successes` and `n` count items."""
+    interval a percentile bootstrap that resamples whole clusters (of equal size, so the rate is the
+    mean of their shares); `successes` and `n` count items."""
+    sizes = {len(c) for c in right}
+    if len(sizes) != 1 or 0 in sizes or not 0 < chance < 1:
+        raise ValueError(f"clustered_against_chance: need clusters of one size ≥ 1 and 0 < chance < 1 (got sizes "
+                         f"{sorted(sizes)}, chance {chance})")
     shares = np.asarray([np.mean(c) for c in right], dtype=float)
-    successes, n = int(sum(sum(c) for c in right)), int(sum(len(c) for c in right))
-    if n < 1 or not 0 < chance < 1:
-        raise ValueError(f"clustered_against_chance: need items and 0 < chance < 1 (got {n} items, chance {chance})")
+    successes, n = int(sum(sum(c) for c in right)), len(right) * sizes.pop()
     p = sign_test(shares - chance)
-    sizes = np.asarray([len(c) for c in right], dtype=float)
-    rng = np.random.default_rng(SEED)
-    picks = rng.integers(0, len(shares), size=(RESAMPLES, len(shares)))  # (resamples, clusters)
-    boot = (shares[picks] * sizes[picks]).sum(1) / sizes[picks].sum(1)
-    lo, hi = np.percentile(boot, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
+    lo, hi = _bootstrap_mean(shares, SEED)
     rate = successes / n
     return Rate(successes, n, float(chance), rate, (float(lo), float(hi)), p, p < ALPHA and rate > chance,
                 p < ALPHA and rate < chance, f"{len(shares)} {unit}")

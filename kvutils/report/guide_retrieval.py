@@ -39,11 +39,16 @@ def retrieval_axis(retrieval: dict, model: str, spec: str) -> dict | None:
     """{haystack: {regime: {correct, n, accuracy_pct, mcnemar, key_logprob, construction_losses,
     construction_wrong, lost}}} for `spec` on `model`, over the gated prompts; None where retrieval
     did not run the operation on that model (or no haystack passed the gate)."""
+    return _axis(retrieval, model, lambda r: label_for(r, spec))
+
+
+def _axis(retrieval: dict, model: str, label_in) -> dict | None:
+    """`retrieval_axis` for the label `label_in(haystack result)` names in each gated haystack."""
     out = {}
     for hay, r in haystacks(retrieval.get(model) or {}).items():
         if not any(r.get("gate", {}).values()):
             continue
-        label = label_for(r, spec)
+        label = label_in(r)
         if label is None:
             continue
         out[hay] = {}
@@ -110,7 +115,7 @@ def retrieval_summary(retrieval: dict, model: str) -> str:
     labels = dict.fromkeys(label for r in gated.values() for label in r["ops"])
     lost, kept = [], []
     for label in labels:
-        spec = next(iter(next(r["ops"][label]["specs"].values() for r in gated.values() if label in r["ops"])))
-        (lost if loses_keys(retrieval_axis(retrieval, model, spec)) else kept).append(short(label))
+        axis = _axis(retrieval, model, lambda r, label=label: label if label in r["ops"] else None)
+        (lost if loses_keys(axis) else kept).append(short(label))
     return (f"exact cache: keys of {', '.join(exact)}; losing keys somewhere: {', '.join(lost) or 'none'}; "
             f"no detectable loss: {', '.join(kept) or 'none'}")
