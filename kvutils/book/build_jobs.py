@@ -3,6 +3,7 @@ it when its record stands, else compute it and write its record after its result
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from pathlib import Path
 from kvutils.book import chapters
 from kvutils.book.jobs import (
     JOBS,
+    RECORDS,
     Job,
     check_job,
     file_digest,
@@ -20,7 +22,7 @@ from kvutils.book.jobs import (
     sources_digest,
     stale_reason,
 )
-from kvutils.core import cores
+from kvutils.core import checkpoints, cores
 from kvutils.core.catalog import PAGES
 
 SLOTS = "running"  # <results>/jobs/running/<job>.pid: the jobs running now (kvutils.core.cores)
@@ -59,7 +61,7 @@ def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | 
     print(f"== job {name}: computing on {_threads(threads)}: {why}", flush=True)
     load_before = machine_load() if job.alone else None
     started, began = time.time(), _now()
-    with core_slot(results, name) as used:
+    with core_slot(results, name) as used, job_checkpoints(results, name, expected):
         _execute(job, profile, results, executed, parameters, timed_alone=not overrides)
     wall = time.time() - started
     load_after = machine_load() if job.alone else None
@@ -69,8 +71,35 @@ def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | 
         "threads": threads, "threads_used": [threads, *used], "load_before": load_before, "load_after": load_after,
         "commit": git_commit(),
         "started": began, "finished": _now(), "checked": _now()})
+    shutil.rmtree(checkpoint_folder(results, name, expected), ignore_errors=True)  # the record stands: no unit is needed
     print(f"== job {name}: computed in {wall:.0f} s", flush=True)
     return 0
+
+
+CHECKPOINTS = "checkpoints"  # <results>/jobs/checkpoints/<job>-<inputs hash>/: a running job's finished units
+
+
+def checkpoint_folder(results: Path, name: str, inputs: str) -> Path:
+    return results / RECORDS / CHECKPOINTS / f"{name}-{inputs[:16]}"
+
+
+@contextmanager
+def job_checkpoints(results: Path, name: str, inputs: str) -> Iterator[Path]:
+    """The job's checkpoint folder (`kvutils.core.checkpoints`), named by its inputs hash, for the
+    length of the block: its units survive an interruption, and the next run of the same inputs
+    reads them back. Another inputs hash's folder of the job is stale and removed."""
+    folder = checkpoint_folder(results, name, inputs)
+    for other in folder.parent.glob(f"{name}-*"):
+        if other != folder:
+            shutil.rmtree(other, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    if any(folder.iterdir()):
+        print(f"== job {name}: resuming from the units an interrupted run stored ({folder})", flush=True)
+    os.environ[checkpoints.ENV] = str(folder)
+    try:
+        yield folder
+    finally:
+        os.environ.pop(checkpoints.ENV, None)
 
 
 @contextmanager

@@ -31,7 +31,7 @@ from kvutils.cache.registry import parse_ops
 from kvutils.cache.scoring import PATHS, STEP_BATCH, score_step_many
 from kvutils.cache.sizes import cache_bytes, kept_bytes
 from kvutils.cache.step_batched import batched_step, step_start
-from kvutils.core import checks, data, results
+from kvutils.core import checkpoints, checks, data, results
 from kvutils.core import compare as tests_of
 from kvutils.core.interrupt import OUT_OF_MEMORY
 from kvutils.models import loading as models
@@ -159,7 +159,7 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     with tqdm(total=len(used), desc=f"accept {loaded.name}", disable=not progress, unit="doc") as bar:
         # `with`: the bar is closed before an interrupt is reported, not redrawn after it
         for group in range(0, len(used), STEP_BATCH):
-            _score_group(loaded, tally, used, group, prefill, decode, path, bar)
+            _score_or_resume(loaded, tally, used, group, prefill, decode, path, bar)
     nll = torch.cat(tally.exact_nll)
     return {
         "model": loaded.describe(), "prefill": prefill, "decode": decode, "dtype": str(loaded.dtype).replace("torch.", ""),
@@ -212,6 +212,53 @@ class _Tally:
         # per document: the exact decode pass, and each one-document operation's scoring (the time column's pairs)
         self.decode_seconds = [None] * n
         self.doc_seconds = {op.spec: [None] * n for op in scored if op not in self.batched}
+
+    def counters(self) -> tuple[dict[str, float], float]:
+        return dict(self.seconds), self.exact_seconds
+
+    def group_state(self, rows: range, before: tuple[dict[str, float], float]) -> dict:
+        """What scoring the documents `rows` added (a checkpoint's unit): `before` is `counters()`
+        taken before they were scored."""
+        seconds, exact_seconds = before
+        return {"per_step": {s: [v[d] for d in rows] for s, v in self.per_step.items()},
+                "stats": {s: [v[d] for d in rows] for s, v in self.stats.items()},
+                "doc_seconds": {s: [v[d] for d in rows] for s, v in self.doc_seconds.items()},
+                "decode_seconds": [self.decode_seconds[d] for d in rows],
+                "exact_nll": self.exact_nll[-len(rows):],
+                "seconds": {s: self.seconds[s] - seconds[s] for s in self.seconds},
+                "exact_seconds": self.exact_seconds - exact_seconds}
+
+    def restore(self, rows: range, state: dict) -> None:
+        """Put back a group's `group_state`, as if its documents had just been scored."""
+        for field in ("per_step", "stats", "doc_seconds"):
+            for spec, values in getattr(self, field).items():
+                for d, value in zip(rows, state[field][spec]):
+                    values[d] = value
+        for d, value in zip(rows, state["decode_seconds"]):
+            self.decode_seconds[d] = value
+        self.exact_nll += state["exact_nll"]
+        for spec, value in state["seconds"].items():
+            self.seconds[spec] += value
+        self.exact_seconds += state["exact_seconds"]
+
+
+def _score_or_resume(loaded: Loaded, tally: _Tally, used: list, group: int, prefill: int, decode: int, path: str,
+                     bar) -> None:
+    """`_score_group`, stored as a checkpoint's unit in `make book` (`kvutils.core.checkpoints`):
+    a build interrupted mid-chapter reads the groups it finished back instead of scoring them again."""
+    root = checkpoints.folder()
+    rows = range(group, min(group + STEP_BATCH, len(used)))
+    key = (f"accept-{loaded.name}-{prefill}+{decode}-docs{rows.start}-{rows.stop}-"
+           + checkpoints.digest(str(loaded.dtype), path, tally.op_path, [used[d][0].id for d in rows]))
+    state = checkpoints.load(root, key) if root else None
+    if state is not None:
+        tally.restore(rows, state)
+        bar.update(len(rows))
+        return
+    before = tally.counters()
+    _score_group(loaded, tally, used, group, prefill, decode, path, bar)
+    if root:
+        checkpoints.save(root, key, tally.group_state(rows, before))
 
 
 def _score_group(loaded: Loaded, tally: _Tally, used: list, group: int, prefill: int, decode: int, path: str,

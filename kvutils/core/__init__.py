@@ -1,6 +1,7 @@
 """core: what every layer above uses, with no model in it (torch only where a check needs it).
 
 article      the published study's figures, the reference column of every chapter
+checkpoints  a long job's units stored as they finish, so an interrupted build resumes mid-chapter
 catalog      the book's notebooks by number: the five chapters and the three summary pages
 checks       checks of one parameter value, each error naming the parameter and what is allowed
 compare      the paired comparison behind every "beats", "best" and "from depth k on" on a page

@@ -153,3 +153,18 @@ def copy_cache(cache):
 
 def new_cache(model):
     return DynamicCache(config=unwrap(model).config)
+
+
+def cache_layers(cache) -> list:
+    """A cache's K/V as plain tensors, [keys, values] per layer (None where a layer holds nothing):
+    what a checkpoint stores (`cache_from_layers` makes the cache again)."""
+    return [[layer.keys, layer.values] if layer.is_initialized else None for layer in cache.layers]
+
+
+def cache_from_layers(model, layers: list):
+    """The cache `cache_layers` was given: each layer's K/V appended to an empty cache of the model."""
+    cache = new_cache(model)
+    for i, kv in enumerate(layers):
+        if kv is not None:
+            cache.update(kv[0], kv[1], i)
+    return cache

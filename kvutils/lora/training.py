@@ -12,12 +12,13 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from kvutils.core import cores
+from kvutils.core import checkpoints, cores
 from kvutils.lora.boundary import marker_logits, select_rows, tail_logits
 from kvutils.lora.schedule import LOSSES, lr_factor
 from kvutils.lora.tails import adapter_parameters
 
 TRAIN_DTYPES = ("auto", "float32", "bfloat16")
+CHECKPOINT_STEPS = 16  # in make book, an adapter's training is stored every this many steps (resumed from there)
 
 
 def resolve_train_dtype(train_dtype: str, device: str) -> str:
@@ -86,7 +87,7 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
                   lr: float, batch_size: int, seed: int, activated: bool = False,
                   on_step: Callable[[int, float], None] | None = None, prefix_cache=None,
                   train_dtype: str = "float32", schedule: str = "constant", warmup: int = 0,
-                  loss: str = "vocab") -> list[float]:
+                  loss: str = "vocab", checkpoint: str | None = None) -> list[float]:
     """Train one adapter with AdamW on next-token cross-entropy at the last position; return the
     loss of every step.
 
@@ -98,6 +99,9 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     "bfloat16" runs each step's forward under autocast (see `training_precision`). `schedule` and
     `warmup` shape the learning rate over the steps (`lr_factor`); `loss` is "vocab" (the answer
     token against the whole vocabulary) or "answers" (against the wrong answer alone).
+    `checkpoint`: a key naming this training within its job; in `make book` its progress is then
+    stored every CHECKPOINT_STEPS steps (`kvutils.core.checkpoints`) and an interrupted build resumes
+    it from the last one, with the same losses as an uninterrupted run.
     """
     lr_factor(0, steps, schedule, warmup)  # an unknown schedule fails before any work
     if loss not in LOSSES:
@@ -115,22 +119,68 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, steps, schedule, warmup))
     try:
-        return _train_steps(model, adapter_name, boundary, batch, start, steps, (optimizer, scheduler), batch_size,
+        progress = _Progress(checkpoint, params, optimizer, scheduler, steps)
+        return _train_steps(model, adapter_name, boundary, batch, start, steps, progress, batch_size,
                             seed, activated, on_step, prefix_cache, train_dtype, loss)
     finally:
         for p in params:
             p.requires_grad_(False)
 
 
-def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int, optimizers,
-                 batch_size: int, seed: int, activated: bool, on_step, prefix_cache, train_dtype: str,
-                 loss_kind: str) -> list[float]:
-    optimizer, scheduler = optimizers
+class _Progress:
+    """An adapter's training state (its LoRA weights, AdamW's moments, the schedule's step, the batch
+    order's generator and queue, the losses so far), stored every CHECKPOINT_STEPS steps where the
+    build keeps checkpoints, and read back by `resume`."""
+
+    def __init__(self, key: str | None, params: list, optimizer, scheduler, steps: int):
+        self.root = checkpoints.folder() if key else None
+        self.key, self.params, self.optimizer, self.scheduler, self.steps = key, params, optimizer, scheduler, steps
+
+    def _key(self, step: int) -> str:
+        return f"{self.key}-{self.steps}steps-at{step}"
+
+    def save(self, step: int, order: random.Random, queue: list[int], losses: list[float]) -> None:
+        if self.root is None or not step or step % CHECKPOINT_STEPS:
+            return
+        version, state, gauss = order.getstate()
+        checkpoints.save(self.root, self._key(step), {
+            "params": list(self.params), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "order": [version, list(state), gauss],
+            "queue": queue, "losses": losses})
+        if step > CHECKPOINT_STEPS:
+            checkpoints.remove(self.root, self._key(step - CHECKPOINT_STEPS))
+
+    @torch.no_grad()
+    def resume(self, order: random.Random) -> tuple[int, list[int], list[float]]:
+        """(the step to start at, the queue, the losses so far), the state put back where one was stored."""
+        if self.root is None:
+            return 0, [], []
+        for step in range(self.steps - 1 - (self.steps - 1) % CHECKPOINT_STEPS, 0, -CHECKPOINT_STEPS):
+            state = checkpoints.load(self.root, self._key(step))
+            if state is None:
+                continue
+            for param, value in zip(self.params, state["params"]):
+                param.copy_(value)
+            optimizer = state["optimizer"]  # JSON made its parameters' indices text
+            optimizer["state"] = {int(i): moments for i, moments in optimizer["state"].items()}
+            self.optimizer.load_state_dict(optimizer)
+            self.scheduler.load_state_dict(state["scheduler"])
+            version, internal, gauss = state["order"]
+            order.setstate((version, tuple(internal), gauss))
+            print(f"checkpoint: {self.key} resumed at step {step} of {self.steps}", flush=True)
+            return step, list(state["queue"]), list(state["losses"])
+        return 0, [], []
+
+
+def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int,
+                 progress: _Progress, batch_size: int, seed: int, activated: bool, on_step, prefix_cache,
+                 train_dtype: str, loss_kind: str) -> list[float]:
+    optimizer, scheduler = progress.optimizer, progress.scheduler
     order = random.Random(seed)
     n = boundary.shape[0]
-    queue: list[int] = []
-    losses = []
-    for step in tqdm(range(steps), desc=f"train {adapter_name}", unit="step"):
+    first, queue, losses = progress.resume(order)
+    for step in tqdm(range(first, steps), desc=f"train {adapter_name}", unit="step", initial=first, total=steps):
+        progress.save(step, order, queue, losses)
         cores.share()  # in make book, the cores other jobs have freed
         if len(queue) < batch_size:  # epochs of a seeded permutation
             perm = list(range(n))

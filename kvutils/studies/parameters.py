@@ -332,7 +332,7 @@ class Chapter5Parameters(Declared):
                       "an ambiguous word)", meaning="what the adapters learn after the marker",
                       allowed="`continuation` (does passage B continue passage A?), `senses` (name the sense of an "
                               "ambiguous word)", check=one_of(TASKS))
-    k_values: str | int = param("2,4,8", "depths of the LoRA tails (and activated adapters) to train: adapted layers at "
+    k_values: str | int = param("4,8,12", "depths of the LoRA tails (and activated adapters) to train: adapted layers at "
                                 'the top, "L" for every layer',
                                 meaning="depths of the LoRA tails and of the activated adapters (one of each per k)",
                                 allowed="integers 1…L, or `L` (every layer)")
@@ -387,7 +387,7 @@ class Chapter5Parameters(Declared):
     exact_examples: int = param(8, "held-out examples on which every policy is compared with the full recompute",
                                 meaning="held-out examples on which every policy is compared with the full recompute",
                                 allowed="1 … the held-out examples", check=at_least(1))
-    patch_k: str | int = param(8, 'the tail (one of k_values, or "L") whose cache is patched',
+    patch_k: str | int = param(12, 'the tail (one of k_values, or "L") whose cache is patched',
                                meaning="the tail whose cache is patched; pairs of contexts (each cell's n: the pairs the "
                                        "unpatched adapter answers right); columns of the map",
                                allowed="one of `k_values`; ≥ 1 (at most the pairs the task gives: half the held-out "

@@ -38,6 +38,15 @@ def test_a_build_with_nothing_changed_reuses_every_job_on_one_core(quick_chapter
     assert {p: p.read_bytes() for p in before} == before
 
 
+def _untimed(numbers) -> str:
+    """A results file's numbers without what a clock measured, as text (a NaN equals a NaN there)."""
+    def drop(value):
+        if isinstance(value, dict):
+            return {k: drop(v) for k, v in value.items() if not any(t in k for t in ("seconds", "time", "_s", "cost"))}
+        return [drop(v) for v in value] if isinstance(value, list) else value
+    return json.dumps(drop(numbers), sort_keys=True)
+
+
 def _status(results) -> dict:
     return json.loads(record_path(results, "05").read_text())
 
@@ -59,8 +68,13 @@ def test_an_interrupted_build_resumes_and_a_parameter_reruns_only_its_chapter(tm
     assert "Traceback" not in "".join(run.err)
     assert not psutil.wait_procs(kernels, timeout=30)[1]
     assert not record_path(results, "05").exists() and record_path(results, "timing").read_text() == timing
+    (units,) = (results / "jobs" / "checkpoints").glob("05-*")  # the base pass it had finished, stored
+    assert any(units.iterdir())
     log = _make("job-05", results=results, executed=executed)
     assert "== job timing: reused" in log and "== job 05: computing on 1 thread: never built here" in log
+    assert "== job 05: resuming from the units an interrupted run stored" in log
+    assert not units.exists()  # the record stands: its units are gone
+    resumed = json.loads((results / "05_qwen3_switch.json").read_text())["numbers"]
     first = _status(results)
     assert first["status"] == "computed" and first["parameters"]["steps"] == 3
     rerun = subprocess.run([".venv/bin/python", "-m", "kvutils.build", "05", "--profile", "quick", "--results-dir",
@@ -71,5 +85,7 @@ def test_an_interrupted_build_resumes_and_a_parameter_reruns_only_its_chapter(tm
     log = _make("job-05", results=results, executed=executed)
     assert "== job timing: reused" in log and "== job 05: computing" in log and "its inputs changed" in log
     assert _status(results)["inputs_hash"] == first["inputs_hash"]  # the same inputs, the same hash
+    # computed whole this time: the same numbers as the resumed run's (its timings aside)
+    assert _untimed(json.loads((results / "05_qwen3_switch.json").read_text())["numbers"]) == _untimed(resumed)
     log = _make("job-05", results=results, executed=executed)
     assert "== job 05: reused" in log

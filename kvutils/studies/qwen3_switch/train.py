@@ -3,12 +3,14 @@ states of the training set (one base pass for all of them), and their accuracy r
 states."""
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
 import torch
 
-from kvutils.lora.boundary import states_and_prefix_cache, tail_logits
+from kvutils.core import checkpoints
+from kvutils.lora.boundary import cache_from_layers, cache_layers, states_and_prefix_cache, tail_logits
 from kvutils.lora.tails import active_adapter, adapter_parameters, lora_tail
 from kvutils.lora.training import Batch, left_pad, train_adapter, training_precision
 from kvutils.studies.qwen3_switch.policies import EVAL_BATCH, scored
@@ -49,32 +51,67 @@ def adapter_names(mp: ModelPlan) -> list[tuple[str, int, bool]]:
     return [(f"tail{k}", k, False) for k in mp.k_values] + [(f"activated{k}", k, True) for k in mp.k_values]
 
 
+def base_pass(p: Plan, mp: ModelPlan, model, train: Batch) -> tuple[dict[int, torch.Tensor], object]:
+    """One base pass over the training set: the boundaries every tail trains from, and the prefix's
+    K/V the activated adapters read. In `make book` it is a checkpoint's unit (`kvutils.core.checkpoints`),
+    read back when an interrupted build resumes before every adapter is trained."""
+    starts = sorted({mp.n_layers - k for k in mp.k_values})
+
+    def compute() -> dict:
+        with training_precision(p.train_dtype, p.device):
+            boundary, cache = states_and_prefix_cache(model, train.ids, train.mask, starts, len(mp.marker_ids))
+        dtype = getattr(torch, p.dtype)
+        return {"boundary": {str(layer): states.to(dtype) for layer, states in boundary.items()},  # autocast may leave bf16
+                "prefix": cache_layers(cache)}
+
+    stored = checkpoints.stored(f"{mp.name}-base-pass", compute)
+    return ({int(layer): states for layer, states in stored["boundary"].items()},
+            cache_from_layers(model, stored["prefix"]))
+
+
+def _train_one(p: Plan, mp: ModelPlan, model, name: str, k: int, activated: bool, boundary, prefix_cache, train: Batch,
+               fit: tuple[Batch, torch.Tensor]) -> dict:
+    """One adapter trained (its weights and its numbers): `boundary(start)` and `prefix_cache()` give
+    the base pass's states, made when first asked for."""
+    start = mp.n_layers - k
+    began = time.perf_counter()
+    losses = train_adapter(model, name, boundary(start), train, start, mp.steps, mp.lr, p.batch_size, p.seed,
+                           activated=activated, prefix_cache=prefix_cache() if activated else None,
+                           train_dtype=p.train_dtype, schedule=p.schedule, warmup=p.warmup, loss=p.loss,
+                           checkpoint=f"{mp.name}-{name}")
+    fit_batch, fit_other = fit
+    entry = {"k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
+             "trainable_parameters": sum(t.numel() for t in adapter_parameters(model, name)),
+             "train": accuracy(model, name, boundary(start)[:len(fit_other)], fit_batch, fit_other, start, activated)}
+    return {"weights": adapter_parameters(model, name), "entry": entry}
+
+
 def train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict]:
     """Every adapter, trained from the boundary states of the training set (computed once); their
-    fit on (at most TRAIN_ACCURACY_MAX) training examples. Held-out accuracy comes from the switch."""
+    fit on (at most TRAIN_ACCURACY_MAX) training examples. Held-out accuracy comes from the switch.
+    In `make book` each trained adapter is a checkpoint's unit, and so is its training every few steps."""
     marker_len = len(mp.marker_ids)
     train, train_other = _batch(mp.train, pad_id, marker_len, p.device)
     starts = sorted({mp.n_layers - k for k in mp.k_values})
-    # one base pass: the boundaries every tail trains from, and the prefix's K/V the activated adapters read
-    with training_precision(p.train_dtype, p.device):
-        boundary, prefix_cache = states_and_prefix_cache(model, train.ids, train.mask, starts, marker_len)
-    dtype = getattr(torch, p.dtype)
-    boundary = {layer: states.to(dtype) for layer, states in boundary.items()}  # autocast may leave bfloat16
+    base: list = []  # the base pass, made (or read back) when something first needs it
+
+    def boundary(start: int) -> torch.Tensor:
+        if not base:
+            base.extend(base_pass(p, mp, model, train))
+        return base[0][start]
+
     fit = slice(0, TRAIN_ACCURACY_MAX)
     fit_batch = Batch(train.ids[fit], train.mask[fit], train.targets[fit], marker_len)
-    out = {"zero_shot": {"train": accuracy(model, None, boundary[starts[0]][fit], fit_batch, train_other[fit],
-                                           starts[0])},
-           "adapters": {}}
+    zero_shot = checkpoints.stored(f"{mp.name}-zero-shot", lambda: accuracy(
+        model, None, boundary(starts[0])[fit], fit_batch, train_other[fit], starts[0]))
+    out = {"zero_shot": {"train": zero_shot}, "adapters": {}}
     for name, k, activated in adapter_names(mp):  # each training has its own progress bar
-        start = mp.n_layers - k
         model = lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
                           invocation_tokens=mp.marker_ids if activated else None)
-        began = time.perf_counter()
-        losses = train_adapter(model, name, boundary[start], train, start, mp.steps, mp.lr, p.batch_size,
-                               p.seed, activated=activated, prefix_cache=prefix_cache if activated else None,
-                               train_dtype=p.train_dtype, schedule=p.schedule, warmup=p.warmup, loss=p.loss)
-        out["adapters"][name] = {
-            "k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
-            "trainable_parameters": sum(t.numel() for t in adapter_parameters(model, name)),
-            "train": accuracy(model, name, boundary[start][fit], fit_batch, train_other[fit], start, activated)}
+        done = checkpoints.stored(f"{mp.name}-{name}-trained", functools.partial(
+            _train_one, p, mp, model, name, k, activated, boundary, lambda: base[1], train, (fit_batch, train_other[fit])))
+        with torch.no_grad():  # the same weights where it was just trained; the stored ones where it was read back
+            for param, value in zip(adapter_parameters(model, name), done["weights"]):
+                param.copy_(value)
+        out["adapters"][name] = done["entry"]
     return model, out
