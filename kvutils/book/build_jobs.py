@@ -61,7 +61,8 @@ def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | 
     print(f"== job {name}: computing on {_threads(threads)}: {why}", flush=True)
     load_before = machine_load() if job.alone else None
     started, began = time.time(), _now()
-    with core_slot(results, name) as used, job_checkpoints(results, name, expected):
+    with core_slot(results, name) as used, job_checkpoints(results, name, expected) as units:
+        resumed = sum(1 for p in units.iterdir() if not p.name.startswith("."))
         _execute(job, profile, results, executed, parameters, timed_alone=not overrides)
     wall = time.time() - started
     load_after = machine_load() if job.alone else None
@@ -69,6 +70,7 @@ def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | 
         "job": name, "kind": job.kind, "status": "computed", "inputs_hash": expected, "profile": profile,
         "parameters": parameters, "outputs": {p.name: file_digest(p) for p in outputs}, "wall_s": round(wall, 2),
         "threads": threads, "threads_used": [threads, *used], "load_before": load_before, "load_after": load_after,
+        "resumed_units": resumed,
         "commit": git_commit(),
         "started": began, "finished": _now(), "checked": _now()})
     shutil.rmtree(checkpoint_folder(results, name, expected), ignore_errors=True)  # the record stands: no unit is needed
@@ -93,8 +95,8 @@ def job_checkpoints(results: Path, name: str, inputs: str) -> Iterator[Path]:
         if other != folder:
             shutil.rmtree(other, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
-    if any(folder.iterdir()):
-        print(f"== job {name}: resuming from the units an interrupted run stored ({folder})", flush=True)
+    if stored := sum(1 for p in folder.iterdir() if not p.name.startswith(".")):
+        print(f"== job {name}: resuming from the {stored} unit(s) an interrupted run stored ({folder})", flush=True)
     os.environ[checkpoints.ENV] = str(folder)
     try:
         yield folder

@@ -329,6 +329,8 @@ def _how(row: dict) -> str:
     if job is None:
         return ""
     done = "computed" if job["status"] == "computed" else f"reused (computed at {job['commit'][:12]}, {job['finished']})"
+    if job["status"] == "computed" and job.get("resumed_units"):  # an interrupted run's finished units read back
+        done += f", resumed from {job['resumed_units']} stored unit{'s' * (job['resumed_units'] != 1)}"
     used = job.get("threads_used") or [job["threads"]]  # it took the cores of the jobs that ended before it
     counts = [n for i, n in enumerate(used) if i == 0 or n != used[i - 1]]
     return f"{done}, {' → '.join(map(str, counts))} thread{'s' * (counts != [1])}"

@@ -29,13 +29,13 @@ from kvutils.studies.cache_approximations import frontier
 
 GATE = 0.8  # the exact cache's accuracy a (model, haystack, context) needs before methods are judged there
 # the precision rows (fixed specs) and the presses swept at the press levels (kvpress's compression_ratio)
-# What `make book` can afford (each method costs about a third of a prefill per prompt, both regimes): the
-# precision rows people deploy, and the presses that bracket the frontier (the random baseline, the cheapest
-# and the attention-based); expected_attention (three times another press's cost here), pyramidkv and adakv
-# (SnapKV's scores; adakv is SnapKV itself on one KV head) and the decode-time policies (step path) are
-# left to `python -m kvutils.accept --task passkey`
+# What `make book` can afford (a one-forward press costs about 0.45 s per prompt and level here, both regimes):
+# the precision rows people deploy, and every press with a one-forward path but expected_attention (three
+# times another press's cost): the random baseline, the cheapest (knorm) and the attention-based (snapkv,
+# pyramidkv's per-layer budgets, adakv's per-head budgets); expected_attention and the decode-time policies
+# (tova, h2o: the step path, 3-12 s per prompt and level) are left to `python -m kvutils.accept --task passkey`
 PRECISION = ("cast:dtype=bfloat16", "quantize_naive:bits=4", "quantize_kivi:bits=4", "quantize_kivi:bits=2")
-PRESSES = ("random", "knorm", "snapkv")
+PRESSES = ("random", "knorm", "snapkv", "pyramidkv", "adakv")
 LEVELS = (0.25, 0.5)
 # SnapKV again with its observation window cut to the question's own tokens (its default, 64, is mostly
 # haystack when the question is 10-25 tokens long): the test of whether the window explains its misses
