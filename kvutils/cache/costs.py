@@ -84,6 +84,14 @@ class StepTimes:
 
 
 WARMUPS = 3  # untimed rounds of each step before the timed repeats
+SPREAD = 0.10  # timing goes on while either side's interquartile range exceeds this share of its median
+MORE_REPEATS = 3  # ... up to this many times the repeats asked for
+
+
+def settled(values: list[float], spread: float = SPREAD) -> bool:
+    """The repeats' interquartile range within `spread` of their median (a noisy run times more)."""
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    return q3 - q1 <= spread * median
 
 
 @torch.inference_mode()
@@ -93,7 +101,9 @@ def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> St
     repeat so the context stays fixed) and without it (the whole context plus the new token, from
     scratch). After WARMUPS untimed rounds of each (a first round alone still ran 2-3× slower than
     the later ones: allocator and kernel caches), the two are timed alternately (cached, uncached,
-    cached, …), so a repeat pair shares the machine's state of the moment."""
+    cached, …), so a repeat pair shares the machine's state of the moment. Past `repeats` pairs, timing
+    goes on while either side's spread is not `settled`, up to MORE_REPEATS × `repeats` pairs: the
+    page gives every repeat's spread, and a busy moment buys more repeats, not a wider median."""
     model, ids = loaded.model, ids.to(loaded.device)
     context = ids.shape[-1]
     prefilled = DynamicCache(config=model.config)
@@ -107,12 +117,14 @@ def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> St
     def uncached_step():
         model(input_ids=full, use_cache=False, logits_to_keep=1)
 
-    caches = [copy.deepcopy(prefilled) for _ in range(repeats + WARMUPS)]
+    caches = [copy.deepcopy(prefilled) for _ in range(repeats + WARMUPS)]  # more are copied where timing goes on
     for _ in range(WARMUPS):  # untimed
         cached_step(caches.pop())
         uncached_step()
     cached, uncached = [], []
-    for cache in caches:
+    while len(cached) < repeats or (len(cached) < MORE_REPEATS * repeats
+                                    and not (settled(cached) and settled(uncached))):
+        cache = caches.pop() if caches else copy.deepcopy(prefilled)
         cached.append(1e3 * _time_once(lambda cache=cache: cached_step(cache)))
         uncached.append(1e3 * _time_once(uncached_step))
     return StepTimes(context, statistics.median(cached), statistics.median(uncached), cache_object_bytes(prefilled),

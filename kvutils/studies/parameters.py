@@ -273,7 +273,8 @@ class Chapter4Parameters(Declared):
     contexts: str | int = param("128,2000", "context lengths at which one decode step is timed (article: 128 and 2,000)",
                                 meaning="context lengths of the decode-step timing", allowed="integers separated by commas",
                                 check=integers)
-    timing_repeats: int = param(5, "repeats per timing; the median is reported", meaning="repeats per timing (median reported)",
+    timing_repeats: int = param(5, "repeats per timing at least (up to 3 times more while the spread exceeds 10 % of the "
+                                "median); the median is reported", meaning="repeats per timing, at least (median reported)",
                                 allowed="≥ 1", check=at_least(1))
     frontier_models: str = param("gemma3-270m,smollm2-135m", "models on the bytes-vs-fidelity frontier (a subset of models)",
                                  meaning="models on the bytes-vs-fidelity frontier",

@@ -173,7 +173,8 @@ def bench_step_at(loaded: models.Loaded, context: int, repeats: int, bandwidth: 
     ids = loaded.tokenizer(longest.text, return_tensors="pt").input_ids[:, :context]
     t = decode_step_times(loaded, ids, repeats)
     return {"context": ids.shape[-1], "cached_ms": t.cached_ms, "uncached_ms": t.uncached_ms, "speedup": t.speedup,
-            "repeats": repeats, "cached_repeats_ms": t.cached_repeats_ms, "uncached_repeats_ms": t.uncached_repeats_ms,
+            "repeats": len(t.cached_repeats_ms), "cached_repeats_ms": t.cached_repeats_ms,
+            "uncached_repeats_ms": t.uncached_repeats_ms,
             "speedups": t.speedups, "threads": torch.get_num_threads(),
             "bound_ms": bandwidth_bound_ms(loaded, ids.shape[-1], bandwidth)}
 

@@ -76,3 +76,39 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
     assert reference.endswith(report_costs.fmt(chunks["exact_perplexity"], 4))
     alone = report_costs.approximations_table(numbers["table2"])
     assert table.loc["quantize_naive:bits=4", alone.columns].equals(alone.loc["quantize_naive:bits=4"])
+
+
+def _accept_runs(numbers: dict):
+    """(where, run) for every acceptance run of chapter 4's results: Table 2's two settings, the frontier."""
+    for model, runs in numbers["table2"].items():
+        for kind in ("plain", "chunks"):
+            if runs.get(kind):
+                yield f"table2.{model}.{kind}", runs[kind]
+    for model, run in numbers["frontier"].items():
+        yield f"frontier.{model}", run
+
+
+def test_every_row_is_read_against_the_exact_reference_it_was_computed_with(quick_chapters):
+    """Each results file's exact reference is its rows' own: every operation of an acceptance run was
+    scored on the run's documents, in order, and the run's exact row (where it has one) is that
+    reference itself, per document; in retrieval, each method's records are the exact cache's
+    prompts it names, one for one (the same depth and context)."""
+    root, _ = quick_chapters
+    numbers = json.loads((root / "results" / "04_cache_approximations.json").read_text())["numbers"]
+    runs = dict(_accept_runs(numbers))
+    assert {"table2.tiny-llama.plain", "table2.tiny-llama.chunks", "frontier.tiny-llama"} <= set(runs)
+    for where, run in runs.items():
+        for spec, op in run["ops"].items():
+            assert [d["id"] for d in op["per_document"]] == run["documents"], (where, spec)
+        if "exact" in run["ops"]:
+            own = [d["perplexity"] for d in run["ops"]["exact"]["per_document"]]
+            assert own == pytest.approx(run["exact_perplexity_per_document"], rel=1e-12), where
+    for model, hays in numbers["retrieval"].items():
+        for hay, result in hays.items():
+            if hay == "kl_vs_retrieval" or not result.get("ops"):
+                continue
+            exact = [(r["depth"], r["context"]) for r in result["exact"]["per_prompt"]]
+            for label, entry in result["ops"].items():
+                for regime in ("aware", "agnostic"):
+                    mine = [(r["depth"], r["context"]) for r in entry[regime]["per_prompt"]]
+                    assert mine == [exact[i] for i in entry[regime]["prompts"]], (model, hay, label, regime)

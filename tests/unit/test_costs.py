@@ -53,6 +53,11 @@ def test_sliding_layers_attend_to_at_most_their_window():
     assert farther - far == 2 * 2 * attn_width * 100 * global_layers  # only global layers grow
 
 
+def test_a_spread_is_settled_within_a_tenth_of_the_median():
+    assert costs.settled([100, 101, 99, 100, 102]) and costs.settled([7.0])
+    assert not costs.settled([100, 130, 90, 100, 140])  # quartiles 100 and 130: 30 % of the median
+
+
 def test_decode_step_times_and_the_bandwidth_bound_are_measured():
     loaded = load_cached("tiny-llama", "float32")
     ids = torch.arange(1000, 1064)[None]
@@ -62,11 +67,14 @@ def test_decode_step_times_and_the_bandwidth_bound_are_measured():
         times = costs.decode_step_times(loaded, ids, repeats=3)
     finally:
         hook.remove()
-    # the prefill, then WARMUPS untimed rounds and 3 timed ones, each a cached and an uncached step
-    assert len(calls) == 1 + 2 * (costs.WARMUPS + 3)
+    # the prefill, then WARMUPS untimed rounds and 3 to 9 timed ones (more while the spread is wide),
+    # each a cached and an uncached step
+    n = len(times.cached_repeats_ms)
+    assert 3 <= n <= costs.MORE_REPEATS * 3 and len(calls) == 1 + 2 * (costs.WARMUPS + n)
+    assert n == 3 or not (costs.settled(times.cached_repeats_ms[:-1]) and costs.settled(times.uncached_repeats_ms[:-1]))
     assert times.context == 64 and times.cached_ms > 0 and times.uncached_ms > 0
     # every repeat is kept (a page shows the spread), the medians are theirs, a speed-up per repeat pair
-    assert len(times.cached_repeats_ms) == len(times.uncached_repeats_ms) == 3
+    assert len(times.uncached_repeats_ms) == n
     assert times.cached_ms == statistics.median(times.cached_repeats_ms)
     assert times.uncached_ms == statistics.median(times.uncached_repeats_ms)
     assert times.speedups == [u / c for u, c in zip(times.uncached_repeats_ms, times.cached_repeats_ms)]

@@ -233,7 +233,7 @@ def decode_timings(p: Plan, where: str) -> dict:
             if context == max(p.contexts):  # the longest timed context doubles as the bytes check
                 out["cache_bytes"][name] = t.cache_bytes
             steps.append({"context": context, "cached_ms": t.cached_ms, "uncached_ms": t.uncached_ms,
-                          "speedup": t.speedup, "repeats": p.timing_repeats, "cached_repeats_ms": t.cached_repeats_ms,
+                          "speedup": t.speedup, "repeats": len(t.cached_repeats_ms), "cached_repeats_ms": t.cached_repeats_ms,
                           "uncached_repeats_ms": t.uncached_repeats_ms, "speedups": t.speedups,
                           "analytical_ratio": costs.step_flops(loaded, context, False) / costs.step_flops(loaded, context, True),
                           "bound_ms": costs.bandwidth_bound_ms(loaded, context, bandwidth)})
