@@ -163,9 +163,12 @@ def _execute(job: Job, profile: str, results: Path, executed: Path, parameters: 
         code = performance.cli(argv, bench_args.parse(argv))
         if code:
             raise SystemExit(code)
-    else:
-        for page in PAGES:
-            chapters.run_chapter(page, profile, results, executed)
+    else:  # the summary pages read results only: side by side, one per core the build lets this process use
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, min(len(PAGES), len(os.sched_getaffinity(0))))) as pool:
+            for done in [pool.submit(chapters.run_chapter, page, profile, results, executed) for page in PAGES]:
+                done.result()  # a failed page raises here, as it did run alone
 
 
 def status(profile: str, results_dir: str | Path, output_dir: str | Path | None) -> int:

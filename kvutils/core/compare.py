@@ -137,6 +137,17 @@ def _bootstrap_mean(diffs: np.ndarray, seed: int) -> tuple[float, float]:
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def mean_interval(values: Sequence[float]) -> tuple[float, float]:
+    """The 95 % percentile-bootstrap interval of a mean (seeded: the same values, the same interval)."""
+    return _bootstrap_mean(np.asarray(values, dtype=float), SEED)
+
+
+def proportion_interval(successes: int, n: int) -> tuple[float, float]:
+    """The Clopper–Pearson 95 % interval of successes / n."""
+    ci = stats.binomtest(int(successes), int(n)).proportion_ci(confidence_level=1 - ALPHA, method="exact")
+    return float(ci.low), float(ci.high)
+
+
 def smallest_p(n: int) -> float:
     """The smallest two-sided p an exact sign test can give over n units (all differing one way)."""
     return min(1.0, 2 * 0.5 ** n) if n > 0 else 1.0

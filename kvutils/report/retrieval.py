@@ -18,7 +18,7 @@ from kvutils.report.frontier import COLOURS, SPARE_COLOURS
 from kvutils.report.names import human_label
 from kvutils.report.tables import page_table
 from kvutils.report.text import counted, listed
-from kvutils.studies.cache_approximations.retrieval import QUESTION_WINDOW
+from kvutils.studies.cache_approximations.retrieval import QUESTION_WINDOW, frontier_label
 
 REGIME_MARKERS = {"agnostic": "o", "aware": "^"}
 REGIME_WORDS = {"agnostic": "question after compression", "aware": "question in the compressed prefill"}
@@ -285,6 +285,76 @@ def kl_findings(model: str, result: dict) -> str:
                      f"{verdict}{rank_gap(v)}")
     return (f"{model}, {REGIME_WORDS[k['regime']]} (agreement is τ < 0: a higher KL, fewer keys retrieved): "
             + "; ".join(parts) + ".")
+
+
+def kl_points(retrieval: dict, frontier: dict) -> pd.DataFrame:
+    """One row per (model, level, method) of the KL-against-retrieval comparison: the method's mean KL
+    on the frontier with its 95 % bootstrap interval over the documents, and the keys it retrieved
+    (in the comparison's regime, over every gated prompt) with their Clopper–Pearson interval."""
+    rows = []
+    for model, result in retrieval.items():
+        compared = result.get("kl_vs_retrieval") or {}
+        per_doc = {frontier_label(spec, r.get("level")): r["per_doc_kl"]
+                   for spec, r in (frontier.get(model) or {}).get("ops", {}).items()}
+        correct: dict[str, list[bool]] = {}
+        for hay in haystacks(result).values():
+            for label, entry in hay["ops"].items():
+                correct.setdefault(label, []).extend(bool(x["correct"]) for x in entry[compared["regime"]]["per_prompt"])
+        for level, v in (compared.get("levels") or {}).items():
+            for label in v["methods"]:
+                kl_lo, kl_hi = compare.mean_interval(per_doc[label])
+                right, n = sum(correct[label]), len(correct[label])
+                lo, hi = compare.proportion_interval(right, n)
+                rows.append({"model": model, "level": level, "method": method_of(label), "label": label,
+                             "mean KL": v["mean_kl"][label], "kl_lo": kl_lo, "kl_hi": kl_hi,
+                             "accuracy %": 100 * right / n, "acc_lo": 100 * lo, "acc_hi": 100 * hi, "n": n,
+                             "tau": v["tau"], "tau_ci": v["ci95"]})
+    return pd.DataFrame(rows)
+
+
+@styled
+def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
+    """The KL-against-retrieval comparison as a scatter, one panel per model and compression level:
+    each method's mean KL (log scale) against the keys it retrieved, both with their 95 % intervals,
+    and Kendall's τ with its interval in the panel's title (agreement is τ < 0)."""
+    import matplotlib.pyplot as plt
+
+    title = "Does the KL frontier predict retrieval?"
+    points = kl_points(retrieval, frontier)
+    if points.empty:
+        fig, ax = plt.subplots(figsize=(7.5, 2))
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no level has three methods scored in both tests", ha="center", va="center")
+        fig.suptitle(title)
+        return fig
+    panels = list(dict.fromkeys(zip(points["model"], points["level"])))
+    cols = 2 if len(panels) > 1 else 1
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7.5, 3.2 * rows + 1.2), squeeze=False, sharey=True)
+    spare = iter(SPARE_COLOURS)
+    colours = {m: COLOURS.get(m) or next(spare, "0.5") for m in dict.fromkeys(points["method"])}
+    for ax, (model, level) in zip(axes.flat, panels):
+        sub = points[(points["model"] == model) & (points["level"] == level)]
+        for _, p in sub.iterrows():
+            ax.errorbar(p["mean KL"], p["accuracy %"], xerr=[[p["mean KL"] - p["kl_lo"]], [p["kl_hi"] - p["mean KL"]]],
+                        yerr=[[p["accuracy %"] - p["acc_lo"]], [p["acc_hi"] - p["accuracy %"]]], fmt="o",
+                        color=colours[p["method"]], ms=6, mec="white", mew=0.5, capsize=2, lw=1, alpha=0.85)
+        tau, ci = sub["tau"].iloc[0], sub["tau_ci"].iloc[0]
+        interval = f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""
+        ax.set_title(f"{model}, evicts {100 * float(level):.0f} %: τ = {tau:+.2f}{interval}", fontsize=10)
+        ax.set_xscale("log")
+        ax.set_xlabel("mean KL from the exact cache (nats, log scale)")
+        ax.set_ylabel(f"keys retrieved (%, n = {sub['n'].iloc[0]})")
+        ax.set_ylim(-5, 105)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_axis_off()
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in colours.items()]
+    fig.legend(handles=handles, loc="lower center", ncol=4, frameon=False, fontsize=9)
+    fig.suptitle(f"{title} One point per method, 95 % intervals ({', '.join(dict.fromkeys(points['model']))})",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0.035 * -(-len(handles) // 4) + 0.02, 1, 1))
+    return fig
 
 
 def rank_gap(level: dict) -> str:

@@ -94,6 +94,9 @@ def knee(model: str, r: dict) -> str:
         head = f"k = {best} ({fmt(acc[best], 3)}%), the smallest k trained and {top.split(', k =')[0]}"
     elif k["knee_k"] == best:
         head = f"k = {best}: {top}, and every smaller k is detectably below it"
+        if best == max(ks):  # the curve still rises at its end: the sweep bounds the knee from below
+            head += (f"; k = {best} is also the deepest tail trained, so quality had not levelled off within the "
+                     f"sweep and the knee lies at k = {best} or deeper")
     elif not k["resolved"]:
         n = rest[0].n if rest else 0
         head = (f"not located at n = {n} held-out examples: no smaller k is detectably below {top} (the smallest, "

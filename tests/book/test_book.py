@@ -60,9 +60,9 @@ def test_chapter4_page(built_book):
     # KIVI against naive quantisation at one bit width, each with the memory it holds (issue 37)
     assert re.search(r"tiny-llama at 4 bits: KIVI holds [\d.]+ % of the exact cache \(its last 16 tokens in full "
                      r"precision\) for [\d.]+ % top-1, naive [\d.]+ % for", text)
-    # decode, bytes, approximations, blend sweep, retrieval, the needle kept against retrieval; the frontier is
-    # the interactive chart
-    assert page.count('<img alt="../../_images/') == 6
+    # decode, bytes, approximations, blend sweep, retrieval, the KL ranking against retrieval, the needle kept
+    # against retrieval; the frontier is the interactive chart
+    assert page.count('<img alt="../../_images/') == 7
     assert page.count('class="kvutils-plotly"') == 1 and '<script src="../../_static/plotly.min.js' in page
     assert "snapkv:compression_ratio=0.5" in page and "hf_quantized:backend=fp8" in page  # hover data
     assert "Timed alone, as the build's first job, before the chapters ran side by side, on" in text and "torch thread(s)" in text

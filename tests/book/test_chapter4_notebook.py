@@ -60,7 +60,7 @@ def test_chapter4_quick_results_hold_the_identities(quick_chapters):
             assert len(r["exact"]["per_prompt"]) == 3 and r["verdicts"] == []
             assert {"depth", "context", "correct", "key_logprob"} <= set(r["exact"]["per_prompt"][0])
     for figure in ("04_decode_step", "04_bytes_per_token", "04_approximations", "04_blend_sweep", "04_frontier",
-                   "04_retrieval", "04_needle"):
+                   "04_retrieval", "04_needle", "04_kl_vs_retrieval"):
         assert (root / "results" / "figures" / f"{figure}.png").stat().st_size > 10_000
     # Table 2 gains the frontier's methods as rows, saying on how many documents; its own rows keep their numbers
     table = report_costs.approximations_table(numbers["table2"], frontier)

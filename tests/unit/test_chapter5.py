@@ -249,6 +249,12 @@ def test_the_knee_comes_from_the_paired_test_not_a_point_gap():
     assert (knee["best_k"], knee["knee_k"], knee["resolved"]) == (8, 4, True)
     text = rsv.knee("m", clear)
     assert text.startswith("m: k = 4 (") and "k = 2 is below k = 8 in accuracy" in text
+    # the last measured build's shape: still rising at the deepest tail, which every smaller k is below
+    rising = _switch_results({4: _right_on(73), 8: _right_on(88), 12: _right_on(113)}, _right_on(67), LABELS)
+    knee = switch_verdicts.knee(rising["switch"]["heldout"], [4, 8, 12])
+    assert (knee["best_k"], knee["knee_k"], knee["resolved"]) == (12, 12, True)
+    text = rsv.knee("m", rising)
+    assert text.startswith("m: k = 12: the highest-scoring tail") and "the knee lies at k = 12 or deeper" in text
 
 
 def test_a_base_that_always_says_yes_is_judged_by_what_its_bias_cannot_fake():

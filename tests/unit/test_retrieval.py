@@ -265,6 +265,37 @@ def test_kl_ranking_agreement_is_computed_with_its_interval():
     assert k["n_documents"] == 8 and k["n_prompts"] == 40
 
 
+def test_the_kl_scatter_places_each_method_with_both_intervals():
+    """The comparison as the page draws it: one point per method, its mean KL inside its bootstrap
+    interval over the documents, its accuracy inside its Clopper–Pearson interval over the prompts,
+    the panel titled with τ; a figure with a title, labelled axes and its legend."""
+    from kvutils.core import compare
+    from kvutils.report import figures
+    from kvutils.report import retrieval as page
+
+    rng = np.random.default_rng(0)
+    names = ["random@0.5", "knorm@0.5", "snapkv@0.5"]
+    specs = {"random@0.5": "random:compression_ratio=0.5", "knorm@0.5": "knorm:compression_ratio=0.5",
+             "snapkv@0.5": "snapkv:compression_ratio=0.5"}
+    frontier = {"ops": {specs[n]: {"per_doc_kl": list(0.1 * (i + 1) + 0.01 * rng.random(8)), "level": 0.5}
+                        for i, n in enumerate(names)}}
+    hay = {"ops": {n: {r: {"per_prompt": [{"correct": j < 40 - 10 * i} for j in range(40)]} for r in ("aware", "agnostic")}
+                   for i, n in enumerate(names)}}
+    model = {"pydoc": hay, "kl_vs_retrieval": study.kl_vs_retrieval(frontier, {"pydoc": hay})}
+    points = page.kl_points({"m": model}, {"m": frontier})
+    assert list(points["label"]) == names and set(points["n"]) == {40}
+    for _, p in points.iterrows():
+        kl = frontier["ops"][specs[p["label"]]]["per_doc_kl"]
+        assert p["mean KL"] == pytest.approx(np.mean(kl)) and p["kl_lo"] < p["mean KL"] < p["kl_hi"]
+        right = round(p["accuracy %"] * 40 / 100)
+        assert (p["acc_lo"], p["acc_hi"]) == pytest.approx(tuple(100 * x for x in compare.proportion_interval(right, 40)))
+    fig = page.plot_kl_vs_retrieval({"m": model}, {"m": frontier})
+    ax = fig.axes[0]
+    assert ax.get_title().startswith("m, evicts 50 %: τ = −1.00".replace("−", "-")) and "nats" in ax.get_xlabel()
+    assert fig.legends and fig._suptitle.get_text().startswith("Does the KL frontier predict retrieval?")
+    assert figures.covered_or_clipped(fig) == []
+
+
 def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
     """With the gate lowered (a tiny random model retrieves nothing), every part of the page is
     drawn from a real run: the chart names both models' panels, the tables hold every method, and

@@ -198,7 +198,7 @@ def kl_vs_retrieval(frontier_run: dict | None, results: dict, regime: str = "awa
         return {"regime": regime, "levels": {}, "why": "the frontier was not run for this model"}
     kl = {}  # label -> per-document KL
     for spec, r in frontier_run["ops"].items():
-        label = _frontier_label(spec, r.get("level"))
+        label = frontier_label(spec, r.get("level"))
         if label is not None:
             kl[label] = r["per_doc_kl"]
     correct = {}  # label -> right/wrong per gated prompt, over the haystacks
@@ -229,7 +229,7 @@ def kl_vs_retrieval(frontier_run: dict | None, results: dict, regime: str = "awa
     return {"regime": regime, "levels": out}
 
 
-def _frontier_label(spec: str, level) -> str | None:
+def frontier_label(spec: str, level) -> str | None:
     """The retrieval label of a frontier op: presses by name and level, a matched window as window@level."""
     op = parse_op(spec)
     if isinstance(op, Window) and level is not None and op.sinks == frontier.STREAMING_SINKS:
