@@ -62,7 +62,7 @@ def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | 
     load_before = machine_load() if job.alone else None
     started, began = time.time(), _now()
     with core_slot(results, name) as used, job_checkpoints(results, name, expected) as units:
-        resumed = sum(1 for p in units.iterdir() if not p.name.startswith("."))
+        resumed = stored_units(units)
         _execute(job, profile, results, executed, parameters, timed_alone=not overrides)
     wall = time.time() - started
     load_after = machine_load() if job.alone else None
@@ -85,6 +85,11 @@ def checkpoint_folder(results: Path, name: str, inputs: str) -> Path:
     return results / RECORDS / CHECKPOINTS / f"{name}-{inputs[:16]}"
 
 
+def stored_units(folder: Path) -> int:
+    """The finished units in a job's checkpoint folder (a unit being written is a hidden folder)."""
+    return sum(1 for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else 0
+
+
 @contextmanager
 def job_checkpoints(results: Path, name: str, inputs: str) -> Iterator[Path]:
     """The job's checkpoint folder (`kvutils.core.checkpoints`), named by its inputs hash, for the
@@ -95,7 +100,7 @@ def job_checkpoints(results: Path, name: str, inputs: str) -> Iterator[Path]:
         if other != folder:
             shutil.rmtree(other, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
-    if stored := sum(1 for p in folder.iterdir() if not p.name.startswith(".")):
+    if stored := stored_units(folder):
         print(f"== job {name}: resuming from the {stored} unit(s) an interrupted run stored ({folder})", flush=True)
     os.environ[checkpoints.ENV] = str(folder)
     try:
@@ -178,5 +183,8 @@ def status(profile: str, results_dir: str | Path, output_dir: str | Path | None)
     for name, job in JOBS.items():
         expected = inputs_hash(job, profile, job_parameters(job, profile, {}), results, sources=sources)
         why = stale_reason(read_record(results, name), expected, job.outputs(results, executed))
-        print(f"{name:8s} {'reused' if why is None else 'to compute: ' + why}")
+        folder = checkpoint_folder(results, name, expected)
+        units = stored_units(folder)
+        resumes = f" (it resumes from the {units} unit(s) an interrupted run stored)" if why and units else ""
+        print(f"{name:8s} {'reused' if why is None else 'to compute: ' + why}{resumes}")
     return 0

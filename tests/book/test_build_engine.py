@@ -2,6 +2,7 @@
 changed, computed when something did, and an interrupted build resumes with the jobs it had not
 finished; one core builds with one job at a time."""
 import json
+import re
 import shutil
 import subprocess
 
@@ -70,6 +71,9 @@ def test_an_interrupted_build_resumes_and_a_parameter_reruns_only_its_chapter(tm
     assert not record_path(results, "05").exists() and record_path(results, "timing").read_text() == timing
     (units,) = (results / "jobs" / "checkpoints").glob("05-*")  # the base pass it had finished, stored
     assert any(units.iterdir())
+    status = _make("status", results=results, executed=executed)
+    assert re.search(r"^05 +to compute: never built here.* \(it resumes from the \d+ unit\(s\) an interrupted run stored\)$",
+                     status, re.M), status
     log = _make("job-05", results=results, executed=executed)
     assert "== job timing: reused" in log and "== job 05: computing on 1 thread: never built here" in log
     assert "== job 05: resuming from the " in log and " unit(s) an interrupted run stored" in log
