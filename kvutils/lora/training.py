@@ -150,6 +150,11 @@ class _Progress:
         if step > CHECKPOINT_STEPS:
             checkpoints.remove(self.root, self._key(step - CHECKPOINT_STEPS))
 
+    def finished(self) -> None:
+        """The training ran to its end: its last stored progress is of no further use."""
+        if self.root is not None and self.steps > CHECKPOINT_STEPS:
+            checkpoints.remove(self.root, self._key((self.steps - 1) // CHECKPOINT_STEPS * CHECKPOINT_STEPS))
+
     @torch.no_grad()
     def resume(self, order: random.Random) -> tuple[int, list[int], list[float]]:
         """(the step to start at, the queue, the losses so far), the state put back where one was stored."""
@@ -207,4 +212,5 @@ def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch,
             on_step(step, losses[-1])
         if not math.isfinite(losses[-1]):
             raise FloatingPointError(f"training {adapter_name}: loss became {losses[-1]} at step {step}")
+    progress.finished()
     return losses

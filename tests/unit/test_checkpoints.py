@@ -120,6 +120,7 @@ def test_an_interrupted_training_resumes_at_its_last_checkpoint_with_the_same_lo
     seen = []
     resumed, resumed_weights = _training(steps, lambda step, loss: seen.append(step), checkpoint="tiny-t")
     assert seen[0] == CHECKPOINT_STEPS and resumed == losses
+    assert not any(tmp_path.iterdir())  # finished: its progress is removed (the caller stores the adapter)
     assert all(torch.equal(a, b) for a, b in zip(weights, resumed_weights))
 
 
