@@ -278,8 +278,13 @@ def kl_findings(model: str, result: dict) -> str:
     parts = []
     for level, v in k["levels"].items():
         lo, hi = v["ci95"] if v["ci95"] else (float("nan"), float("nan"))
-        verdict = ("the KL ranking predicts the retrieval ranking (the interval lies below 0)" if v["predicts"] else
-                   "no detectable agreement at this n (the interval reaches 0 or above)")
+        if v["predicts"]:
+            verdict = "the KL ranking predicts the retrieval ranking (the interval lies below 0)"
+        elif v["ci95"] and lo > 0:
+            verdict = ("the two rankings detectably disagree (the interval lies above 0): the methods closer to the "
+                       "exact cache in KL retrieved fewer keys")
+        else:
+            verdict = "no detectable agreement at this n (the interval reaches 0 or above)"
         parts.append(f"at compression {level}, Kendall's τ between mean KL and accuracy over {len(v['methods'])} methods "
                      f"is {v['tau']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({v['n_documents']} documents, {v['n_prompts']} prompts): "
                      f"{verdict}{rank_gap(v)}")

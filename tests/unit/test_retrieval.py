@@ -349,6 +349,11 @@ def test_the_kl_sentence_says_which_sign_agrees_and_names_the_method_ranked_most
     text = page.kl_findings("m", {"kl_vs_retrieval": {"regime": "aware", "levels": {"0.5": level}}})
     assert "agreement is τ < 0" in text
     assert "the two rank SnapKV (evicts 50 %) most differently (rank 1 of 4 by KL, 4 by keys retrieved)" in text
+    assert "no detectable agreement at this n" in text
+    # the measured build's case at 0.25 (τ +0.47 [+0.28, +0.73]): a detectable disagreement, said as one
+    reverse = dict(level, tau=0.47, ci95=[0.28, 0.73])
+    assert "the two rankings detectably disagree (the interval lies above 0)" in page.kl_findings(
+        "m", {"kl_vs_retrieval": {"regime": "aware", "levels": {"0.5": reverse}}})
     alike = dict(level, mean_kl={**level["mean_kl"], "snapkv@0.5": 0.5})
     assert "most differently" not in page.kl_findings("m", {"kl_vs_retrieval": {"regime": "aware",
                                                                                  "levels": {"0.5": alike}}})
