@@ -278,13 +278,10 @@ def kl_findings(model: str, result: dict) -> str:
     parts = []
     for level, v in k["levels"].items():
         lo, hi = v["ci95"] if v["ci95"] else (float("nan"), float("nan"))
-        if v["predicts"]:
-            verdict = "the KL ranking predicts the retrieval ranking (the interval lies below 0)"
-        elif v["ci95"] and lo > 0:
-            verdict = ("the two rankings detectably disagree (the interval lies above 0): the methods closer to the "
-                       "exact cache in KL retrieved fewer keys")
-        else:
-            verdict = "no detectable agreement at this n (the interval reaches 0 or above)"
+        verdict = ("the KL ranking predicts the retrieval ranking (the interval lies below 0)" if v["predicts"] else
+                   "the two rankings detectably disagree (the interval lies above 0): the methods closer to the exact "
+                   "cache in KL retrieved fewer keys" if v["ci95"] and lo > 0 else
+                   "no detectable agreement at this n (the interval reaches 0 or above)")
         parts.append(f"at compression {level}, Kendall's τ between mean KL and accuracy over {len(v['methods'])} methods "
                      f"is {v['tau']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({v['n_documents']} documents, {v['n_prompts']} prompts): "
                      f"{verdict}{rank_gap(v)}")
@@ -324,8 +321,7 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
     and Kendall's τ with its interval in the panel's title (agreement is τ < 0)."""
     import matplotlib.pyplot as plt
 
-    title = "Does the KL frontier predict retrieval?"
-    points = kl_points(retrieval, frontier)
+    title, points = "Does the KL frontier predict retrieval?", kl_points(retrieval, frontier)
     if points.empty:
         fig, ax = plt.subplots(figsize=(7.5, 2))
         ax.set_axis_off()
@@ -350,14 +346,12 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
         ax.set_xscale("log")
         ax.set_xlabel("mean KL from the exact cache (nats, log scale)")
         ax.set_ylabel(f"keys retrieved (%, n = {sub['n'].iloc[0]})")
-        ax.set_ylim(-5, 105)
-        ax.grid(alpha=0.3)
+        ax.set_ylim(-5, 105), ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
     handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in colours.items()]
     fig.legend(handles=handles, loc="lower center", ncol=4, frameon=False, fontsize=9)
-    fig.suptitle(f"{title} One point per method, 95 % intervals ({', '.join(dict.fromkeys(points['model']))})",
-                 fontsize=11)
+    fig.suptitle(f"{title} One point per method, 95 % intervals ({', '.join(dict.fromkeys(points['model']))})", fontsize=11)
     fig.tight_layout(rect=(0, 0.035 * -(-len(handles) // 4) + 0.02, 1, 1))
     return fig
 
