@@ -125,7 +125,7 @@ def against_tail(model: str, r: dict, adapter: str, policy: str, name: str) -> s
 
 def _flip_rate(k: int, n: int) -> str:
     """'3 of 12 (25%, 95% interval 5.5–57%)' (n > 0)."""
-    lo, hi = sv.rate_interval(k, n)
+    lo, hi = compare.proportion_interval(k, n)
     return f"{k} of {n} ({fmt(100 * k / n, 3)}%, 95% interval {fmt(100 * lo, 3)}–{fmt(100 * hi, 3)}%)"
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 from kvutils.core import compare
 
@@ -102,12 +101,6 @@ def knee(held: dict, ks: Sequence[int]) -> dict:
 
 
 # --------------------------------------------------------------------------- the patching map
-
-
-def rate_interval(k: int, n: int) -> tuple[float, float]:
-    """Clopper–Pearson 95 % interval of k/n (0..1)."""
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - compare.ALPHA, method="exact")
-    return float(ci.low), float(ci.high)
 
 
 def cell_flips(pm: dict, row: int, col: int) -> list[int]:
