@@ -238,9 +238,9 @@ class Chapter3Parameters(Declared):
     device: str = torch_device()
 
 
-FRONTIER_OPS = ("cast, KIVI-4/2, window 128, fp8 QuantizedCache, 6 presses at compression 0.25/0.5/0.75; h2o and tova, "
-                "and a 4-sink window at each press level, with the fixed budget that equals a press's mean held entries "
-                "over the decode: 576 = 512 + 128/2 at 0.5")
+FRONTIER_OPS = ("cast, KIVI-4/2, window 128, fp8 QuantizedCache, 6 presses at compression 0.25/0.5/0.75; h2o at 0.5, "
+                "tova at 0.25 and 0.5 and a 4-sink window at each press level, with the fixed budget that equals a "
+                "press's mean held entries over the decode: 576 = 512 + 128/2 at 0.5")
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,7 @@ class Chapter4Parameters(Declared):
                                  meaning="frontier tokens teacher-forced and scored after the prefill",
                                  allowed="≥ 1", check=tokens())
     retrieval_models: str = param("smollm2-135m", "models on the long-range retrieval test (a subset of models; \"\" for "
-                                  "none; each model at 1,024 tokens adds about 6 minutes of one core at 24 + 12 prompts)",
+                                  "none; each model at 1,024 tokens adds about 12 minutes of one core at 24 + 12 prompts)",
                                   meaning="models on the long-range retrieval test",
                                   allowed='a subset of `models`; `""` for none')
     retrieval_corpus: str = param("pydoc", "real-text haystack for RULER's magic-number needles: " + CORPUS_DOC,

@@ -310,8 +310,18 @@ def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
         prompts = {"pydoc": _prompts(loaded, contexts=(160,), n=3), "filler": _prompts(loaded, "filler", contexts=(160,), n=3)}
         numbers["retrieval"][family] = study.run_model(loaded, prompts, None, progress=False)
     result = numbers["retrieval"]["tiny-llama"]["pydoc"]
-    assert set(result["ops"]) == set(study.method_specs(_prompts(load_cached("tiny-llama", "float32"), n=1)[0],
-                                                        load_cached("tiny-llama", "float32").config))
+    tiny = load_cached("tiny-llama", "float32")
+    specs = study.method_specs(_prompts(tiny, n=1)[0], tiny.config)
+    # every method is on the page, the extra random seeds folded into their level's random row
+    assert set(result["ops"]) == {label for label in specs if not label.startswith(study.SEED_LABEL)}
+    for level in study.LEVELS:
+        for regime in retrieval.REGIMES:
+            seeds = result["ops"][f"random@{level:g}"][regime]["seeds"]
+            assert seeds["seed"] == list(study.RANDOM_SEEDS) and seeds["n"] == 3
+            assert seeds["correct"][0] == sum(x["correct"] for x in result["ops"][f"random@{level:g}"][regime]["per_prompt"])
+    assert {f"tova@{level:g}" for level in study.LEVELS} <= set(result["ops"])
+    from kvutils.report import retrieval_seeds
+    assert "with seeds 0, 1 and 2 (mean" in retrieval_seeds.seeds_findings(numbers["retrieval"])
     fig = page.plot_retrieval(numbers["retrieval"])
     assert figures.illegible_text(fig) == [] and "tiny-gemma3" in fig._suptitle.get_text()
     assert len(page.depth_table(numbers["retrieval"])) == 2 * 2 * len(result["ops"])
@@ -357,3 +367,38 @@ def test_the_kl_sentence_says_which_sign_agrees_and_names_the_method_ranked_most
     alike = dict(level, mean_kl={**level["mean_kl"], "snapkv@0.5": 0.5})
     assert "most differently" not in page.kl_findings("m", {"kl_vs_retrieval": {"regime": "aware",
                                                                                  "levels": {"0.5": alike}}})
+
+
+def test_random_seeds_fold_into_one_row_with_their_mean_and_range():
+    """Three seeds' keys retrieved (2, 1 and 0 of 2 prompts): one random@0.5 row keeps the first
+    seed's records and carries every seed's count, their mean (50 %) and range (0-100 %)."""
+    def entry(spec, rights):
+        return {"specs": {"1024": spec}, "level": 0.5, "family": "press",
+                **{r: {"per_prompt": [{"correct": c} for c in rights]} for r in retrieval.REGIMES}}
+    ops = {"random@0.5": entry("random:compression_ratio=0.5,seed=0", [True, True]),
+           f"{study.SEED_LABEL}1@0.5": entry("random:compression_ratio=0.5,seed=1", [True, False]),
+           f"{study.SEED_LABEL}2@0.5": entry("random:compression_ratio=0.5,seed=2", [False, False]),
+           "knorm@0.5": entry("knorm:compression_ratio=0.5", [True, False])}
+    folded = study.fold_seeds(ops)
+    assert set(folded) == {"random@0.5", "knorm@0.5"} and "seeds" not in folded["knorm@0.5"]["aware"]
+    seeds = folded["random@0.5"]["aware"]["seeds"]
+    assert seeds == {"seed": [0, 1, 2], "correct": [2, 1, 0], "n": 2, "mean_accuracy": 0.5, "accuracy_range": [0.0, 1.0]}
+    assert folded["random@0.5"]["aware"]["per_prompt"] == ops["random@0.5"]["aware"]["per_prompt"]
+
+
+def test_a_decode_time_policy_joins_each_level_at_the_matched_budget():
+    """tova at each level holds, on average over the agnostic decode, what the press at that level
+    holds (the window's budget), and the frontier's matched tova maps to the same label."""
+    from kvutils.cache.methods.press import kept_per_head
+    from kvutils.studies.cache_approximations import frontier
+
+    prompt = haystack.Prompt(ids=tuple(range(1024)), question=1000, answer=1020, needle=(100, 120), depth=0.1,
+                             context=1024, key="1234567", word="bank", haystack="pydoc")
+    specs = study.method_specs(prompt)
+    for level in study.LEVELS:
+        tova = parse_op(specs[f"tova@{level:g}"])
+        P, D = 1000, 1024 - 1 - 1000
+        assert kept_per_head(P, tova.compression_ratio) == frontier.matched_budget(P, D, level)
+        assert study.frontier_label(tova.spec, level) == f"tova@{level:g}"
+        assert specs[f"{study.SEED_LABEL}2@{level:g}"] == parse_op(f"random:compression_ratio={level},seed=2").spec
+    assert study.frontier_label("h2o:compression_ratio=0.5", 0.5) is None  # not scored on retrieval

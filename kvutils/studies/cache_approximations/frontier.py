@@ -57,6 +57,12 @@ def default_specs(prefill: int, decode: int) -> list[str]:
     return out
 
 
+def matched_policy(name: str, prefill: int, decode: int, ratio: float) -> str:
+    """The spec of decode-time policy `name` whose constant budget matches a press at `ratio` on
+    average over the decode (`matched_budget`)."""
+    return f"{name}:compression_ratio={_ratio_for(prefill, matched_budget(prefill, decode, ratio))}"
+
+
 def _ratio_for(prefill: int, budget: int) -> str:
     """The shortest written compression ratio whose kvpress budget is `budget` entries."""
     for text in (f"{1 - budget / prefill:.6g}", f"{1 - (budget + 0.5) / prefill:.6g}"):

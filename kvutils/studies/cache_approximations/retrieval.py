@@ -28,15 +28,20 @@ from kvutils.models.layers import kv_shape
 from kvutils.studies.cache_approximations import frontier
 
 GATE = 0.8  # the exact cache's accuracy a (model, haystack, context) needs before methods are judged there
-# the precision rows (fixed specs) and the presses swept at the press levels (kvpress's compression_ratio)
-# What `make book` can afford (a one-forward press costs about 0.45 s per prompt and level here, both regimes):
-# the precision rows people deploy, and every press with a one-forward path but expected_attention (three
-# times another press's cost): the random baseline, the cheapest (knorm) and the attention-based (snapkv,
-# pyramidkv's per-layer budgets, adakv's per-head budgets); expected_attention and the decode-time policies
-# (tova, h2o: the step path, 3-12 s per prompt and level) are left to `python -m kvutils.accept --task passkey`
+# the precision rows (fixed specs), the presses swept at the press levels (kvpress's compression_ratio) and
+# the decode-time policies at the budget matching each level (as the window). What `make book` can afford (a
+# one-forward press costs about 0.6 s per prompt and level here, both regimes; expected_attention 2 s, tova's
+# step path 3.5 s): every press, tova, and the precision rows people deploy. h2o is left to
+# `python -m kvutils.accept --task passkey`: its accumulated attention over every prefill query costs 18 s
+# per prompt and level (SmolLM2, 1,024 tokens), a fifth of a chapter's budget at 36 prompts and 2 levels
 PRECISION = ("cast:dtype=bfloat16", "quantize_naive:bits=4", "quantize_kivi:bits=4", "quantize_kivi:bits=2")
-PRESSES = ("random", "knorm", "snapkv", "pyramidkv", "adakv")
+PRESSES = ("random", "knorm", "snapkv", "expected_attention", "pyramidkv", "adakv")
+POLICIES = ("tova",)
 LEVELS = (0.25, 0.5)
+# random eviction again with other seeds, folded into random@<level>'s "seeds" (`fold_seeds`): its
+# accuracy as a mean over seeds with their range; the first seed's records stay the method's own
+RANDOM_SEEDS = (0, 1, 2)
+SEED_LABEL = "random-seed"  # "random-seed1@0.25": an extra seed's label until it is folded
 # SnapKV again with its observation window cut to the question's own tokens (its default, 64, is mostly
 # haystack when the question is 10-25 tokens long): the test of whether the window explains its misses
 QUESTION_WINDOW = "snapkv-question"
@@ -45,10 +50,12 @@ BOOTSTRAP = 2000  # resamples of the rank agreement's interval
 SEED = 0
 
 
-def method_specs(prompt: Prompt, config=None, precision=PRECISION, presses=PRESSES, levels=LEVELS) -> dict[str, str]:
-    """label -> spec for one context: the precision rows, each press at each level, and a
-    StreamingLLM window (4 sinks) holding, on average over the agnostic decode, what a press holds,
-    and at QUESTION_WINDOW_LEVELS SnapKV observing the question's tokens only (QUESTION_WINDOW).
+def method_specs(prompt: Prompt, config=None, precision=PRECISION, presses=PRESSES, levels=LEVELS,
+                 policies=POLICIES, seeds=RANDOM_SEEDS) -> dict[str, str]:
+    """label -> spec for one context: the precision rows, each press at each level (random once per
+    seed), each decode-time policy and a StreamingLLM window (4 sinks) holding, on average over the
+    agnostic decode, what a press holds, and at QUESTION_WINDOW_LEVELS SnapKV observing the
+    question's tokens only (QUESTION_WINDOW).
     KIVI's channel group is cut to the head dimension where that is smaller (the tiny test models)."""
     P = prefill_length(prompt, "agnostic")
     D = len(prompt.ids) - 1 - P
@@ -62,9 +69,14 @@ def method_specs(prompt: Prompt, config=None, precision=PRECISION, presses=PRESS
     for r in levels:
         for name in presses:
             out[f"{name}@{r:g}"] = parse_op(f"{name}:compression_ratio={r}").spec
+        if "random" in presses:
+            for seed in seeds[1:]:
+                out[f"{SEED_LABEL}{seed}@{r:g}"] = parse_op(f"random:compression_ratio={r},seed={seed}").spec
         if "snapkv" in presses and r in QUESTION_WINDOW_LEVELS:
             question = max(1, prompt.answer - 1 - prompt.question)  # (aware) the prefill's last tokens: the question
             out[f"{QUESTION_WINDOW}@{r:g}"] = parse_op(f"snapkv:compression_ratio={r},window={question}").spec
+        for name in policies:
+            out[f"{name}@{r:g}"] = parse_op(frontier.matched_policy(name, P, D, r)).spec
         size = frontier.matched_budget(P, D, r)
         out[f"window@{r:g}"] = parse_op(f"window:size={size},sinks={frontier.STREAMING_SINKS}").spec
     return out
@@ -147,12 +159,35 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
             r["mean_key_logprob"] = float(np.mean([x["key_logprob"] for x in r["per_prompt"]]))
             r["mean_held_bytes"] = float(np.mean(r["held_bytes"]))
             r.update(needle_summary(r["needle_kept"], r["per_prompt"]))
+    ops = fold_seeds(ops)
     full = float(np.mean([cache_bytes(loaded.config, Exact(), prefill_length(p, "agnostic"), loaded.dtype)
                           for p in prompts]))
     return {"exact": {"per_prompt": exact, "accuracy": _accuracy(exact), "by_depth": by_depth(exact),
                       "held_bytes": full},
             "gate": gate, "contexts": contexts, "not_run": not_run, "prompts": [p.record() for p in prompts], "ops": ops,
             "refused": refused, "seconds": seconds}
+
+
+def fold_seeds(ops: dict) -> dict:
+    """The ops with each extra random seed's entry ("random-seed1@0.25") folded into its level's
+    random entry ("random@0.25") as, per regime, "seeds": the seeds, the keys each retrieved (of
+    "n" prompts), their mean accuracy and its range. The first seed's records stay the method's own
+    (its paired tests, its points on the figures)."""
+    out = {label: entry for label, entry in ops.items() if not label.startswith(SEED_LABEL)}
+    for label, extra in ops.items():
+        base = out.get(f"random@{label.rsplit('@', 1)[-1]}") if label.startswith(SEED_LABEL) else None
+        if base is None:
+            continue
+        for regime in REGIMES:
+            seeds = base[regime].setdefault("seeds", {
+                "seed": [parse_op(next(iter(base["specs"].values()))).setting("seed")],
+                "correct": [sum(x["correct"] for x in base[regime]["per_prompt"])]})
+            seeds["seed"].append(int(label[len(SEED_LABEL):].split("@")[0]))
+            seeds["correct"].append(sum(x["correct"] for x in extra[regime]["per_prompt"]))
+            n = len(base[regime]["per_prompt"])
+            accuracy = [k / n for k in seeds["correct"]]
+            seeds.update(n=n, mean_accuracy=float(np.mean(accuracy)), accuracy_range=[min(accuracy), max(accuracy)])
+    return out
 
 
 def verdicts(result: dict) -> list[dict]:
@@ -230,10 +265,13 @@ def kl_vs_retrieval(frontier_run: dict | None, results: dict, regime: str = "awa
 
 
 def frontier_label(spec: str, level) -> str | None:
-    """The retrieval label of a frontier op: presses by name and level, a matched window as window@level."""
+    """The retrieval label of a frontier op: presses by name and level, a matched window or
+    decode-time policy by its name and the level it matches."""
     op = parse_op(spec)
     if isinstance(op, Window) and level is not None and op.sinks == frontier.STREAMING_SINKS:
         return f"window@{level:g}"
+    if op.name in POLICIES:
+        return f"{op.name}@{level:g}" if level is not None and float(level) in LEVELS else None
     ratio = op.setting("compression_ratio")
     if ratio is not None and op.name in PRESSES and float(ratio) in LEVELS:
         return f"{op.name}@{float(ratio):g}"
