@@ -88,7 +88,9 @@ def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
         rows.append(_op_row(spec, o, near_exact_pct, art, front, front["exact_cache_bytes"],
                             f"acceptance test, the frontier's {_count(len(front['documents']), 'document')}")
                     | {"setting": setting(front, "the frontier")})
-    return [both_axes(r, retrieval_axis(ch4.get("retrieval") or {}, model, r["operation"])) for r in rows]
+    levels = {spec: o.get("level") for spec, o in (front or {}).get("ops", {}).items()}  # matched budgets' levels
+    return [both_axes(r, retrieval_axis(ch4.get("retrieval") or {}, model, r["operation"], levels.get(r["operation"])))
+            for r in rows]
 
 
 EXACTNESS = "chapters 1 and 5: the exact cache and the LoRA switch"  # the setting of the theorem rows

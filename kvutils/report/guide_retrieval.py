@@ -12,6 +12,7 @@ from __future__ import annotations
 from kvutils.cache.registry import parse_op
 from kvutils.core import compare
 from kvutils.report.retrieval import haystacks, short
+from kvutils.studies.cache_approximations.retrieval import frontier_label
 
 REGIME_SHORT = {"aware": "with the question", "agnostic": "before the question"}
 
@@ -23,23 +24,27 @@ def _canonical(spec: str) -> str | None:
         return None
 
 
-def label_for(result: dict, spec: str) -> str | None:
+def label_for(result: dict, spec: str, level: float | None = None) -> str | None:
     """The retrieval label ("snapkv@0.25", or a precision spec) whose operation is `spec` at some
-    context, or None where retrieval did not run it."""
+    context, else, for a frontier operation matched to press level `level` (a window or decode-time
+    policy, whose budget the two tests match at their own lengths), the label at that level; None
+    where retrieval did not run it."""
     wanted = _canonical(spec)
     if wanted is None:
         return None
     for label, entry in result["ops"].items():
         if wanted in {_canonical(s) for s in entry.get("specs", {}).values()} or _canonical(label) == wanted:
             return label
-    return None
+    matched = frontier_label(wanted, level) if level is not None else None
+    return matched if matched in result["ops"] else None
 
 
-def retrieval_axis(retrieval: dict, model: str, spec: str) -> dict | None:
+def retrieval_axis(retrieval: dict, model: str, spec: str, level: float | None = None) -> dict | None:
     """{haystack: {regime: {correct, n, accuracy_pct, mcnemar, key_logprob, construction_losses,
-    construction_wrong, lost}}} for `spec` on `model`, over the gated prompts; None where retrieval
-    did not run the operation on that model (or no haystack passed the gate)."""
-    return _axis(retrieval, model, lambda r: label_for(r, spec))
+    construction_wrong, lost}}} for `spec` on `model` (matched to press level `level` on the
+    frontier, if any), over the gated prompts; None where retrieval did not run the operation on
+    that model (or no haystack passed the gate)."""
+    return _axis(retrieval, model, lambda r: label_for(r, spec, level))
 
 
 def _axis(retrieval: dict, model: str, label_in) -> dict | None:

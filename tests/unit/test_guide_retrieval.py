@@ -39,6 +39,19 @@ def test_a_guide_row_finds_its_retrieval_label_by_its_spec():
     assert label_for(r, "exact cache vs recomputation (ch. 1)") is None
 
 
+def test_a_matched_budget_row_finds_the_label_of_its_level():
+    """The frontier's window and tova hold budgets matched to a press level at 1,024 + 64 tokens,
+    retrieval's at its own lengths: the specs differ, the level joins them (and nothing else does)."""
+    r = _retrieval()["m"]["pydoc"]
+    r["ops"]["tova@0.5"] = {"specs": {"1024": "tova:compression_ratio=0.484375"}}
+    r["ops"]["window@0.5"] = {"specs": {"1024": "window:size=527,sinks=4,reindex=false"}}
+    assert label_for(r, "tova:compression_ratio=0.46875", 0.5) == "tova@0.5"
+    assert label_for(r, "window:size=576,sinks=4", 0.5) == "window@0.5"
+    assert label_for(r, "tova:compression_ratio=0.46875") is None  # no level: not matched to any
+    assert label_for(r, "tova:compression_ratio=0.46875", 0.25) is None  # no tova@0.25 scored here
+    assert label_for(r, "h2o:compression_ratio=0.46875", 0.5) is None  # h2o is not on the retrieval test
+
+
 def test_the_axis_reads_keys_and_tests_per_regime_and_names_the_loss():
     axis = retrieval_axis(_retrieval(), "m", SNAP)
     aware, agnostic = axis["pydoc"]["aware"], axis["pydoc"]["agnostic"]
