@@ -58,12 +58,12 @@ def test_a_renamed_key_is_refused_naming_the_file_and_where(tmp_path):
 
 
 @pytest.mark.parametrize("change, words", [
-    (lambda n: n["smollm2-135m"]["switch"]["heldout"]["tail8"]["stale"].update(accuracy_pct="64%"),
-     "at numbers/smollm2-135m/switch/heldout/tail8/stale/accuracy_pct: '64%' is not of type"),
-    (lambda n: n["smollm2-135m"]["cost"].update(extra_field=1),
-     "at numbers/smollm2-135m/cost: Additional properties are not allowed ('extra_field' was unexpected)"),
-    (lambda n: n["smollm2-135m"]["training"]["adapters"]["tail2"].pop("losses"),
-     "at numbers/smollm2-135m/training/adapters/tail2: 'losses' is a required property"),
+    (lambda n: n["qwen2.5-0.5b"]["switch"]["heldout"]["tail8"]["stale"].update(accuracy_pct="64%"),
+     "at numbers/qwen2.5-0.5b/switch/heldout/tail8/stale/accuracy_pct: '64%' is not of type"),
+    (lambda n: n["qwen2.5-0.5b"]["cost"].update(extra_field=1),
+     "at numbers/qwen2.5-0.5b/cost: Additional properties are not allowed ('extra_field' was unexpected)"),
+    (lambda n: n["qwen2.5-0.5b"]["training"]["adapters"]["tail4"].pop("losses"),
+     "at numbers/qwen2.5-0.5b/training/adapters/tail4: 'losses' is a required property"),
 ])
 def test_a_wrong_type_an_unknown_key_or_a_missing_one_is_named(change, words):
     record = full_build("05_qwen3_switch")
