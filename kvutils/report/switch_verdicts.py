@@ -94,6 +94,11 @@ def knee(model: str, r: dict) -> str:
         head = f"k = {best} ({fmt(acc[best], 3)}%), the smallest k trained and {top.split(', k =')[0]}"
     elif k["knee_k"] == best:
         head = f"k = {best}: {top}, and every smaller k is detectably below it"
+        deeper = [x for x, d in k["vs_best"].items() if int(x) > best and d["verdict"] == compare.A_LOWER]
+        if deeper:  # the curve falls again past the best k: depth alone does not order the tails here
+            head += (f"; the deeper {' and '.join(f'k = {x}' for x in deeper)} {'is' if len(deeper) == 1 else 'are'} "
+                     "detectably below it too, so accuracy does not rise with depth in this run (the training "
+                     "losses below show whether each tail learned)")
         if best == max(ks):  # the curve still rises at its end: the sweep bounds the knee from below
             head += (f"; k = {best} is also the deepest tail trained, so quality had not levelled off within the "
                      f"sweep and the knee lies at k = {best} or deeper")
@@ -134,6 +139,13 @@ def patching(model: str, r: dict, adapter_label: str) -> str:
     whole = sv.cell_flips(pm, len(pm["row_labels"]) - 1, len(pm["col_labels"]) - 1)
     head = (f"{model} ({adapter_label}, {pm['n_contexts']} pairs; the clean adapter answers right on "
             f"{pm['n_clean_right']} of them, the n of every cell's flips)")
+    adapter = r["switch"]["heldout"][f"tail{pm['k']}"]["tail_patch"]
+    learned = sv.accuracy_pair(adapter, r["switch"]["heldout"]["base"]["zero_shot"], adapter_label, "the base model")
+    if learned.verdict != compare.A_HIGHER:  # a map of an adapter that does no better than the base reads nothing learned
+        head += (f"; the patched adapter is not detectably more accurate than the base model on the held-out "
+                 f"examples ({fmt(adapter['accuracy_pct'], 3)}% against "
+                 f"{fmt(r['switch']['heldout']['base']['zero_shot']['accuracy_pct'], 3)}%, n = {learned.n}), so this "
+                 "map shows where an adapter that did not learn the task reads, not where the task is read")
     if not whole:
         return head + ": with no right answer to turn wrong, the map counts no flips; only its log-odds changes remain"
     return (head + f": copying all of what follows the shared prefix, in all layers, flips "

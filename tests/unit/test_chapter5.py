@@ -255,6 +255,13 @@ def test_the_knee_comes_from_the_paired_test_not_a_point_gap():
     assert (knee["best_k"], knee["knee_k"], knee["resolved"]) == (12, 12, True)
     text = rsv.knee("m", rising)
     assert text.startswith("m: k = 12: the highest-scoring tail") and "the knee lies at k = 12 or deeper" in text
+    assert "the deeper" not in text
+    # the AVX2 build's shape (float32 training; the k = 12 tail ended at the coin): best at k = 8, the deeper
+    # tail detectably below it, which the sentence says rather than leave "every smaller k" to stand alone
+    falling = _switch_results({4: _right_on(81), 8: _right_on(96), 12: _right_on(64)}, _right_on(67), LABELS)
+    text = rsv.knee("m", falling)
+    assert text.startswith("m: k = 8: the highest-scoring tail") and "the deeper k = 12 is detectably below it too" in text
+    assert "or deeper" not in text
 
 
 def test_a_base_that_always_says_yes_is_judged_by_what_its_bias_cannot_fake():
@@ -334,7 +341,14 @@ def test_the_patching_map_names_a_layer_group_only_when_the_test_separates_it():
     strong = rsv.where("m", _patch_results([0, 2, 30, 1]))
     assert "in layers 5–6 flips 30 of 32 (93.8%" in strong and "detectably more than in any other group" in strong
     few = _patch_results([0, 2, 30, 1], n_right=5)
-    assert "the clean adapter answers right on 5 of them" in rsv.patching("m", few, "LoRA tail, k = 4")
+    learned = _switch_results({4: _right_on(110)}, _right_on(64), LABELS)["switch"]
+    text = rsv.patching("m", {**few, "switch": learned}, "LoRA tail, k = 4")
+    assert "the clean adapter answers right on 5 of them" in text and "did not learn" not in text
+    # an adapter no better than the base model: the map is said to read an adapter that did not learn the task
+    coin = _switch_results({4: _right_on(66)}, _right_on(64), LABELS)["switch"]
+    text = rsv.patching("m", {**few, "switch": coin}, "LoRA tail, k = 4")
+    assert "the patched adapter is not detectably more accurate than the base model" in text
+    assert "so this map shows where an adapter that did not learn the task reads" in text
 
 
 def test_the_control_that_can_fail_is_reported_beside_the_theorem():
