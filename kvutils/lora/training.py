@@ -1,6 +1,7 @@
 """Training one adapter from the boundary states: AdamW on cross-entropy at the last position
 (over the whole vocabulary, or over the two answers), through the tail's layers only, in float32
-or under bfloat16 autocast, at a constant learning rate or a linear warm-up then cosine decay."""
+or under bfloat16 autocast, at a constant learning rate or a linear warm-up then cosine decay,
+the gradient clipped to a norm."""
 from __future__ import annotations
 
 import math
@@ -87,7 +88,7 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
                   lr: float, batch_size: int, seed: int, activated: bool = False,
                   on_step: Callable[[int, float], None] | None = None, prefix_cache=None,
                   train_dtype: str = "float32", schedule: str = "constant", warmup: int = 0,
-                  loss: str = "vocab", checkpoint: str | None = None) -> list[float]:
+                  loss: str = "vocab", checkpoint: str | None = None, max_grad_norm: float = 0.0) -> list[float]:
     """Train one adapter with AdamW on next-token cross-entropy at the last position; return the
     loss of every step.
 
@@ -99,11 +100,16 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     "bfloat16" runs each step's forward under autocast (see `training_precision`). `schedule` and
     `warmup` shape the learning rate over the steps (`lr_factor`); `loss` is "vocab" (the answer
     token against the whole vocabulary) or "answers" (against the wrong answer alone).
+    `max_grad_norm` > 0 scales the adapter's gradient down to that norm (all its weights together)
+    before each step where it is larger: one outlying batch then moves the weights no further than
+    a typical one (0: no clipping).
     `checkpoint`: a key naming this training within its job; in `make book` its progress is then
     stored every CHECKPOINT_STEPS steps (`kvutils.core.checkpoints`) and an interrupted build resumes
     it from the last one, with the same losses as an uninterrupted run.
     """
     lr_factor(0, steps, schedule, warmup)  # an unknown schedule fails before any work
+    if not max_grad_norm >= 0:
+        raise ValueError(f"max_grad_norm: {max_grad_norm!r} is not allowed; give a norm > 0, or 0 for no clipping")
     if loss not in LOSSES:
         raise ValueError(f"loss: {loss!r} is not allowed; choose one of {', '.join(LOSSES)}")
     if prefix_cache is not None and not activated:
@@ -121,7 +127,7 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     try:
         progress = _Progress(checkpoint, params, optimizer, scheduler, steps)
         return _train_steps(model, adapter_name, boundary, batch, start, steps, progress, batch_size,
-                            seed, activated, on_step, prefix_cache, train_dtype, loss)
+                            seed, activated, on_step, prefix_cache, train_dtype, loss, max_grad_norm)
     finally:
         for p in params:
             p.requires_grad_(False)
@@ -179,7 +185,7 @@ class _Progress:
 
 def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch, start: int, steps: int,
                  progress: _Progress, batch_size: int, seed: int, activated: bool, on_step, prefix_cache,
-                 train_dtype: str, loss_kind: str) -> list[float]:
+                 train_dtype: str, loss_kind: str, max_grad_norm: float) -> list[float]:
     optimizer, scheduler = progress.optimizer, progress.scheduler
     order = random.Random(seed)
     n = boundary.shape[0]
@@ -205,6 +211,8 @@ def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch,
         loss = step_loss(logits, batch, rows, loss_kind)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(progress.params, max_grad_norm)
         optimizer.step()
         scheduler.step()
         losses.append(loss.item())

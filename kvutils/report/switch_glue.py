@@ -117,6 +117,13 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
             **{key: "; ".join(clause(model, r) for model, r in numbers.items()) for key, clause in clauses.items()}}
 
 
+def clipping_text(parameters: dict) -> str:
+    """How each step's gradient was bounded (runs before clipping existed record no norm: unclipped)."""
+    norm = parameters.get("max_grad_norm", 0)
+    return f"each step's gradient scaled down to norm {fmt(norm)} where it was larger" if norm else \
+        "the gradient not clipped"
+
+
 def settings_glue(numbers: dict, parameters: dict) -> dict[str, str]:
     """The chapter's settings and data, as the prose cites them."""
     task = parameters["task"]
@@ -126,7 +133,8 @@ def settings_glue(numbers: dict, parameters: dict) -> dict[str, str]:
            "marker": repr(parameters["marker"] or switch_tasks.MARKERS[task]), "dtype": parameters["dtype"],
            "method": compare.METHOD, "exact_examples": str(parameters["exact_examples"]),
            "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in {parameters['dtype']}",
-           "train_dtype": train_dtype_text(numbers, parameters), "what": what_models_are(numbers)}
+           "train_dtype": train_dtype_text(numbers, parameters), "what": what_models_are(numbers),
+           "clipping": clipping_text(parameters)}
     if task == "senses":
         out["data"] = (f"trained on the contexts and reference sentences of the words "
                        f"{parameters['train_words'].replace(',', ', ')}, "

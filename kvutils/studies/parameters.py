@@ -94,6 +94,14 @@ def positive_number(name: str, value) -> None:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
 
 
+MAX_GRAD_NORM = 1e6
+
+
+def grad_norm(name: str, value) -> None:
+    """A gradient-clipping norm: 0 (no clipping) or a positive number."""
+    checks.check_number(name, value, 0, MAX_GRAD_NORM)
+
+
 MAX_ALPHA = 1e6
 ALPHA_WHY = "the adapter's update is scaled by alpha / rank: a million times it would swamp the weights it adapts"
 
@@ -344,8 +352,9 @@ class Chapter5Parameters(Declared):
     steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs",
                              meaning="AdamW training (the seed also draws the examples)",
                              allowed="`steps`, `lr`: one number, or a default then `model:value` pairs")
-    lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.002", "AdamW learning rate: one number, or a "
-                            "default then model:rate pairs (Gemma 3 diverges at 0.003)", row="steps")
+    lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.0005", "AdamW learning rate: one number, or a "
+                            "default then model:rate pairs (Gemma 3 diverges at 0.003, the Qwen's 12-layer tail "
+                            "trained in float32 at 0.002)", row="steps")
     batch_size: int = param(16, "training examples per step", row="steps", check=at_least(1))
     schedule: str = param("cosine", 'learning rate over the steps: "cosine" (a linear warm-up, then a cosine decay to 0) '
                           'or "constant"', row="steps", check=one_of(SCHEDULES))
@@ -353,6 +362,8 @@ class Chapter5Parameters(Declared):
     loss: str = param("answers", 'training loss: "answers" (cross-entropy of the right answer against the wrong one: '
                       'ln 2 for a coin) or "vocab" (the answer token against the whole vocabulary)', row="steps",
                       check=one_of(LOSSES))
+    max_grad_norm: float = param(1.0, "each step's gradient is scaled down to this norm where it is larger (0: no "
+                                 "clipping)", row="steps", check=grad_norm)
     train_dtype: str = param("auto", 'training precision: "auto" (bfloat16 autocast where the device multiplies bfloat16 '
                              'natively, else float32), "float32" or "bfloat16"',
                              meaning="precision of training (evaluation keeps `dtype`)",

@@ -383,3 +383,14 @@ def test_the_training_precision_sentence_follows_the_run():
                                                {"train_dtype": "bfloat16", "dtype": "float32"})
     assert train_dtype_text({"m": {"train_dtype": "float32"}}, {"train_dtype": "auto", "dtype": "float64"}) \
         == "float32; every evaluation runs in float64"
+
+
+def test_the_clipping_sentence_follows_the_run_and_an_older_run_reads_unclipped():
+    from kvutils.report.switch_glue import clipping_text
+
+    assert clipping_text({"max_grad_norm": 1.0}) == "each step's gradient scaled down to norm 1 where it was larger"
+    assert clipping_text({"max_grad_norm": 0.0}) == clipping_text({}) == "the gradient not clipped"
+    plan = switch.plan(Chapter5Parameters(**{**GOOD, "max_grad_norm": 0.5}))
+    assert plan.max_grad_norm == 0.5
+    with pytest.raises(ValueError, match=r"^max_grad_norm must be"):
+        Chapter5Parameters(**{**GOOD, "max_grad_norm": -1})

@@ -199,6 +199,37 @@ def test_every_training_option_trains_the_tiny_qwen2(options):
         assert step_loss(logits, batch, slice(None), "vocab").item() > step_loss(logits, batch, slice(None), "answers").item()
 
 
+def test_clipping_bounds_every_gradient_the_optimizer_steps_with():
+    """max_grad_norm scales the adapter's whole gradient down to that norm before each step (the
+    gradient after the step is the one AdamW used); 0 leaves it as it is; a negative norm is named."""
+    def trained(norm: float) -> tuple[list[float], list[float]]:
+        loaded = _fresh("tiny-qwen2", "float32")
+        model = lora_tail(loaded.model, 2, 4, 8, "q,k,v,o,mlp", adapter_name="t", seed=0)
+        ids, mask = left_pad([[10 + i, 20 + i, 30 + i, 7, 8] for i in range(8)], 0)
+        batch = Batch(ids, mask, torch.tensor([100 + i % 2 for i in range(8)]), 2)
+        boundary = boundary_states(model, ids, mask, [2])[2]
+        norms = []
+
+        def on_step(step, loss):
+            grads = [p.grad for p in adapter_parameters(model, "t")]
+            norms.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
+        losses = train_adapter(model, "t", boundary, batch, 2, steps=6, lr=3e-2, batch_size=4, seed=3,
+                               on_step=on_step, max_grad_norm=norm)
+        return losses, norms
+
+    free_losses, free_norms = trained(0.0)
+    clip = min(free_norms) / 4  # below every unclipped gradient: each step is clipped
+    losses, norms = trained(clip)
+    assert norms == pytest.approx([clip] * len(norms), rel=1e-5)
+    assert losses[0] == free_losses[0] and losses[1:] != free_losses[1:]  # same start, another path
+    loaded = _fresh("tiny-qwen2", "float32")
+    model = lora_tail(loaded.model, 1, 2, 4, "q,v", adapter_name="t", seed=0)
+    ids, mask = left_pad([[3, 4, 5]], 0)
+    with pytest.raises(ValueError, match="max_grad_norm: -1.0 is not allowed"):
+        train_adapter(model, "t", boundary_states(model, ids, mask, [1])[1], Batch(ids, mask, torch.tensor([1]), 1), 1,
+                      steps=1, lr=1e-2, batch_size=1, seed=0, max_grad_norm=-1.0)
+
+
 def test_the_answers_loss_needs_the_wrong_answers_and_a_known_loss_is_named():
     loaded = _fresh("tiny-qwen2", "float32")
     model = lora_tail(loaded.model, 1, 2, 4, "q,v", adapter_name="t", seed=0)

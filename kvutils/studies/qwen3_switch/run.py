@@ -50,7 +50,8 @@ def run_model(p: Plan, mp: ModelPlan) -> tuple[dict, dict]:
     knee = switch_verdicts.knee(heldout, mp.k_values)
     numbers = {
         "task": p.task, "lr": mp.lr, "steps": mp.steps, "train_dtype": p.train_dtype,
-        "schedule": p.schedule, "warmup": p.warmup, "loss": p.loss, "layers": mp.n_layers,
+        "schedule": p.schedule, "warmup": p.warmup, "loss": p.loss,
+        "max_grad_norm": p.max_grad_norm, "layers": mp.n_layers,
         "model_type": mp.model_type, "k_values": mp.k_values,
         "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee["knee_k"], "knee": knee,
         "first_changed_layer": {str(k): first_changed_layer(mp.n_layers, k, p.targets, family_of(mp.model_type))

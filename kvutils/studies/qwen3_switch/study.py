@@ -68,6 +68,7 @@ class Plan:
     schedule: str = "constant"  # the learning rate over the steps (kvutils.lora.training.SCHEDULES)
     warmup: int = 0  # steps of linear warm-up (schedule "cosine")
     loss: str = "vocab"  # kvutils.lora.training.LOSSES
+    max_grad_norm: float = 0.0  # each step's gradient clipped to this norm (0: not clipped)
 
 
 # --------------------------------------------------------------------------- checking the parameters
@@ -290,7 +291,7 @@ def plan(p: Chapter5Parameters) -> Plan:
                                step_counts[r.name]))
     return Plan(plans, td.task, p.rank, float(p.alpha), target_list, p.batch_size, p.seed, p.dtype, p.device,
                 p.timing_repeats, p.patch_layer_groups, p.exact_examples, resolved_train_dtype, p.schedule,
-                p.warmup, p.loss)
+                p.warmup, p.loss, float(p.max_grad_norm))
 
 
 def _senses_plan(td: TaskData, tokenizer, name: str, **_):

@@ -78,7 +78,7 @@ def _train_one(p: Plan, mp: ModelPlan, model, name: str, k: int, activated: bool
     losses = train_adapter(model, name, boundary(start), train, start, mp.steps, mp.lr, p.batch_size, p.seed,
                            activated=activated, prefix_cache=prefix_cache() if activated else None,
                            train_dtype=p.train_dtype, schedule=p.schedule, warmup=p.warmup, loss=p.loss,
-                           checkpoint=f"{mp.name}-{name}")
+                           checkpoint=f"{mp.name}-{name}", max_grad_norm=p.max_grad_norm)
     fit_batch, fit_other = fit
     entry = {"k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
              "trainable_parameters": sum(t.numel() for t in adapter_parameters(model, name)),
