@@ -94,14 +94,6 @@ def positive_number(name: str, value) -> None:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
 
 
-MAX_GRAD_NORM = 1e6
-
-
-def grad_norm(name: str, value) -> None:
-    """A gradient-clipping norm: 0 (no clipping) or a positive number."""
-    checks.check_number(name, value, 0, MAX_GRAD_NORM)
-
-
 MAX_ALPHA = 1e6
 ALPHA_WHY = "the adapter's update is scaled by alpha / rank: a million times it would swamp the weights it adapts"
 
@@ -363,7 +355,7 @@ class Chapter5Parameters(Declared):
                       'ln 2 for a coin) or "vocab" (the answer token against the whole vocabulary)', row="steps",
                       check=one_of(LOSSES))
     max_grad_norm: float = param(1.0, "each step's gradient is scaled down to this norm where it is larger (0: no "
-                                 "clipping)", row="steps", check=grad_norm)
+                                 "clipping)", row="steps", check=lambda name, value: checks.check_number(name, value, 0, 1e6))
     train_dtype: str = param("auto", 'training precision: "auto" (bfloat16 autocast where the device multiplies bfloat16 '
                              'natively, else float32), "float32" or "bfloat16"',
                              meaning="precision of training (evaluation keeps `dtype`)",
