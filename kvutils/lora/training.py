@@ -101,8 +101,9 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     `warmup` shape the learning rate over the steps (`lr_factor`); `loss` is "vocab" (the answer
     token against the whole vocabulary) or "answers" (against the wrong answer alone).
     `max_grad_norm` > 0 scales the adapter's gradient down to that norm (all its weights together)
-    before each step where it is larger: one outlying batch then moves the weights no further than
-    a typical one (0: no clipping).
+    before each step where it is larger, so one outlying batch enters AdamW's moments at no more
+    than that norm (0: no clipping). It bounds an outlier, not the step size: at too high a learning
+    rate the loss still spikes (chapter 5's Qwen in float32 at 0.002).
     `checkpoint`: a key naming this training within its job; in `make book` its progress is then
     stored every CHECKPOINT_STEPS steps (`kvutils.core.checkpoints`) and an interrupted build resumes
     it from the last one, with the same losses as an uninterrupted run.
