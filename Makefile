@@ -67,7 +67,8 @@ lint: setup
 # no record, so `make book` again resumes with the jobs not finished. Chapter 4's decode steps are
 # timed first and the benchmark after every chapter, each alone on every core; the chapters run side
 # by side in between, one job per core (JOBS, default nproc; `make -j8 book` or `make book JOBS=8`),
-# longest first, one torch thread each. The HTML is rebuilt only when an executed page or a prose
+# longest first, one torch thread each, with chapter 4's long-range retrieval test as a job of its own
+# beside them (chapter 4 reads its results). The HTML is rebuilt only when an executed page or a prose
 # page is newer than it.
 JOBS ?= $(shell nproc)
 PROFILE ?= full
@@ -78,7 +79,7 @@ JOB := $(PY) -m kvutils.build --profile $(PROFILE) --results-dir $(RESULTS) --ou
 # longest first, as measured in make book (appendix B): 05 (the Qwen's training), 04, 01, then 03 and 02
 CHAPTER_JOBS := job-05 job-04 job-01 job-03 job-02
 JOB_THREADS ?= 1
-.PHONY: jobs job-timing job-bench job-pages $(CHAPTER_JOBS)
+.PHONY: jobs job-timing job-retrieval job-bench job-pages $(CHAPTER_JOBS)
 
 book:
 	@mkdir -p $(RESULTS); started=$$(date +%s); $(MAKE) --no-print-directory setup \
@@ -99,6 +100,10 @@ job-timing:
 	$(JOB) timing --threads $(CORES)
 $(CHAPTER_JOBS): job-timing
 	$(JOB) $(@:job-%=%) --threads $(JOB_THREADS)
+# chapter 4's long-range retrieval test: a job beside the chapters, which chapter 4 then reads
+job-04: job-retrieval
+job-retrieval: job-timing
+	$(JOB) retrieval --threads $(JOB_THREADS)
 job-bench: $(CHAPTER_JOBS)
 	$(JOB) bench --threads $(CORES)
 job-pages: job-bench

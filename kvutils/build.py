@@ -1,7 +1,7 @@
 """`python -m kvutils.build JOB`: one job of `make book` (kvutils.book.jobs), run only when its
 inputs changed since its last record; GNU make (the Makefile) runs the jobs in order, on every core.
 
-    python -m kvutils.build timing|01|02|03|04|05|bench|pages [--profile full|quick]
+    python -m kvutils.build timing|retrieval|01|02|03|04|05|bench|pages [--profile full|quick]
         [--results-dir results] [--output-dir book/chapters] [--threads N] [-p NAME VALUE ...]
     python -m kvutils.build status [--results-dir results]   # what the next build would rerun, and why
     python -m kvutils.build pages --if-ready   # the summary pages only if every job they read has run

@@ -152,13 +152,17 @@ def _execute(job: Job, profile: str, results: Path, executed: Path, parameters: 
     from kvutils.studies.cache_approximations import study as approx_study
     from kvutils.studies.parameters import Chapter4Parameters
 
+    given = chapters.QUICK[Chapter4Parameters.NOTEBOOK] if profile == "quick" else {}
     if job.kind == "timing":
-        given = chapters.QUICK[Chapter4Parameters.NOTEBOOK] if profile == "quick" else {}
         approx_study.time_alone(results, Chapter4Parameters(**given))
+    elif job.kind == "retrieval":
+        approx_study.retrieval_alone(results, Chapter4Parameters(**given))
     elif job.kind == "chapter":
-        timing = results / approx_study.DECODE_TIMING_FILE
-        if job.name == "04" and timed_alone and timing.is_file():  # at the profile's settings, as the timing job
-            os.environ[approx_study.TIMINGS_ENV] = str(timing)  # its decode steps were timed alone
+        # chapter 4 at the profile's settings (no -p) reads what the timing and retrieval jobs wrote
+        for name, variable in ((approx_study.DECODE_TIMING_FILE, approx_study.TIMINGS_ENV),
+                               (approx_study.RETRIEVAL_FILE, approx_study.RETRIEVAL_ENV)):
+            if job.name == "04" and timed_alone and (results / name).is_file():
+                os.environ[variable] = str(results / name)
         chapters.run_chapter(job.name, profile, results, executed, parameters)
     elif job.kind == "bench":
         from kvutils.studies import bench_args, performance

@@ -31,7 +31,9 @@ SOURCES = ("*.py", "*.json", "*.js")  # kvutils' files that decide what a job co
 @dataclass(frozen=True)
 class Job:
     """One job of the build. `kind`: "chapter" (a notebook that computes), "timing" (chapter 4's
-    decode steps, alone), "bench" (the benchmark, alone) or "pages" (the summary pages)."""
+    decode steps, alone), "retrieval" (chapter 4's long-range retrieval test, beside the chapters:
+    the longest part of chapter 4, its own job so that the cores share it), "bench" (the benchmark,
+    alone) or "pages" (the summary pages)."""
 
     name: str
     kind: str
@@ -45,18 +47,21 @@ class Job:
             return [results_dir / f"{self.notebook}.json", executed_dir / f"{self.notebook}.ipynb"]
         if self.kind == "timing":
             return [results_dir / "04_decode_timing.json"]
+        if self.kind == "retrieval":
+            return [results_dir / "04_retrieval.json"]
         if self.kind == "bench":
             return [results_dir / "bench.json"]
         return [executed_dir / f"{name}.ipynb" for name in PAGES.values()]
 
 
-CHAPTERS = tuple(Job(number, "chapter", name, reads=("timing",) if number == "04" else ())
+CHAPTERS = tuple(Job(number, "chapter", name, reads=("timing", "retrieval") if number == "04" else ())
                  for number, name in NOTEBOOKS.items())
 JOBS: dict[str, Job] = {j.name: j for j in (
     Job("timing", "timing", alone=True),
+    Job("retrieval", "retrieval"),
     *CHAPTERS,
     Job("bench", "bench", alone=True),  # after the chapters, for the machine's sake: it reads none of their results
-    Job("pages", "pages", reads=("timing", *NOTEBOOKS, "bench")),  # appendix B reads every job's record
+    Job("pages", "pages", reads=("timing", "retrieval", *NOTEBOOKS, "bench")),  # appendix B reads every job's record
 )}
 
 

@@ -107,7 +107,7 @@ def load_bench(results_dir) -> tuple[dict, dict]:
         raise FileNotFoundError(f"results_dir: no bench.json in {results_dir}; run make bench (python -m kvutils.bench)")
     bench = load_record(path, "bench", "results_dir", "rerun make bench")
     jobs = job_records(results_dir)  # make book's jobs before the benchmark, as the build left them
-    bench = {**bench, "jobs": {name: jobs[name] for name in ("timing", *NOTEBOOKS) if name in jobs}}
+    bench = {**bench, "jobs": {name: jobs[name] for name in ("timing", "retrieval", *NOTEBOOKS) if name in jobs}}
     runs = _existing_runs(results_dir)
     check_fields(results_dir, "appendix B (with bench.json)", lambda: performance_glue(bench, runs),
                  lambda: performance_table(bench), lambda: book_times_table(bench, runs))
@@ -311,6 +311,9 @@ def book_time_rows(bench: dict, runs: dict) -> list[dict]:
     if "timing" in jobs:
         rows.append({"step": "chapter 4's decode steps, timed alone", "seconds": jobs["timing"]["wall_s"],
                      "counted": False, "job": jobs["timing"]})
+    if "retrieval" in jobs:
+        rows.append({"step": "chapter 4's long-range retrieval test (a job beside the chapters)",
+                     "seconds": jobs["retrieval"]["wall_s"], "counted": False, "job": jobs["retrieval"]})
     if jobs:
         computed = [j for j in jobs.values() if j["status"] == "computed"]
         span = (max(_job_start(j) + j["wall_s"] for j in computed) - min(_job_start(j) for j in computed)) if computed else 0.0

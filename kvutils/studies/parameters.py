@@ -296,8 +296,8 @@ class Chapter4Parameters(Declared):
                                  "step through each; each operation's time grows with them: 64 fit make book's budget)",
                                  meaning="frontier tokens teacher-forced and scored after the prefill",
                                  allowed="≥ 1", check=tokens())
-    retrieval_models: str = param("smollm2-135m", "models on the long-range retrieval test (a subset of models; \"\" for "
-                                  "none; each model at 1,024 tokens adds about 12 minutes of one core at 24 + 12 prompts)",
+    retrieval_models: str = param("gemma3-270m,smollm2-135m", "models on the long-range retrieval test (a subset of "
+                                  "models; \"\" for none; at 1,024 tokens and 24 + 12 prompts, 8 to 15 minutes of one core each)",
                                   meaning="models on the long-range retrieval test",
                                   allowed='a subset of `models`; `""` for none')
     retrieval_corpus: str = param("pydoc", "real-text haystack for RULER's magic-number needles: " + CORPUS_DOC,

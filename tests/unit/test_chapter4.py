@@ -76,6 +76,37 @@ def test_timings_are_read_only_where_the_lanes_runner_points_and_only_if_they_ma
         approx_study.deferred_timings(other)
 
 
+def _untimed(value):
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k != "seconds"}
+    return [_untimed(v) for v in value] if isinstance(value, list) else value
+
+
+def test_the_retrieval_jobs_file_is_what_the_chapter_would_score_and_read_only_where_it_matches(tmp_path, monkeypatch):
+    """make book scores the retrieval test as a job of its own (`retrieval_alone`); chapter 4 reads
+    its file where the build points, and it holds what the chapter scores by itself (a tiny model,
+    two prompts per haystack), checkpointed per haystack. A file for other prompts is refused."""
+    from kvutils.core import checkpoints
+
+    small = {**GOOD, "retrieval_models": "tiny-llama", "retrieval_contexts": "128", "retrieval_prompts": 2,
+             "filler_prompts": 2}
+    p = approx_study.plan(Chapter4Parameters(**small))
+    monkeypatch.delenv(approx_study.RETRIEVAL_ENV, raising=False)
+    assert approx_study.deferred_retrieval(p) is None
+    monkeypatch.setenv(checkpoints.ENV, str(tmp_path / "units"))
+    path = approx_study.retrieval_alone(tmp_path, Chapter4Parameters(**small))
+    assert sorted(u.name.split("-")[1] for u in (tmp_path / "units").iterdir()) == ["tiny", "tiny"]  # one per haystack
+    monkeypatch.delenv(checkpoints.ENV)
+    monkeypatch.setenv(approx_study.RETRIEVAL_ENV, str(path))
+    read = approx_study.deferred_retrieval(p)
+    by_itself, _ = approx_study.score_retrieval_models(p)
+    assert set(read["retrieval"]["tiny-llama"]) == {"pydoc", "filler"}
+    assert _untimed(read["retrieval"]) == _untimed(json.loads(json.dumps(by_itself)))  # the clocks aside
+    other = approx_study.plan(Chapter4Parameters(**{**small, "retrieval_prompts": 3}))
+    with pytest.raises(ValueError, match=rf"^{approx_study.RETRIEVAL_ENV}: .* other models or prompts"):
+        approx_study.deferred_retrieval(other)
+
+
 def _docs(mean: float, n: int = 8, wobble: float = 0.01, phase: int = 0) -> dict:
     """An operation scored on n documents around `mean` (accept's per_document entries); another
     `phase` moves the documents' order, so its differences to phase 0 change sign."""

@@ -22,7 +22,7 @@ from kvutils.cache.methods.window import Window
 from kvutils.cache.registry import parse_op
 from kvutils.cache.retrieval import REGIMES, lost_by_construction, prefill_length, score_retrieval
 from kvutils.cache.sizes import cache_bytes
-from kvutils.core import compare
+from kvutils.core import checkpoints, compare
 from kvutils.core.haystack import Prompt
 from kvutils.models.layers import kv_shape
 from kvutils.studies.cache_approximations import frontier
@@ -278,16 +278,32 @@ def frontier_label(spec: str, level) -> str | None:
     return spec if spec in PRECISION else None
 
 
-def run_model(loaded, prompts_by_haystack: dict[str, list[Prompt]], frontier_run: dict | None,
-              progress: bool = True) -> dict:
-    """retrieval.<model>: per haystack {exact, ops, prompts, gate, contexts, verdicts}, and
-    "kl_vs_retrieval"."""
+def score_model(loaded, prompts_by_haystack: dict[str, list[Prompt]], progress: bool = True) -> dict:
+    """Per haystack {exact, ops, prompts, gate, contexts, verdicts}: what the retrieval test computes
+    on one model (make book runs it as a job of its own, `study.retrieval_alone`). Each haystack is
+    a checkpoint unit (`kvutils.core.checkpoints`), keyed by the model, the prompts and the methods."""
     out = {}
     for hay, prompts in prompts_by_haystack.items():
         hay_contexts = sorted({p.context for p in prompts})
         labels = {c: method_specs(next(p for p in prompts if p.context == c), loaded.config) for c in hay_contexts}
-        with torch.inference_mode():
-            result = score_haystack(loaded, prompts, labels, progress)
-        result["verdicts"] = verdicts(result)
-        out[hay] = result
-    return {**out, "kl_vs_retrieval": kl_vs_retrieval(frontier_run, out)}
+
+        def compute(prompts=prompts, labels=labels) -> dict:
+            with torch.inference_mode():
+                result = score_haystack(loaded, prompts, labels, progress)
+            result["verdicts"] = verdicts(result)
+            return result
+        key = checkpoints.digest([p.record() for p in prompts], [p.ids for p in prompts], labels)
+        out[hay] = checkpoints.stored(f"retrieval-{loaded.name}-{hay}-{key}", compute)
+    return out
+
+
+def run_model(loaded, prompts_by_haystack: dict[str, list[Prompt]], frontier_run: dict | None,
+              progress: bool = True) -> dict:
+    """retrieval.<model>: per haystack {exact, ops, prompts, gate, contexts, verdicts}, and
+    "kl_vs_retrieval"."""
+    return with_kl(score_model(loaded, prompts_by_haystack, progress), frontier_run)
+
+
+def with_kl(scored: dict, frontier_run: dict | None) -> dict:
+    """A model's scored haystacks (`score_model`) with "kl_vs_retrieval" against its frontier run."""
+    return {**scored, "kl_vs_retrieval": kl_vs_retrieval(frontier_run, scored)}

@@ -31,7 +31,7 @@ from kvutils.cache.base import CacheOp
 from kvutils.cache.methods.chunk_blend import ChunkBlend
 from kvutils.cache.methods.chunk_reuse import ChunkReuse
 from kvutils.cache.registry import ARTICLE_OPS, EXTRA_OPS, parse_ops
-from kvutils.core import checks, data, haystack, records
+from kvutils.core import checkpoints, checks, data, haystack, records
 from kvutils.core.article import article
 from kvutils.models.checks import check_models
 from kvutils.models.layers import kv_shape
@@ -41,6 +41,8 @@ from kvutils.studies.parameters import DEFAULT_OPS, Chapter4Parameters
 
 TIMINGS_ENV = "KVUTILS_CH4_DECODE_TIMING"  # set by make book's chapter job: the file `time_alone` wrote
 DECODE_TIMING_FILE = "04_decode_timing.json"  # in the results folder
+RETRIEVAL_ENV = "KVUTILS_CH4_RETRIEVAL"  # set by make book's chapter job: the file `retrieval_alone` wrote
+RETRIEVAL_FILE = "04_retrieval.json"  # in the results folder
 CHUNK_OPS = (ChunkReuse, ChunkBlend)
 
 
@@ -274,6 +276,54 @@ def deferred_timings(p: Plan) -> dict | None:
     return timings
 
 
+def _retrieval_key(p: Plan) -> dict:
+    """What the retrieval test's results depend on besides kvutils' sources: its models and prompts."""
+    return {"models": list(p.retrieval_models or []), "device": p.device,
+            "prompts": {m: {hay: checkpoints.digest([q.record() for q in qs], [q.ids for q in qs])
+                            for hay, qs in p.retrieval_prompts[m].items()} for m in p.retrieval_models or []}}
+
+
+def score_retrieval_models(p: Plan) -> tuple[dict, list[dict]]:
+    """({model: per haystack (`retrieval.score_model`)}, the models described) over `retrieval_models`."""
+    scored, described = {}, []
+    for name in p.retrieval_models or []:
+        loaded = load(name, "float32", device=p.device)
+        described.append(loaded.describe())
+        scored[name] = retrieval.score_model(loaded, p.retrieval_prompts[name])
+        del loaded
+    return scored, described
+
+
+def retrieval_alone(results_dir: str | Path, p: Chapter4Parameters) -> Path:
+    """Chapter 4's long-range retrieval test with the chapter's parameters `p` (the notebook's
+    defaults, or the quick profile's), as a job of make book beside the chapters (its models and
+    prompts are the chapter's; the chapter reads the file, `deferred_retrieval`, and relates it to
+    its KL frontier); returns the file written."""
+    from kvutils.core.results import write_json_atomic
+
+    started, planned = time.time(), plan(p)
+    scored, described = score_retrieval_models(planned)
+    path = Path(results_dir) / RETRIEVAL_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"key": _retrieval_key(planned), "retrieval": scored, "models": described,
+                             "wall_time_s": round(time.time() - started, 2)})
+    return path
+
+
+def deferred_retrieval(p: Plan) -> dict | None:
+    """The retrieval `retrieval_alone` scored for this chapter, where make book's chapter job says
+    there is one: {"retrieval": {model: per haystack}, "models": [...]}."""
+    where = os.environ.get(RETRIEVAL_ENV)
+    if not where:
+        return None
+    scored = records.load_record(where, Path(RETRIEVAL_FILE).stem, RETRIEVAL_ENV,
+                                 f"unset {RETRIEVAL_ENV} to score the retrieval test in this run")
+    if scored["key"] != json.loads(json.dumps(_retrieval_key(p))):
+        raise ValueError(f"{RETRIEVAL_ENV}: {where} was scored for other models or prompts than this run's; unset "
+                         f"{RETRIEVAL_ENV} to score the retrieval test in this run")
+    return scored
+
+
 def run(p: Plan) -> tuple[dict, list[dict]]:
     """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "decode_timing": {where, threads, cores},
     "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}},
@@ -301,9 +351,11 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
             texts = [doc for doc, _ in p.frontier_docs[name]]
             scored = accept_many(loaded, p.frontier_ops, texts, p.frontier_prefill, p.frontier_decode)
             numbers["frontier"][name] = frontier.analyse(scored, loaded.config, p.frontier_ops)
-        if name in (p.retrieval_models or []):
-            numbers["retrieval"][name] = retrieval.run_model(loaded, p.retrieval_prompts[name],
-                                                             numbers["frontier"].get(name))
         del loaded
+    given = deferred_retrieval(p)
+    scored, retrieval_described = (given["retrieval"], given["models"]) if given else score_retrieval_models(p)
+    for name in p.retrieval_models or []:
+        numbers["retrieval"][name] = retrieval.with_kl(scored[name], numbers["frontier"].get(name))
+    described += [d for d in retrieval_described if d not in described]
     numbers["bytes"] = _bytes_rows(configs, max(p.contexts), timings["cache_bytes"])
     return numbers, described
