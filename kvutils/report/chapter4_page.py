@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from kvutils.core import compare
-from kvutils.report import frontier, retrieval, retrieval_seeds
+from kvutils.report import frontier, retrieval, retrieval_seeds, retrieval_ties
 from kvutils.report.cache_approximations import chapter4_findings, chapter4_glue
 from kvutils.report.text import Finding, Markdown
 
@@ -18,5 +18,6 @@ def glue_page(numbers: dict) -> dict:
             "compare_method": compare.METHOD,
             **{key: Finding(text) for key, text in chapter4_findings(numbers).items()},
             **retrieval.retrieval_glue(numbers),
-            "retrieval_setup": retrieval.retrieval_setup(numbers),
+            "retrieval_setup": retrieval.retrieval_setup(numbers)
+            + retrieval_ties.head_ties(numbers.get("retrieval") or {}, numbers.get("frontier") or {}),
             "retrieval_seeds": retrieval_seeds.seeds_findings(numbers.get("retrieval") or {})}
