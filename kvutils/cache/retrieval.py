@@ -9,8 +9,9 @@ regimes, which differ in what the operation compresses:
 - `aware`: the haystack and the question (SnapKV's own setting): the prefill runs to the question's
   last token, which is fed first, then the answer.
 The answer is scored by the teacher-forced scorer's own paths (`kvutils.cache.scoring`): the fast
-path (one forward) where the operation has one, the batched step path for decode-time policies and
-transformers' cache objects. Per prompt and operation:
+path (one forward) where the operation has one, the presses together in one batched forward
+(`kvutils.cache.fast_batched`), the batched step path for decode-time policies and transformers'
+cache objects. Per prompt and operation:
 - `correct`: every token of the key is the argmax after the tokens before it, the answer's leading
   separator (a space; the model may prefer a quote) given. Greedy decoding reads the same cache as
   teacher forcing for as long as the tokens agree, so this is greedy decoding writing the key
@@ -24,15 +25,18 @@ both regimes from one computation of each layer's attention weights (`prefilled.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
 from tqdm.auto import tqdm
 
 from kvutils.cache.base import CACHE_OBJECT, POLICY
+from kvutils.cache.fast_batched import batchable, score_presses
 from kvutils.cache.fast_path import score_fast
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.hf_quantized import refusal
+from kvutils.cache.methods.press import Press, top_mask
 from kvutils.cache.prefilled import LayerView, Prefilled, exact_prefill, head, remembered
 from kvutils.cache.registry import parse_ops
 from kvutils.cache.scoring import STEP_BATCH, score_step_many
@@ -94,19 +98,34 @@ def lost_by_construction(shares: list[list[float]]) -> bool:
     return not any(x > 0 for layer in shares for x in layer)
 
 
+def _decide(op, view: LayerView, scored: dict):
+    """One layer's decision: a policy's start state, or a press's kept set; a press that ranks
+    entries by `score` alone scores them once for all its levels (the scores do not depend on
+    `compression_ratio`, only the number kept does), memoised in `scored`."""
+    if op.kind == POLICY:
+        return op.start(view)
+    if type(op).decide is not Press.decide:  # a press that moves its budget between heads (AdaKV)
+        return op.decide([view])[0]
+    key = dataclasses.replace(op, compression_ratio=0.0)
+    if key not in scored:
+        scored[key] = op.score(view)
+    return top_mask(scored[key], op.budget(view))
+
+
 def decide_layerwise(ops: list, views: dict[str, list[LayerView]]) -> tuple[dict, dict]:
     """What every press keeps and every decode-time policy starts from, per regime, layer by layer
-    (each layer's attention weights computed once for every method and regime, then dropped).
+    (each layer's attention weights computed once for every method and regime, then dropped; a
+press's scores computed once for all its levels).
     Returns ({regime: {spec: per-layer decision}}, {spec: seconds})."""
     out = {r: {op.spec: [] for op in ops} for r in views}
     seconds = {op.spec: 0.0 for op in ops}
     n_layers = len(next(iter(views.values())))
     for i in range(n_layers):
         for regime, layer_views in views.items():
+            scored = {}  # one layer and regime: a press's scores, shared by its levels
             for op in ops:
                 t0 = time.perf_counter()
-                view = layer_views[i]
-                out[regime][op.spec].append(op.start(view) if op.kind == POLICY else op.decide([view])[0])
+                out[regime][op.spec].append(_decide(op, layer_views[i], scored))
                 seconds[op.spec] += time.perf_counter() - t0
         for layer_views in views.values():
             forget = getattr(layer_views[i].attention, "forget", None)
@@ -190,16 +209,24 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
     for regime, pre_r in regime_pre.items():
         P = prefill_length(prompt, regime)
         D = len(ids) - 1 - P
+        together = [op for op in scored if batchable(op)]
+        if together:  # one batched forward for the presses; each is charged an equal share of its time
+            t0 = time.perf_counter()
+            logits = score_presses(loaded, ids, P, D, pre_r, [decided[regime][op.spec] for op in together], last=answer)
+            share = (time.perf_counter() - t0) / len(together)
+            for op, rows in zip(together, logits):
+                scores.records[op.spec][regime][p] = answer_record(rows, prompt)
+                scores.seconds[op.spec] += share
         for op in scored:
             t0 = time.perf_counter()
             stats, choice = {}, decided[regime].get(op.spec)
-            if op.has_fast_path:
+            if op.has_fast_path and not batchable(op):
                 logits = score_fast(loaded, op, ids, P, D, pre_r, stats, decided=choice, last=answer)
                 scores.records[op.spec][regime][p] = answer_record(logits, prompt)
             elif op.kind == POLICY:
                 start = StepStart([(k.clone(), v.clone()) for k, v in pre_r.kv], [s["held"] for s in choice], choice)
                 pending.setdefault((op.spec, regime), []).append((p, start))
-            else:  # a transformers cache object, filled through its own update
+            elif op.kind == CACHE_OBJECT:  # filled through its own update
                 pending.setdefault((op.spec, regime), []).append((p, step_start(loaded, op, ids, P, pre_r, stats)))
             scores.held[op.spec][regime][p] = _held_bytes(loaded, op, choice, stats, P)
             scores.needle[op.spec][regime][p] = needle_kept(loaded.config, op, prompt, choice)
