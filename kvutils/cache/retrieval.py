@@ -224,7 +224,7 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
                 logits = score_fast(loaded, op, ids, P, D, pre_r, stats, decided=choice, last=answer)
                 scores.records[op.spec][regime][p] = answer_record(logits, prompt)
             elif op.kind == POLICY:
-                start = StepStart([(k.clone(), v.clone()) for k, v in pre_r.kv], [s["held"] for s in choice], choice)
+                start = StepStart(pre_r.kv, [s["held"] for s in choice], choice)  # the steps copy what they read
                 pending.setdefault((op.spec, regime), []).append((p, start))
             elif op.kind == CACHE_OBJECT:  # filled through its own update
                 pending.setdefault((op.spec, regime), []).append((p, step_start(loaded, op, ids, P, pre_r, stats)))

@@ -40,19 +40,22 @@ _ACTIVE: list[Session] = []  # the innermost session is last (sessions do not ne
 
 
 def _combined_mask(attention_mask, extra: torch.Tensor, groups: int, q: int, k: int, dtype, device):
-    """Additive (batch, heads, q, k) mask: the model's mask plus -inf where `extra` hides a key."""
+    """The model's mask with `extra`'s hidden keys hidden too, each KV head's column shared by its
+    query group: (batch or 1, heads, q, k), bool where the model's mask is bool or absent, else
+    additive (the model's values where `extra` shows a key, the dtype's minimum where it hides one)."""
     if extra.dim() == 2:  # (kv_heads, k): the same for every query
-        extra = extra[:, None, :].expand(-1, q, -1)
-    if extra.dim() == 3:  # (kv_heads, q, k): the same for every batch row
+        extra = extra[:, None, :]
+    if extra.dim() == 3:  # (kv_heads, q or 1, k): the same for every batch row
         extra = extra[None]
-    extra = extra.to(device).repeat_interleave(groups, dim=1)  # (batch or 1, heads, q, k)
-    blocked = torch.zeros(extra.shape, dtype=dtype, device=device).masked_fill(~extra, torch.finfo(dtype).min)
-    if attention_mask is None:
-        return blocked
-    base = attention_mask[..., :k]
+    extra = extra.to(device)[:, :, None]  # (batch or 1, kv_heads, 1, q or 1, k): one column per query group
+    base = attention_mask[..., :k] if attention_mask is not None else torch.ones(1, 1, q, k, dtype=torch.bool, device=device)
+    grouped = base.view(base.shape[0], 1, 1, q, k) if base.shape[1] == 1 else base.unflatten(1, (-1, groups))
     if base.dtype == torch.bool:
-        base = torch.zeros(base.shape, dtype=dtype, device=device).masked_fill(~base, torch.finfo(dtype).min)
-    return (base + blocked).clamp_min(torch.finfo(dtype).min)
+        out = grouped & extra
+    else:  # one pass: the model's additive values where shown, the minimum where hidden
+        out = torch.where(extra, grouped, torch.tensor(torch.finfo(dtype).min, dtype=base.dtype, device=device))
+    batch, kv_heads = out.shape[:2]
+    return out.expand(batch, kv_heads, groups, q, k).reshape(batch, kv_heads * groups, q, k)
 
 
 def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
@@ -77,8 +80,9 @@ def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
             rows = slice(None) if rows is None else rows
             picked = query[:, :, rows]
             batch, heads, n = picked.shape[:3]
-            grouped = picked.reshape(batch, key.shape[1], groups, n, -1)  # (batch, kv_heads, groups, n, head_dim)
-            scores = (grouped @ key[:, :, None].transpose(-1, -2)).view(batch, heads, n, k) * scale
+            grouped = picked.reshape(batch, key.shape[1], groups * n, -1)  # (batch, kv_heads, groups * n, head_dim)
+            # one product per KV head (broadcasting the keys over the groups would copy them per group)
+            scores = (grouped @ key.transpose(-1, -2)).view(batch, heads, n, k) * scale
             if mask is not None:
                 m = mask[..., rows, :] if mask.shape[-2] > 1 else mask
                 scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m

@@ -302,8 +302,8 @@ class Chapter4Parameters(Declared):
                                   allowed='a subset of `models`; `""` for none')
     retrieval_corpus: str = param("pydoc", "real-text haystack for RULER's magic-number needles: " + CORPUS_DOC,
                                   meaning="real-text haystack (RULER's magic-number needles)", allowed=CORPUS)
-    retrieval_contexts: str | int = param("1024", "prompt lengths in tokens, each a separate test (2048 costs about 1.8 "
-                                          "times 1024 per question)",
+    retrieval_contexts: str | int = param("1024,2048", "prompt lengths in tokens, each a separate test (2048 costs "
+                                          "about 1.5 times 1024 per question)",
                                           meaning="retrieval prompt lengths (tokens)",
                                           allowed="integers ≥ 128 separated by commas, within the model's context",
                                           check=integers)
