@@ -297,13 +297,14 @@ class Chapter4Parameters(Declared):
                                  meaning="frontier tokens teacher-forced and scored after the prefill",
                                  allowed="≥ 1", check=tokens())
     retrieval_models: str = param("gemma3-270m,smollm2-135m", "models on the long-range retrieval test (a subset of "
-                                  "models; \"\" for none; at 1,024 tokens and 24 + 12 prompts, 8 to 15 minutes of one core each)",
+                                  "models; \"\" for none; at 1,024 and 2,048 tokens, 24 + 12 prompts each, "
+                                  "17 to 21 minutes of one core each)",
                                   meaning="models on the long-range retrieval test",
                                   allowed='a subset of `models`; `""` for none')
     retrieval_corpus: str = param("pydoc", "real-text haystack for RULER's magic-number needles: " + CORPUS_DOC,
                                   meaning="real-text haystack (RULER's magic-number needles)", allowed=CORPUS)
     retrieval_contexts: str | int = param("1024,2048", "prompt lengths in tokens, each a separate test (2048 costs "
-                                          "about 1.5 times 1024 per question)",
+                                          "1.5 to 1.9 times 1024 per question)",
                                           meaning="retrieval prompt lengths (tokens)",
                                           allowed="integers ≥ 128 separated by commas, within the model's context",
                                           check=integers)
