@@ -39,7 +39,7 @@ class Session:
 _ACTIVE: list[Session] = []  # the innermost session is last (sessions do not nest across threads)
 
 
-def _combined_mask(attention_mask, extra: torch.Tensor, groups: int, q: int, k: int, dtype, device):
+def combined_mask(attention_mask, extra: torch.Tensor, groups: int, q: int, k: int, dtype, device):
     """The model's mask with `extra`'s hidden keys hidden too, each KV head's column shared by its
     query group: (batch or 1, heads, q, k), bool where the model's mask is bool or absent, else
     additive (the model's values where `extra` shows a key, the dtype's minimum where it hides one)."""
@@ -73,7 +73,7 @@ def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
     if mask is None and q > 1:  # no mask given: the causal one sdpa would have used (is_causal)
         mask = torch.ones(q, k, dtype=torch.bool, device=query.device).tril(k - q)[None, None]
     if extra is not None:
-        mask = _combined_mask(mask, extra, groups, q, k, query.dtype, query.device)
+        mask = combined_mask(mask, extra, groups, q, k, query.dtype, query.device)
     if s.record is not None:
         def weights(rows: slice | None = None, mask=mask):
             """The softmax weights of the queries at `rows` (all by default) over every key."""

@@ -6,7 +6,7 @@ from conftest import CAUSAL_TINY, load_cached
 
 from kvutils.cache.prefilled import kv_forward
 from kvutils.models import attention
-from kvutils.models.attention import _combined_mask
+from kvutils.models.attention import combined_mask
 
 Q, K, KV_HEADS, GROUPS = 5, 9, 3, 2
 MIN = torch.finfo(torch.float32).min
@@ -27,7 +27,7 @@ def _per_head(extra: torch.Tensor) -> torch.Tensor:
 def test_bool_mask_is_the_models_and_each_heads(shape):
     g = torch.Generator().manual_seed(sum(shape))
     extra = torch.rand(shape, generator=g) > 0.4
-    got = _combined_mask(_causal(Q, K), extra, GROUPS, Q, K, torch.float32, "cpu")
+    got = combined_mask(_causal(Q, K), extra, GROUPS, Q, K, torch.float32, "cpu")
     as4d = extra.reshape((1,) * (4 - extra.dim()) + tuple(extra.shape))
     if extra.dim() == 2:
         as4d = extra[None, :, None, :]
@@ -42,7 +42,7 @@ def test_additive_mask_keeps_the_models_values_and_hides_with_the_minimum():
     base = torch.zeros(1, 1, Q, K).masked_fill(~_causal(Q, K), MIN)
     base[..., 0] = -3.0  # a value of the model's own, kept where the key is shown
     extra = torch.rand(2, KV_HEADS, 1, K, generator=g) > 0.5
-    got = _combined_mask(base, extra, GROUPS, Q, K, torch.float32, "cpu")
+    got = combined_mask(base, extra, GROUPS, Q, K, torch.float32, "cpu")
     shown = _per_head(extra).expand(2, -1, Q, -1)
     assert got.shape == (2, KV_HEADS * GROUPS, Q, K)
     assert torch.equal(got[shown], base.expand_as(got)[shown])
@@ -54,7 +54,7 @@ def test_per_head_model_mask_is_grouped_in_repeat_kv_order():
     g = torch.Generator().manual_seed(2)
     base = torch.rand(1, KV_HEADS * GROUPS, Q, K, generator=g) > 0.3
     extra = torch.rand(KV_HEADS, K, generator=g) > 0.3
-    got = _combined_mask(base, extra, GROUPS, Q, K, torch.float32, "cpu")
+    got = combined_mask(base, extra, GROUPS, Q, K, torch.float32, "cpu")
     assert torch.equal(got, base & _per_head(extra[None, :, None, :]))
 
 
