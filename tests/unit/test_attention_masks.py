@@ -28,9 +28,7 @@ def test_bool_mask_is_the_models_and_each_heads(shape):
     g = torch.Generator().manual_seed(sum(shape))
     extra = torch.rand(shape, generator=g) > 0.4
     got = combined_mask(_causal(Q, K), extra, GROUPS, Q, K, torch.float32, "cpu")
-    as4d = extra.reshape((1,) * (4 - extra.dim()) + tuple(extra.shape))
-    if extra.dim() == 2:
-        as4d = extra[None, :, None, :]
+    as4d = extra[None, :, None, :] if extra.dim() == 2 else extra.reshape((1,) * (4 - extra.dim()) + tuple(extra.shape))
     want = _causal(Q, K) & _per_head(as4d)
     assert got.dtype == torch.bool
     assert got.shape == (as4d.shape[0], KV_HEADS * GROUPS, Q, K)
