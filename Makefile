@@ -62,24 +62,30 @@ lint: setup
 	$(VENV)/bin/ruff check kvutils tests
 
 # make book: GNU make is the engine. Each job (kvutils/book/jobs.py) is one `python -m kvutils.build
-# JOB`, which reuses the job when its inputs (notebook, parameters, kvutils' sources, the pins) are
-# those of its last record in $(RESULTS)/jobs/, and computes it otherwise; an interrupted job leaves
-# no record, so `make book` again resumes with the jobs not finished. Chapter 4's decode steps are
-# timed first and the benchmark after every chapter, each alone on every core; the chapters run side
-# by side in between, one job per core (JOBS, default nproc; `make -j8 book` or `make book JOBS=8`),
-# longest first, one torch thread each, with chapter 4's long-range retrieval test as a job of its own
-# beside them (chapter 4 reads its results). The HTML is rebuilt only when an executed page or a prose
-# page is newer than it.
+# JOB`, which reuses the job when its inputs are those of its last record in $(RESULTS)/jobs/ and
+# computes it otherwise; an interrupted job leaves no record, so `make book` again resumes with the
+# jobs not finished. A study's inputs are what it computes from (its parameters, the import closure
+# of its code, its data, the pins, the results it reads: kvutils/studies/units.py); a page's are its
+# notebook, kvutils and the results it reads, so a change to the report layer or the prose only
+# re-renders pages. Chapter 4's decode steps are timed first and the benchmark after every study,
+# each alone on every core; the studies run side by side in between, one job per core (JOBS, default
+# nproc; `make -j8 book` or `make book JOBS=8`), longest first as the records measured them
+# (`python -m kvutils.book.jobs order`), one torch thread each; then the stale pages, side by side.
+# The HTML is rebuilt only when an executed page or a prose page is newer than it.
 JOBS ?= $(shell nproc)
 PROFILE ?= full
 RESULTS ?= results
 EXECUTED ?= book/chapters
 CORES := $(shell nproc)
 JOB := $(PY) -m kvutils.build --profile $(PROFILE) --results-dir $(RESULTS) --output-dir $(EXECUTED)
-# longest first, as measured in make book (appendix B): 05 (the Qwen's training), 04, 01, then 03 and 02
-CHAPTER_JOBS := job-05 job-04 job-01 job-03 job-02
 JOB_THREADS ?= 1
-.PHONY: jobs job-timing job-retrieval job-bench job-pages $(CHAPTER_JOBS)
+# the studies that run side by side, longest first, and chapter 4's retrieval jobs (one per model),
+# from kvutils.book.jobs (the chapters come from kvutils/core/catalog.py); each read once, when a
+# rule that needs it is considered (.SECONDEXPANSION), not on every make
+STUDY_JOBS = $(eval STUDY_JOBS := $(shell $(PY) -m kvutils.book.jobs order --profile $(PROFILE) \
+                                   --results-dir $(RESULTS)))$(STUDY_JOBS)
+RETRIEVAL_JOBS = $(eval RETRIEVAL_JOBS := $(shell $(PY) -m kvutils.book.jobs retrieval --profile $(PROFILE)))$(RETRIEVAL_JOBS)
+.PHONY: jobs job-timing job-bench job-pages
 
 book:
 	@mkdir -p $(RESULTS); started=$$(date +%s); $(MAKE) --no-print-directory setup \
@@ -96,21 +102,19 @@ build-jobs: setup
 	if [ -n "$$given" ]; then $(MAKE) --no-print-directory JOB_THREADS=$$threads jobs; \
 	else $(MAKE) --no-print-directory -j$$n JOB_THREADS=$$threads jobs; fi
 
+.SECONDEXPANSION:
 job-timing:
 	$(JOB) timing --threads $(CORES)
-# chapter 4's long-range retrieval test is a job of its own (its record, its reuse, its checkpoints)
-# that chapter 4 reads, run in chapter 4's slot just before it: as a separate make target it would
-# let make hand the slot it frees to the next chapter in the list and start chapter 4, the
-# second-longest job, last
-$(CHAPTER_JOBS): job-timing
-	$(if $(filter job-04,$@),$(JOB) retrieval --threads $(JOB_THREADS))
-	$(JOB) $(@:job-%=%) --threads $(JOB_THREADS)
-job-retrieval: job-timing
-	$(JOB) retrieval --threads $(JOB_THREADS)
-job-bench: $(CHAPTER_JOBS)
+# a study (a pattern: the job names come from kvutils.book.jobs), after the timing
+job-%: job-timing
+	$(JOB) $* --threads $(JOB_THREADS)
+# chapter 4's results relate its timing, its retrieval jobs and its costs: seconds, once they are done
+job-04: job-costs $$(addprefix job-,$$(RETRIEVAL_JOBS))
+	$(JOB) 04 --threads $(JOB_THREADS)
+job-bench: $$(addprefix job-,$$(STUDY_JOBS)) job-04
 	$(JOB) bench --threads $(CORES)
 job-pages: job-bench
-	$(JOB) pages --threads $(JOB_THREADS)
+	$(JOB) pages --threads $(CORES)
 jobs: job-pages
 
 # the HTML book (-W: a warning fails the build) from the executed pages there, when one of them or
@@ -125,9 +129,8 @@ _build/html/index.html: $(wildcard $(EXECUTED)/*.ipynb book/*.md book/_static/*)
 # again at its defaults.
 CHAPTER_TOC := _build/chapter_toc.yml
 chapter: setup
-	@case "$(N)" in 01|02|03|04|05) ;; \
-	  *) echo "make chapter: N=$(N) is not a chapter; give N=01, 02, 03, 04 or 05 (and PARAMS=\"-p name value ...\")"; exit 2;; esac
-	$(JOB) $(N) --threads $(CORES) $(PARAMS)
+	@$(PY) -m kvutils.core.catalog "$(N)"
+	$(JOB) page-$(N) --threads $(CORES) $(PARAMS)
 	$(JOB) pages --threads $(CORES) --if-ready
 	@$(PY) -m kvutils.book.toc $(CHAPTER_TOC)
 	$(VENV)/bin/jupyter-book build -W --keep-going --toc $(CHAPTER_TOC) .

@@ -1,14 +1,16 @@
 """`python -m kvutils.build JOB`: one job of `make book` (kvutils.book.jobs), run only when its
 inputs changed since its last record; GNU make (the Makefile) runs the jobs in order, on every core.
 
-    python -m kvutils.build timing|retrieval|01|02|03|04|05|bench|pages [--profile full|quick]
+    python -m kvutils.build timing|retrieval-<model>|costs|01|02|03|04|05|bench [--profile full|quick]
         [--results-dir results] [--output-dir book/chapters] [--threads N] [-p NAME VALUE ...]
+    python -m kvutils.build pages            # every stale page, side by side
+    python -m kvutils.build page-NN -p ...   # one chapter's page, computing what its study lacks
     python -m kvutils.build status [--results-dir results]   # what the next build would rerun, and why
-    python -m kvutils.build pages --if-ready   # the summary pages only if every job they read has run
+    python -m kvutils.build pages --if-ready   # the pages only if every job they read has run
 
 A reused job prints one line naming the commit and date it was computed at; a computed one prints
-why it ran. `-p` (a chapter job only) is recorded in the job's inputs, so the next build without it
-computes the chapter again at its defaults.
+why it ran. `-p` (a chapter's study or page) is recorded in the job's inputs, so the next build
+without it computes the chapter again at its defaults.
 """
 from __future__ import annotations
 
@@ -21,11 +23,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from kvutils.book.jobs import JOBS
-
     parser = argparse.ArgumentParser(prog="python -m kvutils.build", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("job", choices=[*JOBS, "status"])
+    parser.add_argument("job", help="a job of kvutils.book.jobs, 'pages' or 'status'")
     parser.add_argument("--profile", default="full", choices=["full", "quick"])
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--output-dir", default=None, help="the executed notebooks (default: book/chapters)")
@@ -50,8 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or os.cpu_count() or 1
     try:
         checks.check_int("--threads", threads, 1, 4096, "more threads than any machine's cores")
-        if overrides and args.job not in ("01", "02", "03", "04", "05"):
-            raise ValueError(f"-p: only a chapter job takes parameters, not {args.job!r}")
+        if args.job != "status":
+            from kvutils.book.jobs import check_job
+
+            job = check_job(args.job, args.profile)
+            if overrides and (job is None or job.kind == "bench" or job.name.removeprefix("page-") not in NOTEBOOKS
+                              and job.kind == "page"):
+                raise ValueError(f"-p: only a chapter's study or page takes parameters, not {args.job!r}")
     except ValueError as err:
         parser.error(str(err))
     for variable in THREAD_VARIABLES:  # before torch loads, in this process and in a notebook's kernel
@@ -62,14 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         return build_jobs.status(args.profile, args.results_dir, args.output_dir)
     from kvutils.book.chapters import check_overrides, report_failed_cell
 
-    if args.job in NOTEBOOKS:
+    chapter = job.unit.chapter if job is not None and job.kind == "study" else args.job.removeprefix("page-")
+    if overrides and chapter in NOTEBOOKS:
         try:  # before any kernel starts: a wrong -p is one line (make chapter's PARAMS)
-            check_overrides(args.job, args.profile, overrides, str(Path(args.results_dir).expanduser().resolve()))
+            check_overrides(chapter, args.profile, overrides, str(Path(args.results_dir).expanduser().resolve()))
         except ValueError as err:
             print(f"{parser.prog} {args.job}: {err}", file=sys.stderr)
             return 2
 
-    if args.if_ready and (missing := build_jobs.missing_inputs(args.job, args.results_dir)):
+    if args.if_ready and (missing := build_jobs.missing_inputs(args.job, args.profile, args.results_dir)):
         print(f"== job {args.job}: skipped: it reads jobs not run yet ({', '.join(missing)}); make book runs every one")
         return 0
     return report_failed_cell(lambda: build_jobs.run_job(args.job, args.profile, args.results_dir, args.output_dir,

@@ -68,7 +68,7 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     name = everything[chapter]
     params = dict(QUICK.get(name, {})) if profile == "quick" else {}
     params.update(parameters or {})
-    params["results_dir"] = _results_dir_as_given(Path(results_dir).expanduser().resolve())
+    params["results_dir"] = results_dir_as_given(Path(results_dir).expanduser().resolve())
     output_dir = Path(output_dir).expanduser()
     output = output_dir / f"{name}.ipynb"
     unfinished = output_dir / UNFINISHED
@@ -137,7 +137,15 @@ def for_the_page(notebook: Path) -> None:
     nbformat.write(nb, notebook)
 
 
-def _results_dir_as_given(results_dir: Path) -> str:
+def pages_dir(results_dir: str | Path) -> Path:
+    """Where a run's executed notebooks go by default: the book's pages (book/chapters/) for the
+    book's results folder (results/), and <results_dir>/pages/ for any other, so that a side run
+    never replaces a page of the book with pages of results the book does not hold."""
+    results_dir = Path(results_dir).expanduser().resolve()
+    return EXECUTED_DIR if results_dir == (REPO_ROOT / "results").resolve() else results_dir / "pages"
+
+
+def results_dir_as_given(results_dir: Path) -> str:
     """The results folder the notebook is given: "./" and its path in the repository (the kernel's
     working folder) where it lies inside it, so no page shows this machine's path; absolute
     elsewhere. Never the bare default "results": given explicitly, it is kept even with other

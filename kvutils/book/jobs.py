@@ -1,137 +1,178 @@
-"""`make book`'s jobs: what each one computes, from which inputs, and whether its last result still
-stands. GNU make is the engine (the Makefile's `jobs` targets: their order, `-j`, resuming); each
-of its recipes is one `python -m kvutils.build JOB`, which runs the job only when its inputs changed.
+"""`make book`'s jobs: the study units (kvutils.studies.units), the benchmark, and the pages.
 
-A job's inputs are hashed into one sha256 (`inputs_hash`): its notebook, its parameters (profile
-and `-p` values), every source file of kvutils (its schemas and scripts included), the pins
-(`constraints.txt`, `pyproject.toml`: the embedded models' packages are pinned there, and their
-weights by sha256 in kvutils/models/registry.py) and, for a job that reads others' results, their
-records' hashes. A finished job writes `<results>/jobs/<job>.json` (its record: the hash, the sha256
-of each file it wrote, its wall time, threads, the machine's load before and after, the commit), and
-only after its results: an interrupted job leaves no record, so the next build runs it again. A job
-whose record's hash equals the inputs' hash and whose files still hold what the record says is
-reused, never rerun; anything else is computed.
+    timing              chapter 4's decode steps, alone on every core, first
+    retrieval-<model>   chapter 4's retrieval test, one job per model
+    costs               chapter 4's Table 2, frontier and bytes
+    01 02 03 05         the chapters' studies
+    04                  chapter 4's results, related from timing, retrieval and costs (seconds)
+    bench               the benchmark, alone on every core, after the studies
+    pages               every page that is stale: the chapters' notebooks, which read their studies'
+                        results, and the summary pages; side by side, one per core
+
+A study job is reused while its unit's inputs hash stands (`kvutils.studies.units`: its parameters,
+its import closure, its data, the pins, the files it reads). A page's inputs are its notebook, every
+kvutils source (the report layer renders it), the pins and the sha256 of every results file it reads:
+a change confined to the report layer, a notebook's prose or the book re-renders pages and computes
+nothing. GNU make (the Makefile) runs the jobs, longest first (`order`: from the wall times the
+records measured, else the estimates below), on every core.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvutils.core.catalog import NOTEBOOKS, PAGES
+from kvutils.core.closure import closure, digest_files
+from kvutils.core.jobrecords import RECORDS, file_digest, read_record, record_path, stale_reason
 from kvutils.core.paths import REPO_ROOT
+from kvutils.studies import units as study_units
 
-RECORDS = "jobs"  # <results>/jobs/<job>.json
-PINS = ("constraints.txt", "pyproject.toml")
-SOURCES = ("*.py", "*.json", "*.js")  # kvutils' files that decide what a job computes
+PINS = study_units.PINS
+SOURCES = ("*.py", "*.json", "*.js")  # kvutils' files a page's rendering may read
+# seconds of one core each job took in the last full build measured alone (README), for the order of
+# a build with no records of its own: the longest starts first
+ESTIMATED_S = {"05": 1672, "retrieval-smollm2-135m": 1526, "retrieval-gemma3-270m": 957, "costs": 845,
+               "01": 429, "03": 50, "02": 27}
 
 
 @dataclass(frozen=True)
 class Job:
-    """One job of the build. `kind`: "chapter" (a notebook that computes), "timing" (chapter 4's
-    decode steps, alone), "retrieval" (chapter 4's long-range retrieval test, beside the chapters:
-    the longest part of chapter 4, its own job so that the cores share it), "bench" (the benchmark,
-    alone) or "pages" (the summary pages)."""
+    """One job of the build. `kind`: "study" (a unit), "bench" or "page". `reads`: the jobs whose
+    files it reads (a stale one makes it stale too: `status`)."""
 
     name: str
     kind: str
-    notebook: str = ""  # the chapter's notebook name (chapter jobs)
-    reads: tuple[str, ...] = ()  # the jobs whose results this one reads
+    unit: study_units.Unit | None = None
+    page: str = ""  # a page's notebook name
+    reads: tuple[str, ...] = ()
     alone: bool = False  # timed: make runs it with nothing else of the build beside it
 
     def outputs(self, results_dir: Path, executed_dir: Path) -> list[Path]:
-        """The files the job writes (each record holds their sha256)."""
-        if self.kind == "chapter":
-            return [results_dir / f"{self.notebook}.json", executed_dir / f"{self.notebook}.ipynb"]
-        if self.kind == "timing":
-            return [results_dir / "04_decode_timing.json"]
-        if self.kind == "retrieval":
-            return [results_dir / "04_retrieval.json"]
+        if self.kind == "study":
+            return [Path(results_dir) / name for name in self.unit.outputs]
         if self.kind == "bench":
-            return [results_dir / "bench.json"]
-        return [executed_dir / f"{name}.ipynb" for name in PAGES.values()]
+            return [Path(results_dir) / "bench.json"]
+        return [Path(executed_dir) / f"{self.page}.ipynb"]
 
 
-CHAPTERS = tuple(Job(number, "chapter", name, reads=("timing", "retrieval") if number == "04" else ())
-                 for number, name in NOTEBOOKS.items())
-JOBS: dict[str, Job] = {j.name: j for j in (
-    Job("timing", "timing", alone=True),
-    Job("retrieval", "retrieval"),
-    *CHAPTERS,
-    Job("bench", "bench", alone=True),  # after the chapters, for the machine's sake: it reads none of their results
-    Job("pages", "pages", reads=("timing", "retrieval", *NOTEBOOKS, "bench")),  # appendix B reads every job's record
-)}
+def chapter_parameters(chapter: str, profile: str, overrides: dict | None = None, results_dir: str = "results"):
+    """A chapter's checked declaration at the profile's values (the quick one's sizes, or the
+    notebook's defaults) and `overrides`."""
+    from kvutils.book.chapters import QUICK
+    from kvutils.studies.parameters import DECLARED
+
+    name = NOTEBOOKS[chapter]
+    given = {**(QUICK.get(name, {}) if profile == "quick" else {}), **(overrides or {})}
+    return DECLARED[name](**{**given, "results_dir": results_dir})
 
 
-def check_job(name: str) -> Job:
-    if name not in JOBS:
-        raise ValueError(f"job: {name!r} unknown; choose one of {', '.join(JOBS)}")
-    return JOBS[name]
+def jobs_for(profile: str) -> dict[str, Job]:
+    """Every job of the build at `profile`, in the order make lists them."""
+    ch4 = study_units.units_of("04", chapter_parameters("04", profile))
+    units = [*ch4[:-1], *(study_units.CHAPTER_UNITS[n] for n in ("01", "02", "03", "05")), ch4[-1]]
+    out = {unit.name: Job(unit.name, "study", unit, alone=unit.name == "timing",
+                          reads=tuple(u.name for u in ch4[:-1]) if unit.name == "04" else ())
+           for unit in units}
+    out["bench"] = Job("bench", "bench", alone=True)
+    for number, name in NOTEBOOKS.items():
+        reads = tuple(u.name for u in ch4) if number == "04" else (number,)
+        out[f"page-{number}"] = Job(f"page-{number}", "page", page=name, reads=reads)
+    for number, name in PAGES.items():
+        out[f"page-{number}"] = Job(f"page-{number}", "page", page=name, reads=(*(u.name for u in units), "bench"))
+    return out
 
 
-def _files(root: Path, patterns: Iterable[str]) -> list[Path]:
-    return sorted({p for pattern in patterns for p in (root / "kvutils").rglob(pattern) if "__pycache__" not in p.parts})
+def check_job(name: str, profile: str) -> Job:
+    jobs = jobs_for(profile)
+    if name not in jobs and name != "pages":
+        raise ValueError(f"job: {name!r} unknown; choose one of {', '.join([*jobs, 'pages'])}")
+    return jobs.get(name)
+
+
+# --------------------------------------------------------------------------- inputs
 
 
 def sources_digest(root: Path = REPO_ROOT) -> str:
     """One sha256 over kvutils' source files (their paths and bytes) and the pins."""
-    h = hashlib.sha256()
-    for path in [*_files(root, SOURCES), *(root / pin for pin in PINS)]:
-        h.update(str(path.relative_to(root)).encode() + b"\0")
-        h.update(path.read_bytes() if path.is_file() else b"(missing)")
-        h.update(b"\0")
+    files = sorted({p for pattern in SOURCES for p in (root / "kvutils").rglob(pattern) if "__pycache__" not in p.parts})
+    return digest_files([*files, *(root / pin for pin in PINS)], root)
+
+
+def bench_hash(profile: str, root: Path = REPO_ROOT) -> str:
+    """The benchmark's inputs: its profile, its import closure and the pins."""
+    sources, data = closure(["kvutils.studies.performance"], root)
+    h = hashlib.sha256(json.dumps({"job": "bench", "profile": profile}).encode())
+    for part in (sources, [root / d for d in data], [root / pin for pin in PINS]):
+        h.update(digest_files(part, root).encode())
     return h.hexdigest()
 
 
-def inputs_hash(job: Job, profile: str, parameters: dict, results_dir: Path, root: Path = REPO_ROOT,
-                sources: str | None = None) -> str:
-    """The sha256 of everything the job's result depends on (see the module's text). A job that
-    reads others' results hashes their records' hashes: it reruns whenever one of them was
-    recomputed. `sources`: `sources_digest(root)`, when the caller has it already."""
-    h = hashlib.sha256()
-    h.update(json.dumps({"job": job.name, "profile": profile, "parameters": parameters}, sort_keys=True,
-                        default=str).encode())
-    h.update((sources or sources_digest(root)).encode())
-    notebooks = [job.notebook] if job.kind == "chapter" else list(PAGES.values()) if job.kind == "pages" else []
-    for name in notebooks:
-        h.update((root / "notebooks" / f"{name}.ipynb").read_bytes())
-    for upstream in job.reads:
-        record = read_record(results_dir, upstream)
-        h.update((record or {}).get("inputs_hash", "(not built)").encode())
+def read_files(job: Job, jobs: dict[str, Job], results_dir: Path) -> list[Path]:
+    """The results files a page reads: its upstream jobs' outputs (and, for a summary page, every
+    study's and the benchmark's record: appendix B reads them)."""
+    files = [path for name in job.reads for path in jobs[name].outputs(results_dir, results_dir)]
+    if job.page in PAGES.values():
+        files += [record_path(results_dir, name) for name in job.reads]
+    return files
+
+
+def page_hash(job: Job, jobs: dict[str, Job], profile: str, results_dir: Path, sources: str,
+              root: Path = REPO_ROOT) -> str:
+    h = hashlib.sha256(json.dumps({"job": job.name, "profile": profile}).encode())
+    h.update(sources.encode())
+    h.update((root / "notebooks" / f"{job.page}.ipynb").read_bytes())
+    for path in read_files(job, jobs, results_dir):
+        h.update(f"{path.name}:{file_digest(path)}".encode())
     return h.hexdigest()
 
 
-def record_path(results_dir: Path, job: str) -> Path:
-    return Path(results_dir) / RECORDS / f"{job}.json"
+def job_hash(job: Job, jobs: dict[str, Job], profile: str, results_dir: Path, overrides: dict | None = None,
+             sources: str | None = None) -> str:
+    if job.kind == "study":
+        checked = chapter_parameters(job.unit.chapter, profile, overrides)
+        return study_units.inputs_hash(job.unit, checked, results_dir)
+    if job.kind == "bench":
+        return bench_hash(profile)
+    return page_hash(job, jobs, profile, results_dir, sources or sources_digest())
 
 
-def read_record(results_dir: Path, job: str) -> dict | None:
-    """The job's last record, or None where there is none or it cannot be read (then it reruns)."""
-    try:
-        return json.loads(record_path(results_dir, job).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+def order(profile: str, results_dir: Path) -> list[str]:
+    """The jobs that run side by side (the studies but timing and 04), longest first: each one's wall
+    time on record here (times its threads: a job that took both cores of a finished slot counts
+    its core-seconds), else the estimate of the last full build."""
+    jobs = jobs_for(profile)
+    names = [n for n, j in jobs.items() if j.kind == "study" and n not in ("timing", "04")]
+
+    def seconds(name: str) -> float:
+        record = read_record(results_dir, name)
+        if record and isinstance(record.get("wall_s"), (int, float)):
+            return record["wall_s"]
+        return ESTIMATED_S.get(name, 0.0)
+
+    return sorted(names, key=seconds, reverse=True)
 
 
-def file_digest(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kvutils.book.jobs order --profile P --results-dir R`: the side-by-side jobs, longest
+    first, one line (the Makefile's list); `retrieval --profile P`: chapter 4's retrieval jobs."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m kvutils.book.jobs")
+    parser.add_argument("what", choices=["order", "retrieval"])
+    parser.add_argument("--profile", default="full", choices=["full", "quick"])
+    parser.add_argument("--results-dir", default="results")
+    args = parser.parse_args(argv)
+    if args.what == "order":
+        print(" ".join(order(args.profile, Path(args.results_dir))))
+    else:
+        print(" ".join(n for n in jobs_for(args.profile) if n.startswith(study_units.RETRIEVAL)))
+    return 0
 
 
-def stale_reason(record: dict | None, expected_hash: str, outputs: list[Path]) -> str | None:
-    """Why a job must run (None: its record stands and every output still holds what it wrote)."""
-    if record is None:
-        return "never built here, or interrupted before it finished"
-    if record.get("inputs_hash") != expected_hash:
-        return "its inputs changed (notebook, parameters, kvutils' sources, the pins, or a job it reads)"
-    for path in outputs:
-        if record.get("outputs", {}).get(path.name) != file_digest(path):
-            return f"{path} is not the file it wrote (missing or changed since)"
-    return None
+__all__ = ["RECORDS", "Job", "file_digest", "jobs_for", "read_record", "record_path", "stale_reason"]
+
+if __name__ == "__main__":
+    sys.exit(main())

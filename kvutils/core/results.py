@@ -136,6 +136,22 @@ def write_json_atomic(path: Path, data: Any) -> None:
     _write_with(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def save_figures(results_dir: str | Path, figures: dict) -> list[Path]:
+    """Each matplotlib figure of `figures` ({name: fig}) as <results_dir>/figures/<name>.png, each
+    written atomically. A page saves the figures it draws from a study's results (the study's
+    results file does not change when a page is drawn anew)."""
+    bad = [name for name in figures if not re.fullmatch(r"[\w.-]+", name)]
+    if bad:
+        raise ValueError(f"figures: names must be plain file names, got {bad}")
+    paths = []
+    for name, fig in figures.items():
+        path = Path(results_dir).expanduser() / "figures" / f"{name}.png"
+        _write_with(path, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"),
+                    suffix=".png")
+        paths.append(path)
+    return paths
+
+
 def results_path(results_dir: str | Path, chapter: str) -> Path:
     return Path(results_dir) / f"{chapter}.json"
 

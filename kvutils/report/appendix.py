@@ -107,7 +107,8 @@ def load_bench(results_dir) -> tuple[dict, dict]:
         raise FileNotFoundError(f"results_dir: no bench.json in {results_dir}; run make bench (python -m kvutils.bench)")
     bench = load_record(path, "bench", "results_dir", "rerun make bench")
     jobs = job_records(results_dir)  # make book's jobs before the benchmark, as the build left them
-    bench = {**bench, "jobs": {name: jobs[name] for name in ("timing", "retrieval", *NOTEBOOKS) if name in jobs}}
+    bench = {**bench, "jobs": {name: job for name, job in jobs.items()  # the studies: not the pages, not itself
+                               if job["kind"] not in ("pages", "bench")}}
     runs = _existing_runs(results_dir)
     check_fields(results_dir, "appendix B (with bench.json)", lambda: performance_glue(bench, runs),
                  lambda: performance_table(bench), lambda: book_times_table(bench, runs))
@@ -308,12 +309,11 @@ def book_time_rows(bench: dict, runs: dict) -> list[dict]:
         job = jobs.get(number.get(chapter))
         rows.append({"step": f"chapter {chapter}", "seconds": job["wall_s"] if job else run["wall_time_s"],
                      "counted": not jobs, "job": job})
-    if "timing" in jobs:
-        rows.append({"step": "chapter 4's decode steps, timed alone", "seconds": jobs["timing"]["wall_s"],
-                     "counted": False, "job": jobs["timing"]})
-    if "retrieval" in jobs:
-        rows.append({"step": "chapter 4's long-range retrieval test (a job beside the chapters)",
-                     "seconds": jobs["retrieval"]["wall_s"], "counted": False, "job": jobs["retrieval"]})
+    parts = {"timing": "chapter 4's decode steps, timed alone", "costs": "chapter 4's Table 2, frontier and bytes"}
+    for name, job in jobs.items():  # chapter 4's other studies, each a job beside the chapters
+        if name not in NOTEBOOKS:
+            step = parts.get(name) or f"chapter 4's retrieval test on {job['parameters'].get('model', name)}"
+            rows.append({"step": step, "seconds": job["wall_s"], "counted": False, "job": job})
     if jobs:
         computed = [j for j in jobs.values() if j["status"] == "computed"]
         span = (max(_job_start(j) + j["wall_s"] for j in computed) - min(_job_start(j) for j in computed)) if computed else 0.0

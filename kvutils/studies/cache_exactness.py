@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from kvutils.core import checks, data
+from kvutils.core import checks, data, results
 from kvutils.core.data import PrefixPair
 from kvutils.models.checks import check_models
 from kvutils.models.greedy import greedy, prefill, recompute_logits
@@ -220,3 +220,11 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
                     loaded, p.prompts[name][:p.per_step_prompts], p.new_tokens, "per_step", p.batch_size)
             del loaded
     return numbers, described
+
+
+def compute(p: Chapter1Parameters, folder, unit) -> None:
+    """Chapter 1's unit of computation (kvutils.studies.units): both measurements, written to its
+    results file."""
+    started = time.time()
+    numbers, described = run(plan(p))
+    results.save_results(folder, p.NOTEBOOK, p.as_dict(), described, results.as_written(numbers), started)

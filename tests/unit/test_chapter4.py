@@ -5,9 +5,11 @@ import json
 import warnings
 
 import pytest
+from conftest import load_cached
 
 from kvutils.book import chapters
 from kvutils.report import cache_approximations as report_costs
+from kvutils.studies.cache_approximations import retrieval
 from kvutils.studies.cache_approximations import study as approx_study
 from kvutils.studies.parameters import Chapter4Parameters
 
@@ -53,27 +55,26 @@ def test_default_ops_cover_the_article_and_the_additions(no_model_loads):
     assert names == {"exact", "cast", "quantize_naive", "quantize_kivi", "window", "chunk_reuse", "chunk_blend"}
 
 
-def test_timings_are_read_only_where_the_lanes_runner_points_and_only_if_they_match(tmp_path, monkeypatch,
-                                                                                    no_model_loads):
-    """Standalone, the chapter times itself; under the lanes it reads the file `time_alone` wrote,
-    and a file timed for other settings is an error, not silently reused."""
-    p = approx_study.plan(Chapter4Parameters(**GOOD))
-    monkeypatch.delenv(approx_study.TIMINGS_ENV, raising=False)
-    assert approx_study.deferred_timings(p) is None
+def test_the_timing_unit_is_reused_only_for_its_own_inputs(tmp_path, no_model_loads, monkeypatch):
+    """The timing's unit stands while its record's hash is its inputs' hash and its file holds what
+    it wrote; other settings, or the file edited, compute it again (kvutils.studies.units)."""
+    from kvutils.core import jobrecords
+    from kvutils.studies import units
+
+    checked = Chapter4Parameters(**GOOD)
+    expected = units.inputs_hash(units.TIMING, checked, tmp_path)
     path = tmp_path / approx_study.DECODE_TIMING_FILE
-    timed = {"where": "alone", "threads": 2, "cores": 2, "bandwidth_gb_s": 1.0, "decode": {}, "cache_bytes": {},
-             "key": json.loads(json.dumps(approx_study._timing_key(p))), "wall_time_s": 1.0}
-    path.write_text(json.dumps(timed))
-    monkeypatch.setenv(approx_study.TIMINGS_ENV, str(path))
-    assert approx_study.deferred_timings(p)["where"] == "alone"
-    path.write_text(json.dumps({k: v for k, v in timed.items() if k != "bandwidth_gb_s"}))
-    with pytest.raises(ValueError, match=rf"^{approx_study.TIMINGS_ENV}: .*04_decode_timing\.json does not follow its "
-                                         r"format, .* 'bandwidth_gb_s' is a required property"):
-        approx_study.deferred_timings(p)  # read through its format, like every results file
-    path.write_text(json.dumps(timed))
-    other = approx_study.plan(Chapter4Parameters(**{**GOOD, "timing_repeats": 7}))
-    with pytest.raises(ValueError, match="timed for other settings"):
-        approx_study.deferred_timings(other)
+    path.write_text("{}")
+    jobrecords.write_record(tmp_path, "timing", {"inputs_hash": expected, "commit": "c" * 12, "finished": "now",
+                                                 "wall_s": 1.0, "outputs": {path.name: jobrecords.file_digest(path)}})
+    assert units.run_unit(units.TIMING, checked, tmp_path)["inputs_hash"] == expected  # reused: no model loads
+    other = Chapter4Parameters(**{**GOOD, "timing_repeats": 7})
+    assert units.inputs_hash(units.TIMING, other, tmp_path) != expected
+    same_for_timing = Chapter4Parameters(**{**GOOD, "n_docs": 3})  # Table 2's size: not the timing's input
+    assert units.inputs_hash(units.TIMING, same_for_timing, tmp_path) == expected
+    path.write_text('{"edited": 1}')
+    with pytest.raises(pytest.fail.Exception, match="a model was loaded"):
+        units.run_unit(units.TIMING, checked, tmp_path)
 
 
 def _untimed(value):
@@ -82,29 +83,31 @@ def _untimed(value):
     return [_untimed(v) for v in value] if isinstance(value, list) else value
 
 
-def test_the_retrieval_jobs_file_is_what_the_chapter_would_score_and_read_only_where_it_matches(tmp_path, monkeypatch):
-    """make book scores the retrieval test as a job of its own (`retrieval_alone`); chapter 4 reads
-    its file where the build points, and it holds what the chapter scores by itself (a tiny model,
-    two prompts per haystack), checkpointed per haystack. A file for other prompts is refused."""
+def test_retrieval_by_model_then_related_is_what_the_chapter_scores_by_itself(tmp_path, monkeypatch):
+    """make book scores the retrieval test one job per model (`units.retrieval_unit`), checkpointed
+    per haystack; chapter 4's results relate the parts. What they hold is what one run over both
+    models scores (a tiny model, two prompts per haystack)."""
     from kvutils.core import checkpoints
+    from kvutils.studies import units
+    from kvutils.studies.cache_approximations import units as ch4
 
-    small = {**GOOD, "retrieval_models": "tiny-llama", "retrieval_contexts": "128", "retrieval_prompts": 2,
-             "filler_prompts": 2}
-    p = approx_study.plan(Chapter4Parameters(**small))
-    monkeypatch.delenv(approx_study.RETRIEVAL_ENV, raising=False)
-    assert approx_study.deferred_retrieval(p) is None
+    small = {**GOOD, "models": "tiny-llama,tiny-gemma3", "retrieval_models": "tiny-llama,tiny-gemma3",
+             "retrieval_contexts": "128", "retrieval_prompts": 2, "filler_prompts": 2}
+    checked = Chapter4Parameters(**small)
+    assert ch4.retrieval_models(checked) == ["tiny-llama", "tiny-gemma3"]
     monkeypatch.setenv(checkpoints.ENV, str(tmp_path / "units"))
-    path = approx_study.retrieval_alone(tmp_path, Chapter4Parameters(**small))
-    assert sorted(u.name.split("-")[1] for u in (tmp_path / "units").iterdir()) == ["tiny", "tiny"]  # one per haystack
+    for model in ("tiny-llama", "tiny-gemma3"):
+        unit = units.retrieval_unit(model)
+        ch4.compute_retrieval(checked, tmp_path, unit)
+        assert (tmp_path / unit.outputs[0]).is_file()
+    assert sorted(u.name.split("-")[1] for u in (tmp_path / "units").iterdir()) == ["tiny"] * 4  # one per haystack
     monkeypatch.delenv(checkpoints.ENV)
-    monkeypatch.setenv(approx_study.RETRIEVAL_ENV, str(path))
-    read = approx_study.deferred_retrieval(p)
-    by_itself, _ = approx_study.score_retrieval_models(p)
-    assert set(read["retrieval"]["tiny-llama"]) == {"pydoc", "filler"}
-    assert _untimed(read["retrieval"]) == _untimed(json.loads(json.dumps(by_itself)))  # the clocks aside
-    other = approx_study.plan(Chapter4Parameters(**{**small, "retrieval_prompts": 3}))
-    with pytest.raises(ValueError, match=rf"^{approx_study.RETRIEVAL_ENV}: .* other models or prompts"):
-        approx_study.deferred_retrieval(other)
+    p = approx_study.plan(checked)
+    by_itself = {m: retrieval.score_model(load_cached(m, "float32"), p.retrieval_prompts[m], progress=False)
+                 for m in p.retrieval_models}
+    parts = [json.loads((tmp_path / units.retrieval_unit(m).outputs[0]).read_text()) for m in p.retrieval_models]
+    merged = {m: v for part in parts for m, v in part["retrieval"].items()}
+    assert _untimed(merged) == _untimed(json.loads(json.dumps(by_itself)))  # the clocks aside
 
 
 def _docs(mean: float, n: int = 8, wobble: float = 0.01, phase: int = 0) -> dict:

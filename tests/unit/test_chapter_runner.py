@@ -139,10 +139,10 @@ def nothing_runs(monkeypatch):
     def fail(*args, **kwargs):
         pytest.fail("work started before the output folders were checked")
 
-    from kvutils.studies.cache_approximations import study as approx_study
+    from kvutils.studies import units
 
     monkeypatch.setattr(chapters, "run_chapter", fail)
-    monkeypatch.setattr(approx_study, "time_alone", fail)
+    monkeypatch.setattr(units, "run_unit", fail)
     monkeypatch.setattr(bench, "bench_load", fail)
     monkeypatch.setattr(bench.models, "load", fail)
 
@@ -242,5 +242,5 @@ def test_a_page_collapses_code_a_cell_did_not_place_itself(tmp_path):
         ["injected-parameters", "remove-cell"]]
     assert nb.cells[4].source == "# Parameters\nlr = 0.1"  # the -p values stay; the machine's path goes
     assert "widgets" not in nb.metadata
-    assert chapters._results_dir_as_given(REPO_ROOT / "results") == "./results"
-    assert chapters._results_dir_as_given(tmp_path) == str(tmp_path)
+    assert chapters.results_dir_as_given(REPO_ROOT / "results") == "./results"
+    assert chapters.results_dir_as_given(tmp_path) == str(tmp_path)

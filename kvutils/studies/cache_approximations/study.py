@@ -4,24 +4,18 @@ token, Table 1), and what each approximation costs in quality (Table 2, by `kvut
 `plan()` takes the checked parameters (kvutils.studies.parameters), parses every cache operation and
 tokenises every document before any model loads.
 
-Where the decode step is timed. `make book` runs the chapters as jobs side by side, one thread
-each (kvutils.book.jobs); a decode step timed inside one would share the machine's memory bandwidth
-and caches with the other jobs' work, so its speed-up would not be comparable with the article's or
-with the benchmark's. The build therefore times the steps first, as a job of their own, alone, with
-this chapter's own parameters and every torch thread (`time_alone`, written to
-`DECODE_TIMING_FILE`), and tells the chapter where the file is through `TIMINGS_ENV`; the chapter
-then reads those timings instead of timing itself. Run any other way (`make chapter N=04`,
-papermill) it times itself. Either way the page says which, and on how many threads. The simple
-alternative of re-running the chapter after the others would double its cost (Table 2 and the
-frontier dominate it); timing before them costs what the timing costs.
+The chapter is four units of computation (kvutils.studies.units; their functions are in
+`kvutils.studies.cache_approximations.units`): the decode steps timed (`decode_timings`), alone
+in make book, since a step timed beside other work shares the machine's memory bandwidth; the
+retrieval test, one unit per model (`retrieval.score_model`); Table 2, the frontier and the bytes
+(`costs`); and `relate`, which joins them into the chapter's results in seconds. make book runs
+the first three side by side with the other chapters; a notebook run computes what it lacks.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -31,7 +25,7 @@ from kvutils.cache.base import CacheOp
 from kvutils.cache.methods.chunk_blend import ChunkBlend
 from kvutils.cache.methods.chunk_reuse import ChunkReuse
 from kvutils.cache.registry import ARTICLE_OPS, EXTRA_OPS, parse_ops
-from kvutils.core import checkpoints, checks, data, haystack, records
+from kvutils.core import checkpoints, checks, data, haystack
 from kvutils.core.article import article
 from kvutils.models.checks import check_models
 from kvutils.models.layers import kv_shape
@@ -39,10 +33,8 @@ from kvutils.models.loading import load, load_tokenizer
 from kvutils.studies.cache_approximations import frontier, retrieval
 from kvutils.studies.parameters import DEFAULT_OPS, Chapter4Parameters
 
-TIMINGS_ENV = "KVUTILS_CH4_DECODE_TIMING"  # set by make book's chapter job: the file `time_alone` wrote
 DECODE_TIMING_FILE = "04_decode_timing.json"  # in the results folder
-RETRIEVAL_ENV = "KVUTILS_CH4_RETRIEVAL"  # set by make book's chapter job: the file `retrieval_alone` wrote
-RETRIEVAL_FILE = "04_retrieval.json"  # in the results folder
+RETRIEVAL_FILE = "04_retrieval.json"  # in the results folder: every retrieval model's scores
 CHUNK_OPS = (ChunkReuse, ChunkBlend)
 
 
@@ -187,9 +179,10 @@ def _frontier_documents(tokenizer, corpus_docs, length: int, n: int, corpus: str
                          "frontier_docs or the frontier's lengths)") from None
 
 
-def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list[dict]:
+def bytes_rows(loaded_configs: dict, check_tokens: int) -> list[dict]:
     """Table 1: the article's six configurations, then ours (formula at 16 bits, as the article's,
-    and a real fp32 cache of `check_tokens` tokens against the formula)."""
+    and a real fp32 cache of `check_tokens` tokens against the formula; `relate` adds the bytes the
+    timing unit measured in a real cache)."""
     rows = []
     for r in article()["table1_bytes_per_token"]:
         per_token = sizes.published_bytes(r)
@@ -214,8 +207,7 @@ def _bytes_rows(loaded_configs: dict, check_tokens: int, measured: dict) -> list
                      / sizes.GIB,
                      "check_tokens": check_tokens,
                      "formula_kib_per_token_fp32": fp32["full_model_formula"] / check_tokens / sizes.KIB,
-                     "held_kib_per_token_fp32": fp32["held"] / check_tokens / sizes.KIB,
-                     "measured_kib_per_token": measured[name] / check_tokens / sizes.KIB})
+                     "held_kib_per_token_fp32": fp32["held"] / check_tokens / sizes.KIB})
     return rows
 
 
@@ -251,89 +243,18 @@ def _timing_key(p: Plan) -> dict:
             "timing_ids": {m: ids[0].tolist()[:8] + [int(ids.shape[-1])] for m, ids in p.timing_ids.items()}}
 
 
-def time_alone(results_dir: str | Path, p: Chapter4Parameters) -> Path:
-    """Time chapter 4's decode steps with the chapter's parameters `p` (the notebook's defaults, or
-    the quick profile's) on every thread, before the chapters start; returns the file written."""
-    from kvutils.core.results import write_json_atomic
-
-    timings = decode_timings(plan(p), "alone, as the build's first job, before the chapters ran side by side")
-    path = Path(results_dir) / DECODE_TIMING_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, timings)
-    return path
-
-
-def deferred_timings(p: Plan) -> dict | None:
-    """The timings `time_alone` took for this chapter, where make book's chapter job says there are some."""
-    where = os.environ.get(TIMINGS_ENV)
-    if not where:
-        return None
-    timings = records.load_record(where, Path(DECODE_TIMING_FILE).stem, TIMINGS_ENV,
-                                  f"unset {TIMINGS_ENV} to time the steps in this run")
-    if timings["key"] != json.loads(json.dumps(_timing_key(p))):
-        raise ValueError(f"{TIMINGS_ENV}: {where} was timed for other settings ({timings['key']}) than this run's "
-                         f"({_timing_key(p)}); unset {TIMINGS_ENV} to time the steps in this run")
-    return timings
-
-
-def _retrieval_key(p: Plan) -> dict:
+def retrieval_key(p: Plan) -> dict:
     """What the retrieval test's results depend on besides kvutils' sources: its models and prompts."""
     return {"models": list(p.retrieval_models or []), "device": p.device,
             "prompts": {m: {hay: checkpoints.digest([q.record() for q in qs], [q.ids for q in qs])
                             for hay, qs in p.retrieval_prompts[m].items()} for m in p.retrieval_models or []}}
 
 
-def score_retrieval_models(p: Plan) -> tuple[dict, list[dict]]:
-    """({model: per haystack (`retrieval.score_model`)}, the models described) over `retrieval_models`."""
-    scored, described = {}, []
-    for name in p.retrieval_models or []:
-        loaded = load(name, "float32", device=p.device)
-        described.append(loaded.describe())
-        scored[name] = retrieval.score_model(loaded, p.retrieval_prompts[name])
-        del loaded
-    return scored, described
-
-
-def retrieval_alone(results_dir: str | Path, p: Chapter4Parameters) -> Path:
-    """Chapter 4's long-range retrieval test with the chapter's parameters `p` (the notebook's
-    defaults, or the quick profile's), as a job of make book beside the chapters (its models and
-    prompts are the chapter's; the chapter reads the file, `deferred_retrieval`, and relates it to
-    its KL frontier); returns the file written."""
-    from kvutils.core.results import write_json_atomic
-
-    started, planned = time.time(), plan(p)
-    scored, described = score_retrieval_models(planned)
-    path = Path(results_dir) / RETRIEVAL_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"key": _retrieval_key(planned), "retrieval": scored, "models": described,
-                             "wall_time_s": round(time.time() - started, 2)})
-    return path
-
-
-def deferred_retrieval(p: Plan) -> dict | None:
-    """The retrieval `retrieval_alone` scored for this chapter, where make book's chapter job says
-    there is one: {"retrieval": {model: per haystack}, "models": [...]}."""
-    where = os.environ.get(RETRIEVAL_ENV)
-    if not where:
-        return None
-    scored = records.load_record(where, Path(RETRIEVAL_FILE).stem, RETRIEVAL_ENV,
-                                 f"unset {RETRIEVAL_ENV} to score the retrieval test in this run")
-    if scored["key"] != json.loads(json.dumps(_retrieval_key(p))):
-        raise ValueError(f"{RETRIEVAL_ENV}: {where} was scored for other models or prompts than this run's; unset "
-                         f"{RETRIEVAL_ENV} to score the retrieval test in this run")
-    return scored
-
-
-def run(p: Plan) -> tuple[dict, list[dict]]:
-    """numbers = {"bandwidth_gb_s", "decode": {model: ...}, "decode_timing": {where, threads, cores},
-    "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}},
-    "frontier": {model: accept run at frontier_prefill + frontier_decode, analysed by `frontier.analyse`
-    (per op "per_doc_kl", "mean_held_bytes", "level"; "verdicts", "levels", "construction_ties")},
-    "retrieval": {model: `retrieval.run_model`}}."""
-    timings = deferred_timings(p) or decode_timings(p, "in this chapter's run")
-    numbers = {"bandwidth_gb_s": timings["bandwidth_gb_s"], "decode": timings["decode"],
-               "decode_timing": {k: timings[k] for k in ("where", "threads", "cores")}, "table2": {}, "frontier": {},
-               "retrieval": {}}
+def score_costs(p: Plan) -> tuple[dict, list[dict]]:
+    """Table 2, the frontier and the bytes of Table 1 without the measured cache (the timing unit
+    measures it): ({"table2": {model: ...}, "frontier": {model: `frontier.analyse`}, "bytes": rows,
+    "bytes_models": the model of each of our rows}, the models described)."""
+    numbers = {"table2": {}, "frontier": {}}
     described, configs = [], {}
     for name in p.models:
         loaded = load(name, "float32", device=p.device)
@@ -352,10 +273,27 @@ def run(p: Plan) -> tuple[dict, list[dict]]:
             scored = accept_many(loaded, p.frontier_ops, texts, p.frontier_prefill, p.frontier_decode)
             numbers["frontier"][name] = frontier.analyse(scored, loaded.config, p.frontier_ops)
         del loaded
-    given = deferred_retrieval(p)
-    scored, retrieval_described = (given["retrieval"], given["models"]) if given else score_retrieval_models(p)
-    for name in p.retrieval_models or []:
-        numbers["retrieval"][name] = retrieval.with_kl(scored[name], numbers["frontier"].get(name))
-    described += [d for d in retrieval_described if d not in described]
-    numbers["bytes"] = _bytes_rows(configs, max(p.contexts), timings["cache_bytes"])
+    numbers["bytes"] = bytes_rows(configs, max(p.contexts))
+    numbers["bytes_models"] = list(configs)
     return numbers, described
+
+
+def relate(timings: dict, scored: dict, costs_numbers: dict) -> dict:
+    """Chapter 4's numbers from its three parts: the decode timings, the retrieval test ({model: per
+    haystack}) and the costs; each retrieval row reads the frontier's KL of its model.
+    numbers = {"bandwidth_gb_s", "decode": {model: ...}, "decode_timing": {where, threads, cores},
+    "bytes": [...], "table2": {model: {"plain": accept run, "chunks": accept run}},
+    "frontier": {model: accept run at frontier_prefill + frontier_decode, analysed by `frontier.analyse`
+    (per op "per_doc_kl", "mean_held_bytes", "level"; "verdicts", "levels", "construction_ties")},
+    "retrieval": {model: `retrieval.run_model`}}."""
+    numbers = {"bandwidth_gb_s": timings["bandwidth_gb_s"], "decode": timings["decode"],
+               "decode_timing": {k: timings[k] for k in ("where", "threads", "cores")},
+               "table2": costs_numbers["table2"], "frontier": costs_numbers["frontier"], "retrieval": {}}
+    for name, per_haystack in scored.items():
+        numbers["retrieval"][name] = retrieval.with_kl(per_haystack, numbers["frontier"].get(name))
+    rows = [dict(row) for row in costs_numbers["bytes"]]
+    ours = [row for row in rows if row["source"] == "ours"]
+    for row, name in zip(ours, costs_numbers["bytes_models"], strict=True):
+        row["measured_kib_per_token"] = timings["cache_bytes"][name] / row["check_tokens"] / sizes.KIB
+    numbers["bytes"] = rows
+    return numbers

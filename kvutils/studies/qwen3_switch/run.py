@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import time
 
-from kvutils.core import checkpoints
+from kvutils.core import checkpoints, results
 from kvutils.lora.families import family_of
 from kvutils.lora.tails import first_changed_layer
 from kvutils.models.loading import load
 from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 from kvutils.studies.qwen3_switch.curve import curve_rows
+from kvutils.studies.qwen3_switch.exactness import check_exactness
 from kvutils.studies.qwen3_switch.policies import exactness, heldout_accuracy, patch_map, switch_costs
-from kvutils.studies.qwen3_switch.study import ModelPlan, Plan
+from kvutils.studies.qwen3_switch.study import ModelPlan, Plan, plan
 from kvutils.studies.qwen3_switch.train import adapter_names, train_all
 
 
@@ -60,3 +61,13 @@ def run_model(p: Plan, mp: ModelPlan) -> tuple[dict, dict]:
         "training": training, "switch": switch, "cost": cost, "patching": patching, "timings": timings}
     numbers["curve"] = curve_rows(numbers)  # the quality-vs-cost chart's data, for other charts
     return numbers, loaded.describe()
+
+
+def compute(p, folder, unit) -> None:
+    """Chapter 5's unit of computation (kvutils.studies.units): every model run, checked for the
+    identities that hold by construction (tail patch == recompute, stale only in the tail), written
+    to its results file."""
+    started = time.time()
+    numbers, described = run(plan(p))
+    check_exactness(numbers, p.dtype)
+    results.save_results(folder, p.NOTEBOOK, p.as_dict(), described, results.as_written(numbers), started)

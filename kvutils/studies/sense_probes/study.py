@@ -12,9 +12,10 @@ before any model loads.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from kvutils.core import data
+from kvutils.core import data, results
 from kvutils.models.checks import check_models
 from kvutils.models.loading import load, load_tokenizer
 from kvutils.studies.parameters import Chapter2Parameters, Chapter3Parameters
@@ -94,3 +95,19 @@ def check_old_position_at_chance(numbers: dict) -> None:
         if off:
             raise AssertionError(f"{model}: old-position accuracy is not exactly 50% at depths {off}; "
                                  "the cached states must have differed between the two contexts")
+
+
+def compute_contrast(p: Chapter2Parameters, folder, unit) -> None:
+    """Chapter 2's unit of computation (kvutils.studies.units), written to its results file."""
+    started = time.time()
+    numbers, described = run_contrast(plan(p))
+    results.save_results(folder, p.NOTEBOOK, p.as_dict(), described, results.as_written(numbers), started)
+
+
+def compute_probes(p: Chapter3Parameters, folder, unit) -> None:
+    """Chapter 3's unit of computation (kvutils.studies.units): the probes, checked at the old
+    position (exactly 50 % at every depth), written to its results file."""
+    started = time.time()
+    numbers, described = run_probes(plan(p))
+    check_old_position_at_chance(numbers)
+    results.save_results(folder, p.NOTEBOOK, p.as_dict(), described, results.as_written(numbers), started)
