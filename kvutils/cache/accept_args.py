@@ -199,12 +199,13 @@ def registry_text() -> str:
 EXAMPLES = """
 
 examples:
-  # two quantisations against the exact cache on 8 documents of the default corpus
+  # two quantisations against the exact cache on 8 documents of the default corpus, each with a verdict
+  # against the book's near-exact line (99 % top-1 agreement; --threshold PCT for another)
   python -m kvutils.accept --model smollm2-135m --docs pydoc --n-docs 8 --op quantize_naive:bits=4 --op quantize_kivi:bits=4
   # your own model (a local directory) and text (a folder of .txt files), numbers kept as JSON
   python -m kvutils.accept --model ./my-model --docs ./my-texts --op snapkv:compression_ratio=0.5 --out snap.json
-  # does a pressed cache still find a key hidden 1,024 tokens back?
-  python -m kvutils.accept --task passkey --model smollm2-135m --op knorm:compression_ratio=0.5 --context 1024"""
+  # does a pressed cache still find a key hidden 1,024 tokens back? (n, intervals and a verdict against exact)
+  python -m kvutils.accept --task passkey --model smollm2-135m --haystack pydoc --context 1024 --op knorm:compression_ratio=0.5"""
 
 
 def parser() -> argparse.ArgumentParser:
