@@ -9,6 +9,9 @@ after it, so a document needs prefill + decode + 1 tokens. Reported per operatio
 KL(exact || op) of the next-token distributions (nats), top-1 agreement with the exact cache (%),
 perplexity on the actual next tokens, the bytes the cache holds after the prefill, and the same
 per document. Every parameter is checked, and every document's length, before a model loads.
+The command adds each metric's 95 % interval over the documents and a verdict per operation
+against the book's near-exact line or `--threshold` (kvutils.cache.accept_report), printed and in
+the JSON of --out.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from tqdm.auto import tqdm
 
 from kvutils.cache import accept_args, accept_retrieval
 from kvutils.cache.accept_args import NOT_ALL_SCORED
+from kvutils.cache.accept_report import decide, table
 from kvutils.cache.base import CACHE_OBJECT
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.hf_quantized import refusal
@@ -32,7 +36,6 @@ from kvutils.cache.scoring import PATHS, STEP_BATCH, score_step_many
 from kvutils.cache.sizes import cache_bytes, kept_bytes
 from kvutils.cache.step_batched import batched_step, step_start
 from kvutils.core import checkpoints, checks, data, results
-from kvutils.core import compare as tests_of
 from kvutils.core.interrupt import OUT_OF_MEMORY
 from kvutils.models import loading as models
 from kvutils.models.checks import resolve
@@ -327,49 +330,6 @@ def accept(model, op, docs, prefill: int = 256, decode: int = 256, dtype: str = 
 
 # --------------------------------------------------------------------------- command line
 
-def perplexity_against_exact(run: dict, spec: str) -> tests_of.Paired:
-    """An operation's perplexity against the exact cache's, paired over the run's documents."""
-    per_doc = [d["perplexity"] for d in run["ops"][spec]["per_document"]]
-    return tests_of.paired(per_doc, run["exact_perplexity_per_document"], spec, "exact")
-
-
-def _delta(test: tests_of.Paired) -> str:
-    """'+0.31 [+0.12, +0.55]', or the difference alone where n < 2."""
-    if test.ci95 is None:
-        return f"{test.effect:+.3g}"
-    return f"{test.effect:+.3g} [{test.ci95[0]:+.3g}, {test.ci95[1]:+.3g}]"
-
-
-def table(run: dict) -> str:
-    """A short text table of a run: the exact cache's row first, each operation's divergence,
-    perplexity with its change against exact (95 % interval over the documents, paired), the
-    bytes it holds and how many times fewer than exact; then what the intervals can say at this n."""
-    head = (f"{'operation':44s} {'mean KL':>10s} {'top-1 %':>8s} {'ppl':>9s} {'ppl − exact [95 % CI]':>27s} "
-            f"{'cache KiB':>10s} {'× smaller':>9s} {'s':>7s}")
-    n = len(run["documents"])
-    exact_kib = run["exact_cache_bytes"] / 1024
-    rows = [f"{run['model']['name']}: {n} documents, prefill {run['prefill']}, decode {run['decode']}, "
-            f"{run['dtype']}, {run['path']} path; exact perplexity {run['exact_perplexity']:.4f}", head, "-" * len(head),
-            f"{'exact (the reference)':44s} {0:10.3g} {100:8.2f} {run['exact_perplexity']:9.4f} {'':>27s} "
-            f"{exact_kib:10.1f} {1:9.2f} {run['exact_seconds']:7.2f}"]
-    tests = {}
-    for spec, r in run["ops"].items():
-        tests[spec] = perplexity_against_exact(run, spec)
-        smaller = run["exact_cache_bytes"] / r["cache_bytes"] if r["cache_bytes"] else float("inf")
-        rows.append(f"{spec:44s} {r['mean_kl']:10.3g} {r['top1_agreement_pct']:8.2f} {r['perplexity']:9.4f} "
-                    f"{_delta(tests[spec]):>27s} {r['cache_bytes'] / 1024:10.1f} {smaller:9.2f} {r['seconds']:7.2f}")
-    for spec, why in run.get("refused", {}).items():
-        rows.append(f"{spec:44s} refused: {why}")
-    if tests and not tests_of.can_separate(n):
-        rows.append(f"ppl − exact: the mean over n = {n} documents with a 95 % bootstrap interval; at n = {n} "
-                    "no operation can be told from exact (an exact sign test needs n ≥ 6 to reach p < 0.05): "
-                    "give more documents (--n-docs, --docs)")
-    elif tests:
-        rows.append(f"ppl − exact: the mean over n = {n} documents, 95 % bootstrap interval, exact sign test:")
-        rows += [f"  {t.sentence(lower_is_better=True, metric='perplexity')}" for t in tests.values()]
-    return "\n".join(rows)
-
-
 def main(argv: list[str] | None = None, parsed=None) -> int:
     """The command: `parsed` is what kvutils.cache.accept_args.parse(argv) returned (the command
     parses before it imports this module), else argv is parsed here."""
@@ -379,6 +339,7 @@ def main(argv: list[str] | None = None, parsed=None) -> int:
     try:
         run = accept_many(args.model, args.ops, args.documents, args.prefill, args.decode, args.dtype, args.device,
                           args.n_docs, args.skip_short, args.path)
+        run = decide(run, args.threshold)  # each metric's interval, and each operation's verdict
     except (ValueError, ModelNotAvailable) as err:
         parser.error(str(err))
     except KeyboardInterrupt:

@@ -24,6 +24,7 @@ from pathlib import Path
 from kvutils.cache.base import CACHE_OBJECT, CacheOp
 from kvutils.cache.registry import OPS, parse_op
 from kvutils.core import checks, data, haystack, results
+from kvutils.core.near_exact import NEAR_EXACT_PCT
 
 DTYPES = ("float32", "float64")  # kvutils.models.loading.DTYPES, named here without importing torch
 PATHS = ("fast", "step")  # kvutils.cache.scoring.PATHS
@@ -54,6 +55,10 @@ def _score_flags(parser: argparse.ArgumentParser) -> None:
                        "in the JSON (default: on; off, a short document is an error)")
     group.add_argument("--path", default="fast", choices=PATHS,
                        help="fast (one forward) or step (reference) (default: %(default)s)")
+    group.add_argument("--threshold", type=float, default=NEAR_EXACT_PCT, metavar="PCT",
+                       help="the near-exact line: top-1 agreement (%%) each operation is tested against, per document: "
+                       "near-exact when its 95 %% interval lies wholly above (and a sign test agrees), costly when "
+                       "wholly below, else not separated at that n (default: the book's line, %(default)g)")
 
 
 def _check_score(args: argparse.Namespace) -> None:
@@ -61,6 +66,9 @@ def _check_score(args: argparse.Namespace) -> None:
         raise ValueError('--docs is required: "pydoc", a folder of .txt files or a .jsonl with a "text" field')
     checks.check_count("--prefill", args.prefill)
     checks.check_count("--decode", args.decode)
+    if not (isinstance(args.threshold, float) and 0 < args.threshold <= 100):  # nan and inf fail too
+        raise ValueError(f"--threshold: a top-1 agreement in %, 0 < PCT ≤ 100 (the book's near-exact line is "
+                         f"{NEAR_EXACT_PCT:g}), got {args.threshold:g}")
     if args.n_docs is not None:
         checks.check_int("--n-docs", args.n_docs, 1, checks.MAX_ITEMS, checks.ITEMS_WHY)
     for op in args.ops:
@@ -191,12 +199,13 @@ def registry_text() -> str:
 EXAMPLES = """
 
 examples:
-  # two quantisations against the exact cache on 8 documents of the default corpus
+  # two quantisations against the exact cache on 8 documents of the default corpus, each with a verdict
+  # against the book's near-exact line (99 % top-1 agreement; --threshold PCT for another)
   python -m kvutils.accept --model smollm2-135m --docs pydoc --n-docs 8 --op quantize_naive:bits=4 --op quantize_kivi:bits=4
   # your own model (a local directory) and text (a folder of .txt files), numbers kept as JSON
   python -m kvutils.accept --model ./my-model --docs ./my-texts --op snapkv:compression_ratio=0.5 --out snap.json
-  # does a pressed cache still find a key hidden 1,024 tokens back?
-  python -m kvutils.accept --task passkey --model smollm2-135m --op knorm:compression_ratio=0.5 --context 1024"""
+  # does a pressed cache still find a key hidden 1,024 tokens back? (n, intervals and a verdict against exact)
+  python -m kvutils.accept --task passkey --model smollm2-135m --haystack pydoc --context 1024 --op knorm:compression_ratio=0.5"""
 
 
 def parser() -> argparse.ArgumentParser:

@@ -47,8 +47,8 @@ from kvutils.models.layers import kv_shape, layer_windows
 from kvutils.models.loading import Loaded
 
 REGIMES = ("agnostic", "aware")
-REGIME_MEANING = {"agnostic": "compressed before the question arrives (prompt caching)",
-                  "aware": "compressed with the question in the prefill (SnapKV's setting)"}
+REGIME_MEANING = {"agnostic": "compressed before the question arrives (query-agnostic: prompt caching, multi-turn reuse)",
+                  "aware": "compressed with the question in the prefill (query-aware: SnapKV's setting)"}
 
 
 def prefill_length(prompt: Prompt, regime: str) -> int:

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
+from kvutils.core.near_exact import NEAR_EXACT_PCT  # noqa: F401 (the book's near-exact line, named here too)
+
 ALPHA = 0.05  # two-sided level of every test (95 % intervals)
 RESAMPLES = 10_000  # bootstrap resamples of the paired units
 SEED = 0  # the bootstrap's seed: same numbers, same interval

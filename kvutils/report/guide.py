@@ -66,7 +66,7 @@ def _tested(test: compare.Paired) -> Verdict:
     return NEAR if test.verdict == compare.A_HIGHER else COSTLY if test.verdict == compare.A_LOWER else OPEN
 
 
-def decision_rows(runs: dict, near_exact_pct: float = 99.0) -> list[dict]:
+def decision_rows(runs: dict, near_exact_pct: float = compare.NEAR_EXACT_PCT) -> list[dict]:
     """One row per cache operation, for the first Table-2 model: verdict, our top-1 agreement (with n
     and, for chapter 4's operations, its 95 % interval over documents) and KL, the article's top-1,
     cache bytes against an fp32 and a bf16 cache, the time against the exact decode, and the test."""

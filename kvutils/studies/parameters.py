@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvutils.core import checks
+from kvutils.core import checks, near_exact
 from kvutils.core.declared import Declared, param
 from kvutils.core.haystack import check_depths
 from kvutils.lora.schedule import LOSSES, SCHEDULES
@@ -429,8 +429,8 @@ class PageParameters(Declared):
 class ConclusionsParameters(PageParameters):
     NOTEBOOK = "06_conclusions"
 
-    near_exact_pct: float = param(99.0, "top-1 agreement (%) the guide tests each approximation against, per document: "
-                                        "near-exact when the test puts it above, costly when below",
+    near_exact_pct: float = param(near_exact.NEAR_EXACT_PCT, "top-1 agreement (%) the guide tests each approximation "
+                                  "against, per document: near-exact when the test puts it above, costly when below",
                                   meaning="top-1 agreement (%) the decision guide tests each approximation against (near-"
                                           "exact above it, costly below, no colour where the test does not separate)",
                                   allowed="0 < value ≤ 100", check=percentage)

@@ -427,6 +427,7 @@ def test_the_table_shows_the_exact_row_bytes_against_exact_and_what_n_allows(tex
     """The printed table starts with the exact cache (its bytes the 1.00 of the "× smaller"
     column), gives each operation's perplexity change with its interval over documents, and says
     when n is too small for any verdict."""
+    from kvutils.cache.accept_report import perplexity_against_exact
     from kvutils.core import compare
 
     loaded = load_cached("tiny-llama", "float32")
@@ -437,7 +438,7 @@ def test_the_table_shows_the_exact_row_bytes_against_exact_and_what_n_allows(tex
     assert f"{run['exact_cache_bytes'] / 1024:.1f}" in exact_row and " 1.00 " in exact_row
     op_row = next(line for line in printed.splitlines() if line.startswith("quantize_naive:bits=4"))
     smaller = run["exact_cache_bytes"] / run["ops"]["quantize_naive:bits=4"]["cache_bytes"]
-    test = acceptance.perplexity_against_exact(run, "quantize_naive:bits=4")
+    test = perplexity_against_exact(run, "quantize_naive:bits=4")
     assert f"{smaller:.2f}" in op_row and f"{test.effect:+.3g} [" in op_row
     assert test.n == 3 and not compare.can_separate(3)
     assert "at n = 3 no operation can be told from exact" in printed
