@@ -48,7 +48,8 @@ def visible_prose(notebook) -> str:
         if not _shown(cell):
             continue
         if cell["cell_type"] == "markdown":
-            text = _FENCE.sub(lambda m: "" if m.group(1) == "dropdown" else m.group(4), cell["source"])
+            source = "".join(cell["source"])  # a list of lines as saved, or one string
+            text = _FENCE.sub(lambda m: "" if m.group(1) == "dropdown" else m.group(4), source)
             parts.append("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("|")))
             continue
         for out in cell.get("outputs", []):

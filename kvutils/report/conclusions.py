@@ -35,8 +35,7 @@ from kvutils.report.guide import (  # noqa: F401
     stale_word,
 )
 from kvutils.report.guide_retrieval import retrieval_summary
-from kvutils.report.sense_probes import (best_depth, depth_rates, first_stays_at, holm_above, layer_count, layer_tests,
-                                         peak_depths)
+from kvutils.report.sense_probes import best_depth, depth_rates, first_stays_at, holm_above, layer_count, layer_tests, peak_depths
 from kvutils.report.tables import rows_table
 from kvutils.report.text import fmt, fraction
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text

@@ -387,7 +387,8 @@ def _new_finding(model: str, probe: dict) -> Finding:
     rates = depth_rates(probe, "new")
     best = best_depth(rates)
     held = holm_above(rates)
-    return Finding(f"new_{model}", "A new copy reads the sense." if best.above else "A new copy did not read the sense detectably.",
+    claim = "A new copy reads the sense." if best.above else "A new copy did not read the sense detectably."
+    return Finding(f"new_{model}", claim,
                    "{model}: best at depth {depth}, {acc} % right; above chance at {held} of {depths} depths.",
                    (("model", model), ("held", len(held)), ("depths", len(rates)), ("depth", best.depth),
                     ("acc", 100 * best.rate.rate)), probe_test(best.rate, HOLM_TEST, best.holm_p))

@@ -99,7 +99,7 @@ def test_a_best_depth_is_judged_at_its_holm_p_in_chapter_3_and_the_conclusions()
     assert finding.claim == "A new copy did not read the sense detectably."
     assert finding.test.p == best.holm_p
     verdict = conclusions.rq2_verdict({"m": {"probe": probe}})
-    assert f"at its best depth, 2, right on 26 of 32" in verdict and "no detectable difference from chance" in verdict
+    assert "at its best depth, 2, right on 26 of 32" in verdict and "no detectable difference from chance" in verdict
     assert f"Holm-adjusted p = {best.holm_p:.2g} over 4 depths" in verdict
 
 
