@@ -314,9 +314,9 @@ def _shrink_finding(numbers: dict) -> Finding | None:
         return None
     fp32 = max(by["float32"]["prefixes"]["max_key_diff_alone_vs_inside"] for by in both)
     fp64 = max(by["float64"]["prefixes"]["max_key_diff_alone_vs_inside"] for by in both)
-    shrinks = fp64 < fp32
-    orders = math.log10(fp32 / fp64) if shrinks and fp64 > 0 else None
-    return Finding("residue", "The fp32 residue is rounding." if shrinks else "The fp32 residue did not shrink.",
-                   "A prefix's keys alone against inside a longer text moved at most {fp32} in fp32 "
-                   "and {fp64} in fp64 ({orders} orders of magnitude).",
-                   (("fp32", fp32), ("fp64", fp64), ("orders", orders)))
+    claim = "The fp32 residue is rounding." if fp64 < fp32 else "The fp32 residue did not shrink."
+    moved = "A prefix's keys alone against inside a longer text moved at most {fp32} in fp32 and {fp64} in fp64"
+    if 0 < fp64 < fp32:
+        return Finding("residue", claim, moved + " ({orders} orders of magnitude).",
+                       (("fp32", fp32), ("fp64", fp64), ("orders", math.log10(fp32 / fp64))))
+    return Finding("residue", claim, moved + ".", (("fp32", fp32), ("fp64", fp64)))
