@@ -5,6 +5,8 @@ offline. The commands `python -m kvutils.chapters` and `python -m kvutils.browse
                    summary pages that read every chapter's results
     offline        Sphinx extension: MathJax from the book's own `_static/`, no thebe scripts
     plotly_static  Sphinx extension: plotly.js from `_static/`, only on the pages that hold a chart
+    page           a rerun notebook as one HTML page (`python -m kvutils.book.page runs/x.ipynb`), and
+                   what a reader sees of a page: its visible prose, words and sentence lengths
     browser_check  opens every built page in headless Chromium, offline, and lists what a reader would see
                    broken (console errors, missing images, cut tables, charts wider than the column)
 """

@@ -5,7 +5,10 @@ texts the prose glues in, each finding worded as its numbers say. A page's numbe
 (`studies` for a few constants and verdicts); `explorer` and `book` build on it.
 
 Shared by every page:
+    findings              findings as data (claim, numbers, test) and the one formatter that shows them: the
+                          findings box, a section's point, its Evidence block, a table row (chapters 1-3)
     text                  numbers as the book prints them (`fmt`, `fraction`), bold key numbers for {glue:md}
+                          (chapters 4, 5 and the conclusions, until they move to `findings`)
     figures               the figure style and the checks that a figure reads at the column's width
     tables                tables for the page, whose labels and cells wrap at the column's width
     weights               where a model's weights come from (GGUF quantisation, random, as stored)

@@ -7,6 +7,7 @@ import pandas as pd
 
 from kvutils.core.article import article
 from kvutils.report.figures import depth_fractions, styled
+from kvutils.report.findings import Finding, PageFindings, Section, Test
 from kvutils.report.tables import rows_table
 from kvutils.report.text import fmt
 
@@ -138,3 +139,51 @@ def _encoder_reading(model: str, r: dict) -> str:
     return (f"{model}: the state differed between the two contexts after {sum(d > 0 for d in dist[1:])} of its "
             f"{layers} layers and the prefix's keys in {sum(k > 0 for k in keys)} of {len(keys)} layers "
             f"(at the embeddings: {fmt(dist[0])})")
+
+
+IDENTITY_TEST = "bit identity"
+
+
+def chapter2_findings(numbers: dict, batch_size: int | None = None) -> PageFindings:
+    """Chapter 2's answer, box and section points (`kvutils.report.findings`), from the results."""
+    causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
+    encoders = {m: r for m, r in numbers.items() if r["family"] == "encoder"}
+    glue = chapter2_glue(numbers, batch_size)
+    box = [_causal_finding(causal)] if causal else []
+    for m, r in encoders.items():
+        box += _encoder_findings(m, r)
+    box = box[:5]
+    still = bool(causal) and all(max(r["cosine_distance_max"]) == 0 for r in causal.values())
+    moves = bool(encoders) and all(max(r["cosine_distance_mean"][1:]) > 0 for r in encoders.values())
+    answer = Finding("answer", "Yes." if still and moves else "Not shown by this run.",
+                     "An encoder's cached state would be rewritten by what follows; a causal model's never is."
+                     if still and moves else "This run does not show both sides of the contrast; see the evidence.")
+    evidence = (f"Causal models: {glue['causal']}.", f"{glue['causal_zero']}.", f"Encoders: {glue['encoder']}.",
+                f"{glue['encoder_reading']}.")
+    return PageFindings(answer, tuple(box), {"contexts": Section(box[0], tuple(box[1:]), evidence)})
+
+
+def _causal_finding(causal: dict) -> Finding:
+    same = sum(r["states_bit_identical_words"] for r in causal.values())
+    n = sum(r["n_words"] for r in causal.values())
+    largest = max(max(r["cosine_distance_max"]) for r in causal.values())
+    return Finding("causal", "A causal model's state ignores the continuation." if same == n else
+                   "A causal model's state moved with the continuation.",
+                   "On {models}, {same} of {n} word states were bit-identical in both contexts; "
+                   "largest cosine distance {largest}.",
+                   (("models", ", ".join(causal)), ("same", same), ("n", n), ("largest", largest)),
+                   Test(IDENTITY_TEST, n, "words"))
+
+
+def _encoder_findings(model: str, r: dict) -> list[Finding]:
+    dist, keys = r["cosine_distance_mean"], r["key_relative_diff_mean"]
+    state = Finding(f"{model}_state", "An encoder's state moves." if max(dist[1:]) > 0 else
+                    "This encoder's state did not move.",
+                    "{model}'s word state differs by {emb} at the embeddings and by {last} after its last layer "
+                    "(cosine distance, mean over {n} words).",
+                    (("model", model), ("emb", dist[0]), ("last", dist[-1]), ("n", r["n_words"])))
+    key = Finding(f"{model}_keys", "So would its cached keys." if max(keys[1:], default=0) > 0 else
+                  "Its cached keys did not move.",
+                  "The prefix's keys differ by {second} in layer 2 and {last} in the last layer (‖ΔK‖/‖K‖).",
+                  (("second", keys[1] if len(keys) > 1 else None), ("last", keys[-1])))
+    return [state, key]

@@ -9,6 +9,7 @@ import pandas as pd
 
 from kvutils.core.article import article
 from kvutils.report.figures import styled
+from kvutils.report.findings import Finding, PageFindings, Section, Test
 from kvutils.report.tables import PageTable, page_table
 from kvutils.report.text import fmt, fraction
 from kvutils.report.weights import weights_note
@@ -231,3 +232,91 @@ def _fp64_shrink(numbers: dict) -> str:
         parts.append(f"{model}: the largest key difference alone vs inside {change}; in fp32 it was exactly 0 "
                      f"for {zeros} of {n} prefixes")
     return "; ".join(parts) or "This run did not compute both precisions, so it cannot show the change"
+
+
+EXACT = 1e-9  # fp64: a logit difference at most this is rounding of a theorem's identity (DESIGN: within 1e-9)
+DECODE_TEST = "exact match"
+PREFIX_TEST = "bit identity"
+
+
+def _decodes(numbers: dict, dtype: str) -> list[dict]:
+    return [by[dtype]["decode"] for by in numbers.values() if dtype in by]
+
+
+def _prefixes(numbers: dict, dtype: str) -> list[dict]:
+    return [by[dtype]["prefixes"] for by in numbers.values() if dtype in by]
+
+
+def _decode_finding(numbers: dict, dtype: str, tag: str, yes: str, no: str) -> Finding:
+    runs = _decodes(numbers, dtype)
+    same, n = sum(d["identical"] for d in runs), sum(d["n_prompts"] for d in runs)
+    largest = max(d["max_logit_diff"] for d in runs)
+    exact = same == n and (dtype != "float64" or largest <= EXACT)
+    return Finding(f"{tag}_decode", yes if exact else no,
+                   f"In {tag}, {{same}} of {{n}} sequences matched recomputation; largest logit difference {{largest}}.",
+                   (("same", same), ("n", n), ("largest", largest)), Test(DECODE_TEST, n, "sequences"))
+
+
+def chapter1_findings(numbers: dict) -> PageFindings:
+    """Chapter 1's answer, box and section points (`kvutils.report.findings`), from the results."""
+    pythia = article()["e1_decode"]["fp32"]["pythia-160m"]
+    dtypes = [d for d in ("float64", "float32") if _decodes(numbers, d)]
+    decode = {d: _decode_finding(numbers, d, "fp64" if d == "float64" else "fp32",
+                                 "The cache is exact." if d == "float64" else "fp32 leaves rounding only.",
+                                 f"The cache diverged in {d}.") for d in dtypes}
+    every = [d for by in numbers.values() for r in by.values() for d in _decode_runs(r)]
+    argmax = Finding("argmax", "Greedy choices agree.",
+                     "The argmax agreed on {before} % of steps before any divergence and {every} % of all steps.",
+                     (("before", min(d["argmax_agreement_pct"] for d in every)),
+                      ("every", min(d["argmax_agreement_all_steps_pct"] for d in every))),
+                     Test("greedy steps compared", sum(d["steps_compared"] for d in every), "steps"))
+    fp32_versus = Finding("fp32_article", "Our fp32 residue is below the article's.",
+                          "Largest fp32 logit difference {ours}, against {pythia} on Pythia-160M.",
+                          (("ours", max((d["max_logit_diff"] for d in _decodes(numbers, "float32")), default=None)),
+                           ("pythia", pythia["max_logit_diff"])))
+    prefix = _prefix_finding(numbers, dtypes[0])
+    shrink = _shrink_finding(numbers)
+    exact = decode.get("float64", decode[dtypes[0]])
+    answer = Finding("answer", "Yes." if exact.claim == "The cache is exact." else "Not in this run.",
+                     "Cached decoding reproduced recomputation, and what differs in fp32 is rounding that fp64 removes."
+                     if exact.claim == "The cache is exact." else
+                     "Cached decoding did not reproduce recomputation on every prompt; see the evidence below.")
+    box = tuple(f for f in (decode.get("float64"), decode.get("float32"), prefix, shrink) if f is not None)
+    glue = chapter1_glue(numbers)
+    return PageFindings(answer, box, {
+        "decoding": Section(exact, tuple(f for f in decode.values() if f is not exact) + (argmax, fp32_versus), (
+            f"Setup: {glue['setup']}; no-cache side: {glue['mode']}.", f"{glue['weights']}.",
+            f"In fp32: {glue['fp32_decode']}.", f"In fp64: {glue['fp64_decode']}.", f"{glue['per_step']}.",
+            f"The article's per-step procedure costs more: {glue['per_step_cost']}.",
+            f"Argmax over every step: {glue['argmax_article']}.", f"{glue['divergence']}.")),
+        "prefixes": Section(prefix, (), (f"In fp32: {glue['fp32_prefixes']}.",
+                                         f"In fp64: {glue['fp64_prefixes']}.")),
+        "residue": Section(shrink or prefix, (), (f"{glue['fp64_shrink']}.",)),
+    })
+
+
+def _prefix_finding(numbers: dict, dtype: str) -> Finding:
+    runs = _prefixes(numbers, dtype)
+    same, n = sum(x["bit_identical"] for x in runs), sum(x["n_prefixes"] for x in runs)
+    largest = max(x["max_diff_across_continuations"] for x in runs)
+    tag = "fp64" if dtype == "float64" else "fp32"
+    return Finding("prefixes", "A prefix's cache ignores what follows." if largest <= EXACT or dtype == "float32"
+                   else "A prefix's cache moved with what follows.",
+                   f"In {tag}, {{same}} of {{n}} prefixes were bit-identical under two continuations; "
+                   "the rest differed by at most {largest}.",
+                   (("same", same), ("n", n), ("largest", largest)), Test(PREFIX_TEST, n, "prefixes"))
+
+
+def _shrink_finding(numbers: dict) -> Finding | None:
+    """The alone-vs-inside key residue from fp32 to fp64, over every model run in both."""
+    both = [by for by in numbers.values() if {"float32", "float64"} <= set(by)]
+    if not both:
+        return None
+    fp32 = max(by["float32"]["prefixes"]["max_key_diff_alone_vs_inside"] for by in both)
+    fp64 = max(by["float64"]["prefixes"]["max_key_diff_alone_vs_inside"] for by in both)
+    claim = "The fp32 residue is rounding." if fp64 < fp32 else "The fp32 residue did not shrink."
+    moved = "A prefix's keys alone against inside a longer text moved at most {fp32} in fp32 and {fp64} in fp64"
+    if 0 < fp64 < fp32:
+        return Finding("residue", claim, moved + " ({orders} orders of magnitude).",
+                       (("fp32", fp32), ("fp64", fp64), ("orders", math.log10(fp32 / fp64))))
+    return Finding("residue", claim, moved + ".", (("fp32", fp32), ("fp64", fp64)))

@@ -35,7 +35,7 @@ from kvutils.report.guide import (  # noqa: F401
     stale_word,
 )
 from kvutils.report.guide_retrieval import retrieval_summary
-from kvutils.report.sense_probes import depth_rates, first_stays_at, holm_above, layer_count, layer_tests, peak_depths
+from kvutils.report.sense_probes import best_depth, depth_rates, first_stays_at, holm_above, layer_count, layer_tests, peak_depths
 from kvutils.report.tables import rows_table
 from kvutils.report.text import fmt, fraction
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
@@ -343,11 +343,11 @@ def rq2_verdict(causal: dict) -> str:
     for m, r in causal.items():
         new = r["probe"]["new_position_pct"]
         rates = depth_rates(r["probe"], "new")
-        peak = max(range(len(new)), key=lambda d: new[d])
+        best = best_depth(rates)
         held = holm_above(rates)
         test = f"a sign test over the {rates[0].clusters}" if rates[0].clusters else "an exact binomial test over the items"
         parts.append(f"{m}: above chance at {len(held)} of {len(new)} depths (per depth, {test}, Holm-corrected for "
-                     f"testing {len(new)} depths); at its best depth, {peak}, " + rates[peak].sentence())
+                     f"testing {len(new)} depths); at its best depth, {best.depth}, " + best.sentence())
     chance = all(set(r["probe"]["old_position_pct"]) == {50.0} for r in causal.values())
     head = ("At the old position, a probe on the cached state of the word scores exactly 50% at every depth of "
             f"{', '.join(causal)}: a tie by construction, since that state is the same under both senses (chapter 2), "

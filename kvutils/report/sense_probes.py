@@ -4,12 +4,15 @@ the prose glues in (every verdict from `kvutils.core.compare`), all built from t
 `kvutils.studies.sense_probes.study`."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 from kvutils.core import compare
 from kvutils.core.article import article
 from kvutils.core.data import SENSES_PER_WORD
 from kvutils.report.figures import depth_fractions, styled
+from kvutils.report.findings import Finding, PageFindings, Section, Test
 from kvutils.report.tables import rows_table
 from kvutils.report.text import fmt, listed
 
@@ -217,9 +220,9 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
     above = [d for d, r in enumerate(rates) if r.above]
     if start is not None:
         weakest = min(rates[start:], key=lambda r: (r.successes, -r.p))
-        earlier = [d for d in above if d < start]
-        also = (f"; before that, depth{'s' if len(earlier) > 1 else ''} {_depths(earlier)} above chance too, but not "
-                "every depth between" if earlier else "")
+        earlier = [d for d in holm_above(rates) if d < start]  # a depth singled out: judged after Holm
+        also = (f"; before that, depth{'s' if len(earlier) > 1 else ''} {_depths(earlier)} above chance too after Holm's "
+                "correction, but not every depth between" if earlier else "")
         return (f"from depth {start} on {subject} (every depth from {start} is above chance at n = {n} items; the "
                 f"weakest: {weakest.sentence()}{also}; tested from the last depth back, stopping at the first that "
                 "is not, so no correction for the number of depths is owed)")
@@ -308,3 +311,106 @@ def _split_check(causal: dict) -> str:
             f"{fmt(worst, 2)})" if worst <= SPLIT_TOLERANCE else
             f"in this run they do not add up to one everywhere (largest gap {fmt(worst, 3)}): the spans overlap or miss "
             "positions")
+
+
+@dataclass(frozen=True)
+class BestDepth:
+    """The depth with the most right answers (the first such, on a tie) and its test, judged at its
+    Holm-adjusted p: a depth singled out among `n_depths` pays for the choice."""
+
+    depth: int
+    rate: compare.Rate
+    holm_p: float
+    n_depths: int
+
+    @property
+    def above(self) -> bool:
+        return self.holm_p < compare.ALPHA and self.rate.rate > self.rate.chance
+
+    def sentence(self) -> str:
+        """'right on 31 of 32 (97 %, 95 % interval 91–100 %; Holm-adjusted p = 0.0012 over 19 depths),
+        above chance': the verdict is the adjusted test's."""
+        lo, hi = self.rate.ci95
+        verdict = "above chance" if self.above else f"no detectable difference from chance at n = {self.rate.n}"
+        return (f"right on {self.rate.successes} of {self.rate.n} ({100 * self.rate.rate:.0f} %, 95 % interval "
+                f"{100 * lo:.0f}–{100 * hi:.0f} %; Holm-adjusted p = {self.holm_p:.2g} over {self.n_depths} depths), "
+                + verdict)
+
+
+def best_depth(rates: list[compare.Rate]) -> BestDepth:
+    """The one way a best depth is picked and judged, wherever a page picks one (chapter 3, the
+    conclusions): the most right answers, Holm-adjusted over every depth tested."""
+    adjusted = compare.holm([r.p for r in rates])
+    d = max(range(len(rates)), key=lambda i: (rates[i].successes, -i))
+    return BestDepth(d, rates[d], adjusted[d], len(rates))
+
+
+def probe_test(rate: compare.Rate, name: str, p: float | None = None) -> Test:
+    """A probe's rate as the `Test` behind a finding: interval in %, p as given (Holm) or its own."""
+    return Test(name, rate.n, "items", tuple(100 * v for v in rate.ci95), "%", rate.p if p is None else p)
+
+
+SIGN_TEST = "sign test"
+HOLM_TEST = "Holm sign test"
+
+
+def chapter3_findings(numbers: dict) -> PageFindings:
+    """Chapter 3's answer, box and section points (`kvutils.report.findings`), from the results."""
+    causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
+    encoders = {m: r for m, r in numbers.items() if r["family"] == "encoder"}
+    glue = chapter3_glue(numbers)
+    old_values = sorted({v for r in causal.values() for v in r["probe"]["old_position_pct"]})
+    old = Finding("old", "The cached position cannot carry the sense." if old_values == [50.0] else
+                  "The cached position is not at chance everywhere.",
+                  "On {models}, the probe scored {values} % at the old position at every depth.",
+                  (("models", ", ".join(causal)), ("values", old_values)))
+    new = [_new_finding(m, r["probe"]) for m, r in causal.items()]
+    enc = [_encoder_finding(m, r["probe"]) for m, r in encoders.items()]
+    attention = _attention_finding(causal)
+    box = ([old] if causal else []) + new[:2] + enc[:1] + ([attention] if attention else [])
+    reads = bool(new) and all(f.claim == "A new copy reads the sense." for f in new)
+    answer = Finding("answer", "In later positions." if reads else "Not shown by this run.",
+                     "The cached state never changes; a later copy of the word reads the sense from the context."
+                     if reads else "This run does not show a later copy reading the sense; see the evidence.")
+    return PageFindings(answer, tuple(box[:5]), {
+        "probe": Section(new[0] if new else old, tuple([old] + new[1:] + enc), (
+            f"Probe: {glue['distance']} distance over {glue['n_items']} items; models {glue['models']}.",
+            f"(a) old position: {glue['old']}.", f"(b) new position: {glue['new']}.",
+            f"{glue['new_reading']}.", f"(c) encoder: {glue['encoder']}; {glue['encoder_reading']}.",
+            f"{glue['encoder_verdict']}.")),
+        "attention": Section(attention or old, (), (f"{glue['attention']}.", f"Per layer: {glue['attention_reading']}.",
+                                                    f"The four shares: {glue['split_check']}.")),
+    })
+
+
+def _new_finding(model: str, probe: dict) -> Finding:
+    rates = depth_rates(probe, "new")
+    best = best_depth(rates)
+    held = holm_above(rates)
+    claim = "A new copy reads the sense." if best.above else "A new copy did not read the sense detectably."
+    return Finding(f"new_{model}", claim,
+                   "{model}: best at depth {depth}, {acc} % right; above chance at {held} of {depths} depths.",
+                   (("model", model), ("held", len(held)), ("depths", len(rates)), ("depth", best.depth),
+                    ("acc", 100 * best.rate.rate)), probe_test(best.rate, HOLM_TEST, best.holm_p))
+
+
+def _encoder_finding(model: str, probe: dict) -> Finding:
+    rates = depth_rates(probe, "old")
+    start = compare.first_from(rates)
+    weakest = min(rates[start:], key=lambda r: (r.successes, -r.p)) if start is not None else best_depth(rates).rate
+    return Finding(f"encoder_{model}", "An encoder rewrites the old position." if start is not None else
+                   "This encoder's old position did not read the sense detectably.",
+                   "{model} reads it at the original position from depth {start} on; weakest depth {acc} % right.",
+                   (("model", model), ("start", start), ("acc", 100 * weakest.rate)), probe_test(weakest, SIGN_TEST))
+
+
+def _attention_finding(causal: dict) -> Finding | None:
+    tests = [t for r in causal.values() for t in (layer_tests(r["attention"], "continuation", "old_word") or [])]
+    if not tests:
+        return None
+    more = sum(t.verdict == compare.A_HIGHER for t in tests)
+    return Finding("attention", "The new copy looks at the continuation, not the old word." if more == len(tests)
+                   else "The new copy does not always favour the continuation.",
+                   "The continuation took more attention than the old copy in {more} of {layers} layers.",
+                   (("more", more), ("layers", len(tests))),
+                   Test("paired sign test per layer", tests[0].n, "items"))
