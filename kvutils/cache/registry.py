@@ -72,8 +72,8 @@ def register(cls: type[CacheOp]) -> type[CacheOp]:
         if twin is not None:
             raise TypeError(f"{cls.__name__}: {attr}={getattr(cls, attr)!r} is already {twin.__name__}'s")
     if cls.kind in BUDGETED and cls.retrieval not in ((), ("",)):
-        raise TypeError(f"{cls.__name__}: retrieval={cls.retrieval!r}; a {cls.kind} is swept over the retrieval "
-                        "test's budget levels at its defaults: give () or (\"\",)")
+        raise TypeError(f"{cls.__name__}: retrieval={cls.retrieval!r}; a {cls.kind} is swept over the "
+                        "retrieval test's budget levels at its defaults: give () or (\"\",)")
     OPS[cls.name] = cls
     try:  # each spec it states parses, and says what it keeps
         for spec in (*cls.examples, *(_spec(cls.name, s) for s in cls.frontier + cls.retrieval)):

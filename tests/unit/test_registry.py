@@ -29,21 +29,22 @@ from kvutils.studies.cache_approximations import retrieval as retrieval_study
 
 # ----------------------------------------------------------------- the lists as b2482e2 wrote them
 
-OPS_THEN = ["exact", "cast", "quantize_naive", "quantize_kivi", "window", "chunk_reuse", "chunk_blend", "random",
-            "knorm", "snapkv", "pyramidkv", "expected_attention", "adakv", "h2o", "tova", "hf_quantized"]
+OPS_THEN = ["exact", "cast", "quantize_naive", "quantize_kivi", "window", "chunk_reuse", "chunk_blend",
+            "random", "knorm", "snapkv", "pyramidkv", "expected_attention", "adakv", "h2o", "tova",
+            "hf_quantized"]
+PRESSES_THEN = ("random", "knorm", "snapkv", "expected_attention", "pyramidkv", "adakv")
 FRONTIER_THEN = ("exact", "cast:dtype=bfloat16", "quantize_kivi:bits=4", "quantize_kivi:bits=2",
                  "window:size=128,sinks=4", "hf_quantized:backend=fp8",
-                 *(f"{name}:compression_ratio={r}" for name in ("random", "knorm", "snapkv", "expected_attention",
-                                                                "pyramidkv", "adakv")
-                   for r in (0.25, 0.5, 0.75)),
+                 *(f"{name}:compression_ratio={r}" for name in PRESSES_THEN for r in (0.25, 0.5, 0.75)),
                  "h2o:compression_ratio=0.5", "tova:compression_ratio=0.25", "tova:compression_ratio=0.5")
-PRECISION_THEN = ("cast:dtype=bfloat16", "quantize_naive:bits=4", "quantize_kivi:bits=4", "quantize_kivi:bits=2")
-PRESSES_THEN = ("random", "knorm", "snapkv", "expected_attention", "pyramidkv", "adakv")
+PRECISION_THEN = ("cast:dtype=bfloat16", "quantize_naive:bits=4", "quantize_kivi:bits=4",
+                  "quantize_kivi:bits=2")
 POLICIES_THEN = ("tova",)
-DISPLAY_THEN = {"snapkv": "SnapKV", "pyramidkv": "PyramidKV", "adakv": "AdaKV", "knorm": "K-norm", "random": "random",
-                "expected_attention": "Expected Attention", "h2o": "H2O", "tova": "TOVA", "exact": "exact cache",
-                "quantize_naive": "naive", "quantize_kivi": "KIVI", "cast": "cast", "hf_quantized": "transformers",
-                "chunk_reuse": "chunk reuse", "chunk_blend": "CacheBlend", "window": "window"}
+DISPLAY_THEN = {"snapkv": "SnapKV", "pyramidkv": "PyramidKV", "adakv": "AdaKV", "knorm": "K-norm",
+                "random": "random", "expected_attention": "Expected Attention", "h2o": "H2O", "tova": "TOVA",
+                "exact": "exact cache", "quantize_naive": "naive", "quantize_kivi": "KIVI", "cast": "cast",
+                "hf_quantized": "transformers", "chunk_reuse": "chunk reuse", "chunk_blend": "CacheBlend",
+                "window": "window"}
 COLOURS_THEN = {"exact": "black", "cast": "#8c564b", "quantize_kivi": "#17becf", "hf_quantized": "navy",
                 "streaming window": "#bcbd22", "random": "#7f7f7f", "knorm": "#ff7f0e", "snapkv": "#2ca02c",
                 "expected_attention": "#d62728", "pyramidkv": "#9467bd", "adakv": "#e377c2", "h2o": "#1f77b4",
@@ -57,8 +58,9 @@ KEEPS_THEN = {
     "the first 4 tokens (sinks) and the most recent ones, up to its size (StreamingLLM keeps 4 sinks)",
     "hf_quantized": FEWER_BITS, "random": NOTHING, "knorm": NOTHING, "snapkv": SNAP_KEEPS,
     "expected_attention": "the first 4 tokens (sinks; kvpress's n_sink = 4)", "pyramidkv": SNAP_KEEPS,
-    "adakv": SNAP_KEEPS, "h2o": "the most recent 50% of its budget; the rest by accumulated attention (no sinks: "
-    "the first tokens stay only as heavy hitters)",
+    "adakv": SNAP_KEEPS,
+    "h2o": "the most recent 50% of its budget; the rest by accumulated attention (no sinks: the first tokens "
+    "stay only as heavy hitters)",
     "tova": "the last prefill token at the cut; then nothing (the entry with the least attention goes)"}
 
 
@@ -132,14 +134,15 @@ def test_a_method_registered_in_one_file_appears_in_every_list(capsys):
     with registry.registered(KeepLastPress):
         with pytest.raises(SystemExit):  # the acceptance CLI's list of operations
             acceptance.main(["--help"])
-        line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("keep_last"))
+        lines = capsys.readouterr().out.splitlines()
+        line = next(line for line in lines if line.strip().startswith("keep_last"))
         assert "compression_ratio=0.5" in line and "most recent prefill entries" in line
         specs = frontier.default_specs(1024, 128)  # the frontier's specs, at its place
         assert specs[specs.index("pyramidkv:compression_ratio=0.75") + 1] == spec
         assert specs[specs.index(spec) + 1] == "adakv:compression_ratio=0.25"
         by_label = retrieval_study.method_specs(PROMPT)  # the retrieval test's methods, at each level
-        assert {by_label[f"keep_last@{level:g}"] for level in retrieval_study.LEVELS} == {
-            registry.parse_op(f"keep_last:compression_ratio={level}").spec for level in retrieval_study.LEVELS}
+        for level in retrieval_study.LEVELS:
+            assert by_label[f"keep_last@{level:g}"] == KeepLastPress(level).spec
         assert retrieval_study.frontier_label(spec, 0.5) == "keep_last@0.5"
         assert names.display_names()["keep_last"] == "Keep-last"  # the names table, and what the pages say
         assert names.human(spec) == "Keep-last (evicts 50 %)"
@@ -168,15 +171,16 @@ def test_the_throwaway_press_keeps_what_it_says():
 # ----------------------------------------------------------------- what it must state, or be refused
 
 
-TWIN = dict(name="twin", examples=("twin:compression_ratio=0.5",), display="Twin", colour="#654321", place=146,
-            frontier=(), retrieval=(), always_keeps=lambda self: "the most recent prefill tokens")
+TWIN = dict(name="twin", examples=("twin:compression_ratio=0.5",), display="Twin", colour="#654321",
+            place=146, frontier=(), retrieval=(), always_keeps=lambda self: "the most recent prefill tokens")
 
 
 def _twin(leave_out: str = "", **change) -> type:
     """A press like KeepLastPress (its own name, display, colour and place), leaving `leave_out` out
     and with `change` made."""
     own = {k: v for k, v in {**TWIN, **change}.items() if k != leave_out}
-    body = {"__annotations__": {k: ClassVar for k in own if k != "always_keeps"}, **own, "score": KeepLastPress.score}
+    annotations = {k: ClassVar for k in own if k != "always_keeps"}
+    body = {"__annotations__": annotations, **own, "score": KeepLastPress.score}
     return dataclass(frozen=True)(type("Twin", (Press,), body))
 
 
@@ -212,7 +216,7 @@ def test_a_method_that_inherits_a_parents_name_for_a_reader_is_refused():
     (dict(name="snapkv"), "Twin: name='snapkv' is already SnapKVPress's"),
     (dict(colour="#2ca02c"), "Twin: colour='#2ca02c' is already SnapKVPress's"),
     (dict(place=120), "Twin: place=120 is already SnapKVPress's"),
-    (dict(retrieval=("window=8",)), "Twin: retrieval=.*a press is swept over the retrieval test's budget levels"),
+    (dict(retrieval=("window=8",)), "Twin: retrieval=.*a press is swept over the retrieval test's budget"),
 ])
 def test_a_method_that_shares_a_name_colour_or_place_is_refused(change, message):
     before = dict(registry.OPS)

@@ -25,7 +25,7 @@ class Window(CacheOp):
     display: ClassVar[str] = "window"
     colour: ClassVar[str | None] = "#bcbd22"  # the charts call it "streaming window"
     place: ClassVar[int] = 50
-    frontier: ClassVar[tuple[str, ...]] = ("size=128,sinks=4",)  # and, by the study, one matched to each press level
+    frontier: ClassVar[tuple[str, ...]] = ("size=128,sinks=4",)  # + one matched to each press level
     retrieval: ClassVar[tuple[str, ...]] = ()  # the study adds a 4-sink window matched to each budget level
 
     def always_keeps(self):
