@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import typing
 
 from kvutils.cache.base import POLICY, PRESS, CacheOp
@@ -135,7 +136,7 @@ def parse_op(spec: str | CacheOp) -> CacheOp:
     if name not in OPS:
         raise ValueError(f"op: unknown operation {name!r}; registered: {', '.join(OPS)}")
     cls = OPS[name]
-    types = typing.get_type_hints(cls)
+    types = field_types(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
     for item in filter(None, (a.strip() for a in args.split(","))):
@@ -148,6 +149,19 @@ def parse_op(spec: str | CacheOp) -> CacheOp:
             raise ValueError(f"{name}: {key} is given twice in {spec.strip()!r}")
         kwargs[key] = _convert(name, key, raw.strip(), types[key])
     return cls(**kwargs)
+
+
+PLAIN_TYPES = {kind.__name__: kind for kind in (int, float, str, bool)}
+
+
+@functools.cache
+def field_types(cls: type[CacheOp]) -> dict[str, type]:
+    """Each field's type, once per class (`register` parses every method's settings at import): a
+    plain type read off its name, anything else through typing's evaluation of the annotations."""
+    written = {f.name: f.type for f in dataclasses.fields(cls)}
+    if all(isinstance(t, type) or t in PLAIN_TYPES for t in written.values()):
+        return {name: PLAIN_TYPES.get(t, t) for name, t in written.items()}
+    return typing.get_type_hints(cls)
 
 
 def _convert(op: str, key: str, raw: str, kind):

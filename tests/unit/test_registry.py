@@ -11,6 +11,8 @@ are attributes of its class, and every list derives from the registry.
 """
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -240,6 +242,8 @@ def test_every_method_states_its_own_page_attributes(name):
     cls = registry.OPS[name]
     assert all(attr in vars(cls) for attr in registry.OWN), name
     assert cls.display and isinstance(cls.place, int) and cls.family
+    hints = typing.get_type_hints(cls)  # parse_op converts each setting by its field's type
+    assert registry.field_types(cls) == {f.name: hints[f.name] for f in dataclasses.fields(cls)}
     for spec in registry.frontier_ops() + registry.retrieval_fixed():
         if _name_of(spec) == name:
             op = registry.parse_op(spec)
