@@ -38,17 +38,6 @@ GATE = 0.8  # the exact cache's accuracy a (model, haystack, context) needs befo
 # `python -m kvutils.accept --task passkey` (kvutils/cache/methods/h2o.py says why)
 LEVELS = (0.25, 0.5)
 
-
-def precision() -> tuple[str, ...]:
-    return registry.retrieval_fixed()
-
-
-def presses() -> tuple[str, ...]:
-    return registry.retrieval_swept(PRESS)
-
-
-def policies() -> tuple[str, ...]:
-    return registry.retrieval_swept(POLICY)
 # random eviction again with other seeds, folded into random@<level>'s "seeds" (`fold_seeds`): its
 # accuracy as a mean over seeds with their range; the first seed's records stay the method's own
 RANDOM_SEEDS = (0, 1, 2)
@@ -59,6 +48,21 @@ QUESTION_WINDOW = "snapkv-question"
 QUESTION_WINDOW_LEVELS = (0.25,)
 BOOTSTRAP = 2000  # resamples of the rank agreement's interval
 SEED = 0
+
+
+def precision() -> tuple[str, ...]:
+    """The precision rows, scored at fixed settings (each class's `retrieval`), in the registry's place order."""
+    return registry.retrieval_fixed()
+
+
+def presses() -> tuple[str, ...]:
+    """The presses swept over LEVELS (their classes' `retrieval` is `AT_LEVELS`)."""
+    return registry.retrieval_swept(PRESS)
+
+
+def policies() -> tuple[str, ...]:
+    """The decode-time policies, each at the budget matching every level."""
+    return registry.retrieval_swept(POLICY)
 
 
 def method_specs(prompt: Prompt, config=None, levels=LEVELS, seeds=RANDOM_SEEDS) -> dict[str, str]:
