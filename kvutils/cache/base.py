@@ -68,8 +68,23 @@ class CacheOp:
     needs_views: ClassVar[bool] = False  # decides from the prefill's queries/attention (kvutils.cache.methods.press)
     data_dependent: ClassVar[bool] = False  # what it keeps depends on the text, not only on positions
     has_fast_path: ClassVar[bool] = True  # scored exactly by one teacher-forced forward
-    family: ClassVar[str] = "exact"  # colours the frontier chart
     kind: ClassVar[str] = STORAGE  # how the scorer runs it (see the module's docstring)
+    # what the book says and draws of it, each stated by the method's own class (`registry.register`
+    # refuses a class that leaves one out): its family (the results' "family"), its name for a reader,
+    # its colour on the charts (None: a spare colour), its place in the frontier's and the retrieval
+    # test's lists (lowest first), the settings it stands at on chapter 4's frontier and in its
+    # retrieval test (() for none; a press or policy in the retrieval test: ("",), the test sets its
+    # budget), and `always_keeps()`
+    family: ClassVar[str]
+    display: ClassVar[str]
+    colour: ClassVar[str | None]
+    place: ClassVar[int]
+    frontier: ClassVar[tuple[str, ...]]
+    retrieval: ClassVar[tuple[str, ...]]
+
+    def always_keeps(self) -> str:
+        """What the method always keeps, from its own fields: the frontier's "always keeps" column."""
+        raise NotImplementedError(f"{self.name} does not say what it always keeps")
 
     @property
     def reindexes_positions(self) -> bool:
@@ -141,6 +156,7 @@ class CacheOp:
 # --------------------------------------------------------------------------- shared by the quantisers
 
 BITS = (2, 4, 8)
+FEWER_BITS = "every entry, stored in fewer bits"  # what a cast or a quantised cache always keeps
 SCALE_BYTES = 2  # a scale or zero point is counted as fp16, as quantised caches store them
 
 

@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvutils.cache.registry import parse_op
+from kvutils.cache.registry import by_place, parse_op
 from kvutils.core import compare
 from kvutils.report import interactive
 from kvutils.report.figures import styled
-from kvutils.report.names import DISPLAY, human
+from kvutils.report.names import display_names, human
 from kvutils.report.tables import page_table
 from kvutils.report.text import fmt
 
 EXACT_FLOOR = 1e-7  # where an exact row (KL 0) is drawn on the log axis
-# one colour per method, told apart in print (the baseline grey, the exact cache black)
-COLOURS = {"exact": "black", "cast": "#8c564b", "quantize_kivi": "#17becf", "hf_quantized": "navy",
-           "streaming window": "#bcbd22", "random": "#7f7f7f", "knorm": "#ff7f0e", "snapkv": "#2ca02c",
-           "expected_attention": "#d62728", "pyramidkv": "#9467bd", "adakv": "#e377c2", "h2o": "#1f77b4",
-           "tova": "gold"}
+# a method without a colour of its own (its class's `colour` is None) gets one of these on a chart
 SPARE_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5")
 HELD_SPREAD = 1.1  # within a level, mean held bytes further apart than this factor are reported as unequal
 X_LABEL = "mean bytes held over the decode (% of the exact cache's)"
@@ -30,30 +26,31 @@ def label(spec: str) -> str:
     return human(spec)
 
 
+def method_named(name: str) -> str:
+    """A method's name on the charts: its registry name, the window's "streaming window"."""
+    return "streaming window" if name == "window" else name
+
+
 def method(spec: str) -> str:
     """The method a spec belongs to (one colour on the chart)."""
-    op = parse_op(spec)
-    return "streaming window" if op.name == "window" else op.name
+    return method_named(parse_op(spec).name)
+
+
+def colours() -> dict[str, str]:
+    """One colour per method (its class's `colour`), told apart in print (the baseline grey, the exact
+    cache black), keyed as `method` names it; a method without one is left to SPARE_COLOURS."""
+    return {method_named(cls.name): cls.colour for cls in by_place() if cls.colour is not None}
+
+
+def chart_colours(methods) -> dict[str, str]:
+    """The colour of each method on one chart, in order: its own, else the next spare one, else grey."""
+    spare, own = iter(SPARE_COLOURS), colours()
+    return {m: own.get(m) or next(spare, "0.5") for m in dict.fromkeys(methods)}
 
 
 def what_it_keeps(spec: str) -> str:
-    """What the method always keeps, from its own parameters (as its reference implementation)."""
-    op = parse_op(spec)
-    name = op.name
-    if name in ("snapkv", "pyramidkv", "adakv"):
-        return f"its observation window, the last {op.window} prefill tokens; no sinks (kvpress's SnapKV protects none)"
-    if name == "expected_attention":
-        return f"the first {op.sinks} tokens (sinks; kvpress's n_sink = 4)"
-    if name == "window":
-        return f"the first {op.sinks} tokens (sinks) and the most recent ones, up to its size (StreamingLLM keeps 4 sinks)"
-    if name == "h2o":
-        return (f"the most recent {op.recent:.0%} of its budget; the rest by accumulated attention "
-                "(no sinks: the first tokens stay only as heavy hitters)")
-    if name == "tova":
-        return "the last prefill token at the cut; then nothing (the entry with the least attention goes)"
-    if name in ("random", "knorm"):
-        return "nothing in particular (no sinks, no recent window)"
-    return "every entry" if name == "exact" else "every entry, stored in fewer bits"
+    """What the method always keeps, from its own parameters (its class's `always_keeps()`)."""
+    return parse_op(spec).always_keeps()
 
 
 def keeps_table(frontier: dict) -> pd.DataFrame:
@@ -179,20 +176,20 @@ def plot_frontier(frontier: dict):
         return fig
     points = frontier_points(frontier)
     methods = list(dict.fromkeys(points["method"]))
-    spare = iter(SPARE_COLOURS)
-    colours = {m: COLOURS.get(m) or next(spare, "0.5") for m in methods}
+    colour = chart_colours(methods)
     fig, axes = plt.subplots(len(frontier), 1, figsize=(7.5, 3.6 * len(frontier) + 1.8), sharex=True, squeeze=False)
     for ax, model in zip(axes[:, 0], frontier):
         for name, group in points[points["model"] == model].groupby("method", sort=False):
             group = group.sort_values("held % of exact")
-            ax.plot(group["held % of exact"], group["plotted KL"], marker="o", color=colours[name], lw=1, ms=6,
+            ax.plot(group["held % of exact"], group["plotted KL"], marker="o", color=colour[name], lw=1, ms=6,
                     mec="white", mew=0.6)
         ax.set_yscale("log")
         ax.set_title(model)
         ax.set_ylabel(f"mean KL vs exact\n(nats, log; {EXACT_FLOOR:g} = exact)")
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(X_LABEL)
-    handles = [plt.Line2D([], [], color=colours[m], marker="o", lw=1, label=DISPLAY.get(m, m)) for m in methods]
+    names = display_names()
+    handles = [plt.Line2D([], [], color=colour[m], marker="o", lw=1, label=names.get(m, m)) for m in methods]
     fig.suptitle(_title(frontier))
     fig.tight_layout()
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)

@@ -3,14 +3,13 @@
 ("snapkv:compression_ratio=0.5,window=64,kernel=5") stays where a reader copies it to `--op`."""
 from __future__ import annotations
 
-from kvutils.cache.registry import parse_op
+from kvutils.cache.registry import OPS, parse_op
 from kvutils.studies.cache_approximations.frontier import STREAMING_SINKS
 
-# the method's name as its paper or library writes it
-DISPLAY = {"snapkv": "SnapKV", "pyramidkv": "PyramidKV", "adakv": "AdaKV", "knorm": "K-norm", "random": "random",
-           "expected_attention": "Expected Attention", "h2o": "H2O", "tova": "TOVA", "exact": "exact cache",
-           "quantize_naive": "naive", "quantize_kivi": "KIVI", "cast": "cast", "hf_quantized": "transformers",
-           "chunk_reuse": "chunk reuse", "chunk_blend": "CacheBlend", "window": "window"}
+
+def display_names() -> dict[str, str]:
+    """Every registered method's name as its paper or library writes it (its class's `display`)."""
+    return {name: cls.display for name, cls in OPS.items()}
 
 
 def _pct(x: float) -> str:
@@ -20,7 +19,7 @@ def _pct(x: float) -> str:
 def human(spec: str) -> str:
     """The operation's name and setting, for a reader."""
     op = parse_op(spec)
-    name = DISPLAY.get(op.name, op.name)
+    name = op.display
     if op.setting("compression_ratio") is not None:
         return f"{name} (evicts {_pct(op.compression_ratio)})"
     named = {
@@ -46,4 +45,4 @@ def human_label(label: str) -> str:
         return f"window with {STREAMING_SINKS} sinks (evicts {evicts} on average)"
     if name == "snapkv-question":
         return f"SnapKV observing the question (evicts {evicts})"
-    return f"{DISPLAY.get(name, name)} (evicts {evicts})"
+    return f"{display_names().get(name, name)} (evicts {evicts})"

@@ -14,7 +14,7 @@ from scipy.stats import rankdata
 from kvutils.cache.registry import parse_op
 from kvutils.core import compare, haystack
 from kvutils.report.figures import styled
-from kvutils.report.frontier import COLOURS, SPARE_COLOURS
+from kvutils.report.frontier import chart_colours, method_named
 from kvutils.report.names import human_label
 from kvutils.report.tables import page_table
 from kvutils.report.text import counted, listed
@@ -35,8 +35,7 @@ def short(label: str) -> str:
 
 
 def method_of(label: str) -> str:
-    name = label.split("@")[0].split(":")[0]
-    return "streaming window" if name == "window" else name
+    return method_named(label.split("@")[0].split(":")[0])
 
 
 def _pct(x: float) -> str:
@@ -100,8 +99,7 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(7.5, 3.2 * rows + 1.2), squeeze=False, sharey=True)
     points = retrieval_points(retrieval)
-    spare = iter(SPARE_COLOURS)
-    colours = {m: COLOURS.get(m) or next(spare, "0.5") for m in dict.fromkeys(points["method"])}
+    colours = chart_colours(points["method"])
     for ax, (model, hay) in zip(axes.flat, panels):
         exact = retrieval[model][hay]["exact"]["accuracy"]
         ax.axhline(100 * exact, color="black", ls="--", lw=1)
@@ -332,8 +330,7 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
     cols = 2 if len(panels) > 1 else 1
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(7.5, 3.2 * rows + 1.2), squeeze=False, sharey=True)
-    spare = iter(SPARE_COLOURS)
-    colours = {m: COLOURS.get(m) or next(spare, "0.5") for m in dict.fromkeys(points["method"])}
+    colours = chart_colours(points["method"])
     for ax, (model, level) in zip(axes.flat, panels):
         sub = points[(points["model"] == model) & (points["level"] == level)]
         for _, p in sub.iterrows():

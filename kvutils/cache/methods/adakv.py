@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kvutils.cache.base import check_fraction
-from kvutils.cache.methods.press import Press, kept_per_head, top_mask
+from kvutils.cache.methods.press import AT_LEVELS, FRONTIER_RATIOS, Press, at_ratios, kept_per_head, top_mask
 from kvutils.cache.methods.snapkv import SnapKVPress
 from kvutils.core import checks
 
@@ -22,6 +22,14 @@ class AdaKVPress(Press):
     safeguard: float = 0.2
     name: ClassVar[str] = "adakv"
     examples: ClassVar[tuple[str, ...]] = ("adakv:compression_ratio=0.5,window=4,kernel=3",)
+    display: ClassVar[str] = "AdaKV"
+    colour: ClassVar[str | None] = "#e377c2"
+    place: ClassVar[int] = 150
+    frontier: ClassVar[tuple[str, ...]] = at_ratios(*FRONTIER_RATIOS)
+    retrieval: ClassVar[tuple[str, ...]] = AT_LEVELS
+
+    def always_keeps(self):
+        return SnapKVPress(self.compression_ratio, self.window, self.kernel).always_keeps()
 
     def __post_init__(self):
         super().__post_init__()

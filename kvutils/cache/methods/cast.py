@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.base import CacheOp, reject
+from kvutils.cache.base import FEWER_BITS, CacheOp, reject
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,14 @@ class Cast(CacheOp):
     name: ClassVar[str] = "cast"
     family: ClassVar[str] = "precision (cast)"
     examples: ClassVar[tuple[str, ...]] = ("cast:dtype=float16", "cast:dtype=bfloat16")
+    display: ClassVar[str] = "cast"
+    colour: ClassVar[str | None] = "#8c564b"
+    place: ClassVar[int] = 20
+    frontier: ClassVar[tuple[str, ...]] = ("dtype=bfloat16",)
+    retrieval: ClassVar[tuple[str, ...]] = ("dtype=bfloat16",)
+
+    def always_keeps(self):
+        return FEWER_BITS
     transforms_storage: ClassVar[bool] = True
     DTYPES: ClassVar[dict[str, int]] = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}  # bytes per element
 

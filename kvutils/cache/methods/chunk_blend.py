@@ -19,6 +19,15 @@ class ChunkBlend(Chunk):
     chunk: int = 128
     name: ClassVar[str] = "chunk_blend"
     examples: ClassVar[tuple[str, ...]] = ("chunk_blend:recompute_fraction=0.25,chunk=8",)
+    display: ClassVar[str] = "CacheBlend"
+    colour: ClassVar[str | None] = None  # refused on the frontier (chapter 4 scores it in Table 2 only)
+    place: ClassVar[int] = 70
+    frontier: ClassVar[tuple[str, ...]] = ()
+    retrieval: ClassVar[tuple[str, ...]] = ()
+
+    def always_keeps(self):
+        return (f"every entry; the reused chunk's computed without the tokens before it, then the "
+                f"{self.recompute_fraction:.0%} of its tokens that deviate most recomputed in context")
 
     def __post_init__(self):
         check_fraction(self.name, "recompute_fraction", self.recompute_fraction)

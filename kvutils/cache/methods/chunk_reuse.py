@@ -37,6 +37,14 @@ class ChunkReuse(Chunk):
     name: ClassVar[str] = "chunk_reuse"
     examples: ClassVar[tuple[str, ...]] = ("chunk_reuse:positions=original,chunk=8",
                                            "chunk_reuse:positions=reindexed,chunk=8")
+    display: ClassVar[str] = "chunk reuse"
+    colour: ClassVar[str | None] = None  # refused on the frontier (chapter 4 scores it in Table 2 only)
+    place: ClassVar[int] = 60
+    frontier: ClassVar[tuple[str, ...]] = ()
+    retrieval: ClassVar[tuple[str, ...]] = ()
+
+    def always_keeps(self):
+        return "every entry; the reused chunk's computed without the tokens before it"
 
     def __post_init__(self):
         if self.positions not in ("original", "reindexed"):

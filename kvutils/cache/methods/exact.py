@@ -13,3 +13,12 @@ class Exact(CacheOp):
 
     name: ClassVar[str] = "exact"
     examples: ClassVar[tuple[str, ...]] = ("exact",)
+    family: ClassVar[str] = "exact"
+    display: ClassVar[str] = "exact cache"
+    colour: ClassVar[str | None] = "black"
+    place: ClassVar[int] = 10
+    frontier: ClassVar[tuple[str, ...]] = ("",)  # the reference every point is measured against
+    retrieval: ClassVar[tuple[str, ...]] = ()  # the test's reference: always scored
+
+    def always_keeps(self):
+        return "every entry"

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from kvutils.cache.base import reject
-from kvutils.cache.methods.press import Press
+from kvutils.cache.methods.press import AT_LEVELS, FRONTIER_RATIOS, Press, at_ratios
 from kvutils.core import checks
 
 if TYPE_CHECKING:
@@ -26,6 +26,14 @@ class ExpectedAttentionPress(Press):
     sinks: int = 4
     name: ClassVar[str] = "expected_attention"
     examples: ClassVar[tuple[str, ...]] = ("expected_attention:compression_ratio=0.5,future=16,sinks=2",)
+    display: ClassVar[str] = "Expected Attention"
+    colour: ClassVar[str | None] = "#d62728"
+    place: ClassVar[int] = 130  # before PyramidKV on the frontier and in the retrieval test
+    frontier: ClassVar[tuple[str, ...]] = at_ratios(*FRONTIER_RATIOS)
+    retrieval: ClassVar[tuple[str, ...]] = AT_LEVELS
+
+    def always_keeps(self):
+        return f"the first {self.sinks} tokens (sinks; kvpress's n_sink = 4)"
 
     def __post_init__(self):
         super().__post_init__()

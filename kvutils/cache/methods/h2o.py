@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from kvutils.cache.base import check_fraction
 from kvutils.cache.methods.policy import DecodePolicy
-from kvutils.cache.methods.press import kept_per_head, top_mask
+from kvutils.cache.methods.press import at_ratios, kept_per_head, top_mask
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,18 @@ class H2O(DecodePolicy):
     recent: float = 0.5
     name: ClassVar[str] = "h2o"
     examples: ClassVar[tuple[str, ...]] = ("h2o:compression_ratio=0.5",)
+    display: ClassVar[str] = "H2O"
+    colour: ClassVar[str | None] = "#1f77b4"
+    place: ClassVar[int] = 200
+    # one forward per token on the frontier (~0.05-0.3 s each on a CPU core): at 0.5 only, to keep `make book`
+    # within its budget; left out of the retrieval test: its accumulated attention over every prefill query
+    # costs 18 s per prompt and level (SmolLM2, 1,024 tokens), a fifth of a chapter's budget
+    frontier: ClassVar[tuple[str, ...]] = at_ratios(0.5)
+    retrieval: ClassVar[tuple[str, ...]] = ()
+
+    def always_keeps(self):
+        return (f"the most recent {self.recent:.0%} of its budget; the rest by accumulated attention "
+                "(no sinks: the first tokens stay only as heavy hitters)")
 
     def __post_init__(self):
         super().__post_init__()

@@ -7,7 +7,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.base import CACHE_OBJECT, CacheOp, reject
+from kvutils.cache.base import CACHE_OBJECT, FEWER_BITS, CacheOp, reject
 from kvutils.core import checks
 from kvutils.models.layers import layer_types
 
@@ -52,6 +52,14 @@ class HFQuantized(CacheOp):
     name: ClassVar[str] = "hf_quantized"
     family: ClassVar[str] = "transformers QuantizedCache"
     examples: ClassVar[tuple[str, ...]] = ("hf_quantized:backend=fp8",)
+    display: ClassVar[str] = "transformers"
+    colour: ClassVar[str | None] = "navy"
+    place: ClassVar[int] = 80
+    frontier: ClassVar[tuple[str, ...]] = ("backend=fp8",)
+    retrieval: ClassVar[tuple[str, ...]] = ()
+
+    def always_keeps(self):
+        return FEWER_BITS
     has_fast_path: ClassVar[bool] = False
     data_dependent: ClassVar[bool] = True  # its bytes are read off the real cache object
     kind: ClassVar[str] = CACHE_OBJECT

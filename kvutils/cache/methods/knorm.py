@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.methods.press import Press
+from kvutils.cache.methods.press import AT_LEVELS, FRONTIER_RATIOS, Press, at_ratios
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,14 @@ class KnormPress(Press):
 
     name: ClassVar[str] = "knorm"
     examples: ClassVar[tuple[str, ...]] = ("knorm:compression_ratio=0.5",)
+    display: ClassVar[str] = "K-norm"
+    colour: ClassVar[str | None] = "#ff7f0e"
+    place: ClassVar[int] = 110
+    frontier: ClassVar[tuple[str, ...]] = at_ratios(*FRONTIER_RATIOS)
+    retrieval: ClassVar[tuple[str, ...]] = AT_LEVELS
+
+    def always_keeps(self):
+        return "nothing in particular (no sinks, no recent window)"
 
     def score(self, view):
         return -view.keys[0].norm(dim=-1)

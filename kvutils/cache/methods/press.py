@@ -23,6 +23,15 @@ if TYPE_CHECKING:
     from kvutils.cache.prefilled import LayerView
 
 
+FRONTIER_RATIOS = (0.25, 0.5, 0.75)  # chapter 4's frontier sweeps each press over these budgets
+AT_LEVELS = ("",)  # a press or policy's `retrieval`: at its defaults, at each budget level of the test
+
+
+def at_ratios(*ratios: float) -> tuple[str, ...]:
+    """A press's or policy's settings on the frontier, one per ratio: ("compression_ratio=0.25", ...)."""
+    return tuple(f"compression_ratio={r}" for r in ratios)
+
+
 def check_ratio(op: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         reject(op, "compression_ratio", value, "a number with 0 <= compression_ratio < 1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from kvutils.cache.methods.press import AT_LEVELS, FRONTIER_RATIOS, at_ratios
 from kvutils.cache.methods.snapkv import SnapKVPress
 from kvutils.core import checks
 
@@ -18,6 +19,12 @@ class PyramidKVPress(SnapKVPress):
     beta: int = 20
     name: ClassVar[str] = "pyramidkv"
     examples: ClassVar[tuple[str, ...]] = ("pyramidkv:compression_ratio=0.5,window=2,kernel=3,beta=2",)
+    display: ClassVar[str] = "PyramidKV"
+    colour: ClassVar[str | None] = "#9467bd"
+    place: ClassVar[int] = 140
+    frontier: ClassVar[tuple[str, ...]] = at_ratios(*FRONTIER_RATIOS)
+    retrieval: ClassVar[tuple[str, ...]] = AT_LEVELS
+    # always_keeps: SnapKV's (its observation window)
 
     def __post_init__(self):
         super().__post_init__()

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.base import SCALE_BYTES, CacheOp, check_bits, quantize_asymmetric, reject
+from kvutils.cache.base import FEWER_BITS, SCALE_BYTES, CacheOp, check_bits, quantize_asymmetric, reject
 from kvutils.core import checks
 from kvutils.models.layers import kv_shape
 
@@ -28,6 +28,14 @@ class QuantizeKivi(CacheOp):
     name: ClassVar[str] = "quantize_kivi"
     family: ClassVar[str] = "quantisation"
     examples: ClassVar[tuple[str, ...]] = ("quantize_kivi:bits=2,group=4,residual=8",)
+    display: ClassVar[str] = "KIVI"
+    colour: ClassVar[str | None] = "#17becf"
+    place: ClassVar[int] = 40
+    frontier: ClassVar[tuple[str, ...]] = ("bits=4", "bits=2")
+    retrieval: ClassVar[tuple[str, ...]] = ("bits=4", "bits=2")
+
+    def always_keeps(self):
+        return FEWER_BITS
     transforms_storage: ClassVar[bool] = True
 
     def __post_init__(self):

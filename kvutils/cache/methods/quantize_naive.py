@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.base import SCALE_BYTES, CacheOp, check_bits, quantize_symmetric
+from kvutils.cache.base import FEWER_BITS, SCALE_BYTES, CacheOp, check_bits, quantize_symmetric
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,14 @@ class QuantizeNaive(CacheOp):
     name: ClassVar[str] = "quantize_naive"
     family: ClassVar[str] = "quantisation"
     examples: ClassVar[tuple[str, ...]] = ("quantize_naive:bits=4",)
+    display: ClassVar[str] = "naive"
+    colour: ClassVar[str | None] = None  # not on the frontier's default list: a spare colour where drawn
+    place: ClassVar[int] = 30
+    frontier: ClassVar[tuple[str, ...]] = ()
+    retrieval: ClassVar[tuple[str, ...]] = ("bits=4",)
+
+    def always_keeps(self):
+        return FEWER_BITS
     transforms_storage: ClassVar[bool] = True
 
     def __post_init__(self):

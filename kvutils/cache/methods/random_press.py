@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvutils.cache.methods.press import Press
+from kvutils.cache.methods.press import AT_LEVELS, FRONTIER_RATIOS, Press, at_ratios
 from kvutils.core import checks
 
 
@@ -16,6 +16,14 @@ class RandomPress(Press):
     seed: int = 0
     name: ClassVar[str] = "random"
     examples: ClassVar[tuple[str, ...]] = ("random:compression_ratio=0.5",)
+    display: ClassVar[str] = "random"
+    colour: ClassVar[str | None] = "#7f7f7f"  # the baseline's grey
+    place: ClassVar[int] = 100
+    frontier: ClassVar[tuple[str, ...]] = at_ratios(*FRONTIER_RATIOS)
+    retrieval: ClassVar[tuple[str, ...]] = AT_LEVELS
+
+    def always_keeps(self):
+        return "nothing in particular (no sinks, no recent window)"
 
     def __post_init__(self):
         super().__post_init__()

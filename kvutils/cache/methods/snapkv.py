@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kvutils.cache.base import reject
-from kvutils.cache.methods.press import Press
+from kvutils.cache.methods.press import AT_LEVELS, FRONTIER_RATIOS, Press, at_ratios
 from kvutils.core import checks
 
 
@@ -20,6 +20,15 @@ class SnapKVPress(Press):
     kernel: int = 5
     name: ClassVar[str] = "snapkv"
     examples: ClassVar[tuple[str, ...]] = ("snapkv:compression_ratio=0.5,window=4,kernel=3",)
+    display: ClassVar[str] = "SnapKV"
+    colour: ClassVar[str | None] = "#2ca02c"
+    place: ClassVar[int] = 120
+    frontier: ClassVar[tuple[str, ...]] = at_ratios(*FRONTIER_RATIOS)
+    retrieval: ClassVar[tuple[str, ...]] = AT_LEVELS
+
+    def always_keeps(self):
+        return (f"its observation window, the last {self.window} prefill tokens; no sinks "
+                "(kvpress's SnapKV protects none)")
 
     def __post_init__(self):
         super().__post_init__()

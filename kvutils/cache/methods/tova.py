@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kvutils.cache.methods.policy import DecodePolicy
-from kvutils.cache.methods.press import kept_per_head, top_mask
+from kvutils.cache.methods.press import AT_LEVELS, at_ratios, kept_per_head, top_mask
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,15 @@ class TOVA(DecodePolicy):
 
     name: ClassVar[str] = "tova"
     examples: ClassVar[tuple[str, ...]] = ("tova:compression_ratio=0.5",)
+    display: ClassVar[str] = "TOVA"
+    colour: ClassVar[str | None] = "gold"
+    place: ClassVar[int] = 210
+    # also at 0.25, where the retrieval test scores it (its KL beside its retrieval at both levels)
+    frontier: ClassVar[tuple[str, ...]] = at_ratios(0.25, 0.5)
+    retrieval: ClassVar[tuple[str, ...]] = AT_LEVELS
+
+    def always_keeps(self):
+        return "the last prefill token at the cut; then nothing (the entry with the least attention goes)"
 
     def start(self, view):
         P = view.keys.shape[-2]

@@ -22,6 +22,15 @@ class Window(CacheOp):
     family: ClassVar[str] = "window (position-based eviction)"
     examples: ClassVar[tuple[str, ...]] = ("window:size=10,sinks=2", "window:size=10,sinks=0",
                                            "window:size=10,sinks=2,reindex=true")
+    display: ClassVar[str] = "window"
+    colour: ClassVar[str | None] = "#bcbd22"  # the charts call it "streaming window"
+    place: ClassVar[int] = 50
+    frontier: ClassVar[tuple[str, ...]] = ("size=128,sinks=4",)  # + one matched to each press level
+    retrieval: ClassVar[tuple[str, ...]] = ()  # the study adds a 4-sink window matched to each budget level
+
+    def always_keeps(self):
+        return (f"the first {self.sinks} tokens (sinks) and the most recent ones, up to its size "
+                "(StreamingLLM keeps 4 sinks)")
 
     @property
     def reindexes_positions(self) -> bool:

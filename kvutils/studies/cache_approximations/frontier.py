@@ -19,11 +19,11 @@ import torch
 from kvutils.cache.base import CacheOp
 from kvutils.cache.methods.adakv import AdaKVPress
 from kvutils.cache.methods.policy import DecodePolicy
-from kvutils.cache.methods.press import Press, kept_per_head
+from kvutils.cache.methods.press import FRONTIER_RATIOS, Press, kept_per_head
 from kvutils.cache.methods.pyramidkv import PyramidKVPress
 from kvutils.cache.methods.snapkv import SnapKVPress
 from kvutils.cache.methods.window import Window
-from kvutils.cache.registry import FRONTIER_OPS, FRONTIER_RATIOS, parse_op
+from kvutils.cache.registry import frontier_ops, parse_op
 from kvutils.cache.sizes import cache_bytes
 from kvutils.core import compare
 from kvutils.models.layers import kv_shape, layer_types
@@ -40,11 +40,11 @@ def matched_budget(prefill: int, decode: int, ratio: float) -> int:
 
 
 def default_specs(prefill: int, decode: int) -> list[str]:
-    """cache.FRONTIER_OPS with each decode-time policy's ratio lowered so that its constant budget
-    equals the press's mean held entries at the original ratio, plus a StreamingLLM window
-    (4 sinks + recent tokens) matched to every press ratio."""
+    """The registry's `frontier_ops()` with each decode-time policy's ratio lowered so that its
+    constant budget equals the press's mean held entries at the original ratio, plus a StreamingLLM
+    window (4 sinks + recent tokens) matched to every press ratio."""
     out = []
-    for spec in FRONTIER_OPS:
+    for spec in frontier_ops():
         op = parse_op(spec)
         budget = matched_budget(prefill, decode, op.compression_ratio) if isinstance(op, DecodePolicy) else prefill
         if budget < prefill:

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from scipy import stats as scistats
 
+from kvutils.cache import registry
+from kvutils.cache.base import POLICY, PRESS
 from kvutils.cache.methods.exact import Exact
 from kvutils.cache.methods.quantize_kivi import QuantizeKivi
 from kvutils.cache.methods.window import Window
@@ -29,15 +31,13 @@ from kvutils.studies.cache_approximations import frontier
 
 GATE = 0.8  # the exact cache's accuracy a (model, haystack, context) needs before methods are judged there
 # the precision rows (fixed specs), the presses swept at the press levels (kvpress's compression_ratio) and
-# the decode-time policies at the budget matching each level (as the window). What `make book` can afford (a
+# the decode-time policies at the budget matching each level (as the window), each as its class states in
+# `retrieval` (the registry's `retrieval_fixed()`, `retrieval_swept(kind)`). What `make book` can afford (a
 # one-forward press costs about 0.6 s per prompt and level here, both regimes; expected_attention 2 s, tova's
-# step path 3.5 s): every press, tova, and the precision rows people deploy. h2o is left to
-# `python -m kvutils.accept --task passkey`: its accumulated attention over every prefill query costs 18 s
-# per prompt and level (SmolLM2, 1,024 tokens), a fifth of a chapter's budget at 36 prompts and 2 levels
-PRECISION = ("cast:dtype=bfloat16", "quantize_naive:bits=4", "quantize_kivi:bits=4", "quantize_kivi:bits=2")
-PRESSES = ("random", "knorm", "snapkv", "expected_attention", "pyramidkv", "adakv")
-POLICIES = ("tova",)
+# step path 3.5 s): every press, tova, and the precision rows people deploy; h2o is left to
+# `python -m kvutils.accept --task passkey` (kvutils/cache/methods/h2o.py says why)
 LEVELS = (0.25, 0.5)
+
 # random eviction again with other seeds, folded into random@<level>'s "seeds" (`fold_seeds`): its
 # accuracy as a mean over seeds with their range; the first seed's records stay the method's own
 RANDOM_SEEDS = (0, 1, 2)
@@ -50,8 +50,22 @@ BOOTSTRAP = 2000  # resamples of the rank agreement's interval
 SEED = 0
 
 
-def method_specs(prompt: Prompt, config=None, precision=PRECISION, presses=PRESSES, levels=LEVELS,
-                 policies=POLICIES, seeds=RANDOM_SEEDS) -> dict[str, str]:
+def precision() -> tuple[str, ...]:
+    """The precision rows, scored at fixed settings (each class's `retrieval`), in the registry's place order."""
+    return registry.retrieval_fixed()
+
+
+def presses() -> tuple[str, ...]:
+    """The presses swept over LEVELS (their classes' `retrieval` is `AT_LEVELS`)."""
+    return registry.retrieval_swept(PRESS)
+
+
+def policies() -> tuple[str, ...]:
+    """The decode-time policies, each at the budget matching every level."""
+    return registry.retrieval_swept(POLICY)
+
+
+def method_specs(prompt: Prompt, config=None, levels=LEVELS, seeds=RANDOM_SEEDS) -> dict[str, str]:
     """label -> spec for one context: the precision rows, each press at each level (random once per
     seed), each decode-time policy and a StreamingLLM window (4 sinks) holding, on average over the
     agnostic decode, what a press holds, and at QUESTION_WINDOW_LEVELS SnapKV observing the
@@ -61,21 +75,21 @@ def method_specs(prompt: Prompt, config=None, precision=PRECISION, presses=PRESS
     D = len(prompt.ids) - 1 - P
     head_dim = kv_shape(config)[1] if config is not None else None
     out = {}
-    for spec in precision:
+    for spec in precision():
         op = parse_op(spec)
         if isinstance(op, QuantizeKivi) and head_dim is not None and head_dim % op.group:
             op = dataclasses.replace(op, group=head_dim)
         out[spec] = op.spec
     for r in levels:
-        for name in presses:
+        for name in presses():
             out[f"{name}@{r:g}"] = parse_op(f"{name}:compression_ratio={r}").spec
-        if "random" in presses:
+        if "random" in presses():
             for seed in seeds[1:]:
                 out[f"{SEED_LABEL}{seed}@{r:g}"] = parse_op(f"random:compression_ratio={r},seed={seed}").spec
-        if "snapkv" in presses and r in QUESTION_WINDOW_LEVELS:
+        if "snapkv" in presses() and r in QUESTION_WINDOW_LEVELS:
             question = max(1, prompt.answer - 1 - prompt.question)  # (aware) the prefill's last tokens: the question
             out[f"{QUESTION_WINDOW}@{r:g}"] = parse_op(f"snapkv:compression_ratio={r},window={question}").spec
-        for name in policies:
+        for name in policies():
             out[f"{name}@{r:g}"] = parse_op(frontier.matched_policy(name, P, D, r)).spec
         size = frontier.matched_budget(P, D, r)
         out[f"window@{r:g}"] = parse_op(f"window:size={size},sinks={frontier.STREAMING_SINKS}").spec
@@ -270,12 +284,12 @@ def frontier_label(spec: str, level) -> str | None:
     op = parse_op(spec)
     if isinstance(op, Window) and level is not None and op.sinks == frontier.STREAMING_SINKS:
         return f"window@{level:g}"
-    if op.name in POLICIES:
+    if op.name in policies():
         return f"{op.name}@{level:g}" if level is not None and float(level) in LEVELS else None
     ratio = op.setting("compression_ratio")
-    if ratio is not None and op.name in PRESSES and float(ratio) in LEVELS:
+    if ratio is not None and op.name in presses() and float(ratio) in LEVELS:
         return f"{op.name}@{float(ratio):g}"
-    return spec if spec in PRECISION else None
+    return spec if spec in precision() else None
 
 
 def score_model(loaded, prompts_by_haystack: dict[str, list[Prompt]], progress: bool = True) -> dict:
