@@ -1,0 +1,144 @@
+"""Figures that read (issue 50, item 6): no title, axis label or tick label over another, no legend
+over a curve, and every figure of every notebook with an alt text that says what it shows. The
+figures are drawn from a full build's results (tests/data/full_build), where the defects showed."""
+import ast
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kvutils.core.catalog import NOTEBOOKS
+from kvutils.report import figures
+
+ROOT = Path(__file__).parents[2]
+FULL_BUILD = ROOT / "tests" / "data" / "full_build"
+PLOT_NAMES = re.compile(r"\b(fig|\w+_fig|figures\[.+\]|\w+_chart\(.*\)|plot_\w+\(.*\))$")
+
+
+@pytest.fixture(scope="module")
+def plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    yield plt
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {name: json.loads(gzip.decompress((FULL_BUILD / f"{name}.json.gz").read_bytes()))
+            for name in NOTEBOOKS.values()}
+
+
+def test_overlapping_titles_and_labels_are_caught(plt):
+    """Each kind of overlap the issue saw, drawn on purpose: two panel titles too long for their
+    column, a suptitle over the first panel's title, an x label over the panel below's title."""
+    with figures.figure_style():
+        fig, axes = plt.subplots(2, 2, figsize=(6, 5))
+        long = "gemma3-270m, evicts 25 %: tau = -0.15 [-0.26, +0.26] over 72 questions"
+        axes[0, 0].set_title(long)
+        axes[0, 1].set_title(long)
+        axes[0, 0].set_xlabel("mean KL from the exact cache\n(nats, log scale)\nthird line\nfourth line")
+        axes[1, 0].set_title("below")
+        fig.suptitle("A suptitle with no room", y=0.95)
+        problems = figures.overlapping_text(fig)
+    assert any("axes 0 title" in p and "axes 1 title" in p for p in problems), problems
+    assert any(p.startswith("suptitle") and "axes 0 title" in p for p in problems), problems
+    assert any("axes 0 x label" in p and "axes 2 title" in p for p in problems), problems
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 4))  # the guide's defect: a title printed over its first panel
+    fig.suptitle("Decision guide", y=0.8)
+    assert any("is drawn over the plot of axes 0" in p for p in figures.overlapping_text(fig))
+    plt.close(fig)
+    with figures.figure_style():  # the same panels laid out: nothing caught
+        fig, axes = plt.subplots(2, 2, figsize=(6, 5))
+        for ax in axes.flat:
+            ax.set_title("short")
+            ax.set_xlabel("x (units)")
+        fig.suptitle("A suptitle")
+        fig.tight_layout()
+        assert figures.overlapping_text(fig) == []
+    plt.close(fig)
+
+
+def test_a_legend_over_a_curve_is_caught(plt):
+    """Chapter 5's defect: the legend inside the axes hid the spike of one loss curve."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(range(10), [0.5] * 9 + [1.4], label="k = 4")  # the spike at the top right
+    ax.plot(range(10), [0.2] * 10, label="k = 8")
+    ax.legend(loc="upper right")
+    assert any("plotted point(s)" in p for p in figures.covered_or_clipped(fig))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    assert figures.covered_or_clipped(fig) == []
+    plt.close(fig)
+
+
+def _fixed_figures(runs: dict) -> dict:
+    from kvutils.report import cache_exactness, conclusions, qwen3_switch, retrieval
+
+    n = {name[:2]: r["numbers"] for name, r in runs.items()}
+    model = next(iter(n["04"]["table2"]))
+    return {"chapter 1": lambda: cache_exactness.plot_chapter1(n["01"]),
+            "chapter 4 KL vs retrieval": lambda: retrieval.plot_kl_vs_retrieval(n["04"]["retrieval"],
+                                                                                n["04"]["frontier"]),
+            "decision guide": lambda: conclusions.plot_decision_guide(conclusions.decision_rows(runs), model),
+            "chapter 5 losses": lambda: qwen3_switch.plot_losses(n["05"])}
+
+
+@pytest.mark.parametrize("name", ["chapter 1", "chapter 4 KL vs retrieval", "decision guide", "chapter 5 losses"])
+def test_each_fixed_figure_reads_with_the_full_builds_results(plt, runs, name):
+    fig = _fixed_figures(runs)[name]()
+    assert figures.overlapping_text(fig) == [], name
+    assert figures.covered_or_clipped(fig) == [], name
+    assert figures.illegible_text(fig) == [], name
+    plt.close(fig)
+
+
+def test_the_frontier_chart_shows_no_toolbar_over_its_title(runs):
+    from kvutils.report import frontier
+
+    chart = frontier.frontier_chart(runs["04_cache_approximations"]["numbers"]["frontier"])
+    spec = json.loads(chart.html.split("const spec = ")[1].split(";\n")[0])
+    assert spec["config"]["displayModeBar"] is False
+    assert 'role="img" aria-label="Interactive chart: ' in chart.html
+
+
+def _figure_cells(notebook: Path) -> list[tuple[int, dict]]:
+    """Every code cell whose last statement shows a figure: a figure variable, a `figures[...]`
+    entry, a `*_chart(...)` or a `plot_*(...)` call."""
+    cells = json.loads(notebook.read_text())["cells"]
+    found = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        body = ast.parse("".join(cell["source"])).body
+        if body and isinstance(body[-1], ast.Expr) and PLOT_NAMES.search(ast.unparse(body[-1].value).split(" if ")[0]):
+            found.append((i, cell))
+    return found
+
+
+@pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_every_figure_has_an_alt_text_that_says_what_it_shows(notebook):
+    """myst-nb sets the page's <img alt> from the cell's `mystnb: image: alt:` (before: the image's
+    file path). Each says in a sentence or more what the figure shows, not where it is stored."""
+    cells = json.loads(notebook.read_text())["cells"]
+    shown = _figure_cells(notebook)
+    with_alt = [i for i, c in enumerate(cells) if "mystnb" in c.get("metadata", {})]
+    assert with_alt == [i for i, _ in shown], "alt text on a cell that shows no figure, or a figure without one"
+    alts = []
+    for i, cell in shown:
+        alt = cell["metadata"]["mystnb"]["image"]["alt"]
+        assert len(alt.split()) >= 12, (i, alt)
+        assert not re.search(r"\.(png|svg|jpe?g|html)\b|_images|\w+/\w+/", alt), (i, alt)  # not a path
+        alts.append(alt)
+    assert len(set(alts)) == len(alts)  # each its own
+
+
+def test_the_figure_cells_are_found():
+    """The finder itself: chapter 4 shows seven figures and the frontier chart; chapter 1 one."""
+    assert len(_figure_cells(ROOT / "notebooks" / "04_cache_approximations.ipynb")) == 8
+    assert len(_figure_cells(ROOT / "notebooks" / "01_cache_exactness.ipynb")) == 1
