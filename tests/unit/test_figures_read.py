@@ -3,6 +3,7 @@ over a curve, and every figure of every notebook with an alt text that says what
 figures are drawn from a full build's results (tests/data/full_build), where the defects showed."""
 import ast
 import gzip
+import html
 import json
 import re
 from pathlib import Path
@@ -142,3 +143,29 @@ def test_the_figure_cells_are_found():
     """The finder itself: chapter 4 shows seven figures and the frontier chart; chapter 1 one."""
     assert len(_figure_cells(ROOT / "notebooks" / "04_cache_approximations.ipynb")) == 8
     assert len(_figure_cells(ROOT / "notebooks" / "01_cache_exactness.ipynb")) == 1
+
+
+def test_myst_nb_puts_the_cells_alt_text_on_the_pages_image(tmp_path, plt):
+    """The mechanism end to end: chapter 5's loss-curve cell, given a PNG output as papermill would
+    leave it, rendered by myst-nb (as the book renders it): the <img> carries the cell's alt text."""
+    import base64
+    import io
+
+    pytest.importorskip("myst_nb")
+    from docutils.core import publish_string
+    from myst_nb.docutils_ import Parser
+
+    notebook = json.loads((ROOT / "notebooks" / "05_qwen3_switch.ipynb").read_text())
+    (i, cell), = [(i, c) for i, c in _figure_cells(ROOT / "notebooks" / "05_qwen3_switch.ipynb")
+                  if "loss_curves" in "".join(c["source"])]
+    fig, _ = plt.subplots(figsize=(1, 1))
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    plt.close(fig)
+    cell = {**cell, "execution_count": 1, "outputs": [{"output_type": "display_data", "metadata": {}, "data": {
+        "image/png": base64.b64encode(png.getvalue()).decode(), "text/plain": "<Figure size 100x100>"}}]}
+    page = publish_string(json.dumps({**notebook, "cells": [cell]}), parser=Parser(), writer_name="html",
+                          settings_overrides={"nb_execution_mode": "off", "output_encoding": "unicode",
+                                              "report_level": 4, "nb_output_folder": str(tmp_path)})
+    alts = [html.unescape(alt) for alt in re.findall(r'<img alt="([^"]*)"', page)]
+    assert alts == [cell["metadata"]["mystnb"]["image"]["alt"]]
