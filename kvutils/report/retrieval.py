@@ -82,7 +82,7 @@ def plot_retrieval(retrieval: dict):
 def plot_needle(retrieval: dict):
     """Accuracy against the share of the needle's own entries the answer can still read (every layer
     and KV head, mean over the prompts): where a method's misses come from losing the needle itself."""
-    return _scatter(retrieval, "needle readable %", "needle entries readable (%, layers × heads)",
+    return _scatter(retrieval, "needle readable %", "needle entries readable\n(%, layers × heads)",
                     "Long-range retrieval: keys retrieved vs the needle's entries kept")
 
 
@@ -119,7 +119,7 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
     handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r]) for r, mk in REGIME_MARKERS.items()]
     handles.append(plt.Line2D([], [], color="black", ls="--", label="exact cache"))
     fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
-    fig.suptitle(f"{title} ({', '.join(retrieval)})")
+    fig.suptitle(f"{title}\nmodels: {', '.join(retrieval)}")
     legend_rows = -(-len(handles) // 3)
     fig.tight_layout(rect=(0, 0.035 * legend_rows + 0.02, 1, 1))
     return fig

@@ -78,25 +78,62 @@ def test_a_legend_over_a_curve_is_caught(plt):
     plt.close(fig)
 
 
-def _fixed_figures(runs: dict) -> dict:
-    from kvutils.report import cache_exactness, conclusions, qwen3_switch, retrieval
+def _book_figures(runs: dict) -> dict:
+    """Every figure the notebooks draw, from the full build's results (as the notebooks call them)."""
+    from kvutils.report import (
+        appendix,
+        bert_contrast,
+        cache_approximations,
+        cache_exactness,
+        conclusions,
+        frontier,
+        qwen3_switch,
+        retrieval,
+        sense_probes,
+    )
 
     n = {name[:2]: r["numbers"] for name, r in runs.items()}
-    model = next(iter(n["04"]["table2"]))
+    ch4, model = n["04"], next(iter(n["04"]["table2"]))
+    bench = json.loads(gzip.decompress((FULL_BUILD / "bench.json.gz").read_bytes()))
     return {"chapter 1": lambda: cache_exactness.plot_chapter1(n["01"]),
-            "chapter 4 KL vs retrieval": lambda: retrieval.plot_kl_vs_retrieval(n["04"]["retrieval"],
-                                                                                n["04"]["frontier"]),
+            "chapter 2": lambda: bert_contrast.plot_chapter2(n["02"]),
+            "chapter 3 probe": lambda: sense_probes.plot_chapter3_probe(n["03"]),
+            "chapter 3 attention": lambda: sense_probes.plot_chapter3_attention(n["03"]),
+            "chapter 4 decode": lambda: cache_approximations.plot_decode(ch4["decode"]),
+            "chapter 4 bytes": lambda: cache_approximations.plot_bytes(ch4["bytes"]),
+            "chapter 4 approximations": lambda: cache_approximations.plot_approximations(ch4["table2"]),
+            "chapter 4 blend": lambda: cache_approximations.plot_blend_sweep(ch4["table2"]),
+            "chapter 4 frontier": lambda: frontier.plot_frontier(ch4["frontier"]),
+            "chapter 4 retrieval": lambda: retrieval.plot_retrieval(ch4["retrieval"]),
+            "chapter 4 needle": lambda: retrieval.plot_needle(ch4["retrieval"]),
+            "chapter 4 KL vs retrieval": lambda: retrieval.plot_kl_vs_retrieval(ch4["retrieval"], ch4["frontier"]),
+            "chapter 5 losses": lambda: qwen3_switch.plot_losses(n["05"]),
+            "chapter 5 quality vs cost": lambda: qwen3_switch.plot_quality_cost(n["05"]),
+            "chapter 5 cost vs exactness": lambda: qwen3_switch.plot_cost_exactness(n["05"]),
+            "chapter 5 patching map": lambda: qwen3_switch.plot_patch_map(n["05"]),
             "decision guide": lambda: conclusions.plot_decision_guide(conclusions.decision_rows(runs), model),
-            "chapter 5 losses": lambda: qwen3_switch.plot_losses(n["05"])}
+            "benchmark": lambda: appendix.plot_performance(bench)}
 
 
-@pytest.mark.parametrize("name", ["chapter 1", "chapter 4 KL vs retrieval", "decision guide", "chapter 5 losses"])
-def test_each_fixed_figure_reads_with_the_full_builds_results(plt, runs, name):
-    fig = _fixed_figures(runs)[name]()
+FIGURES = ["chapter 1", "chapter 2", "chapter 3 probe", "chapter 3 attention", "chapter 4 decode", "chapter 4 bytes",
+           "chapter 4 approximations", "chapter 4 blend", "chapter 4 frontier", "chapter 4 retrieval",
+           "chapter 4 needle", "chapter 4 KL vs retrieval", "chapter 5 losses", "chapter 5 quality vs cost",
+           "chapter 5 cost vs exactness", "chapter 5 patching map", "decision guide", "benchmark"]
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_every_figure_reads_with_the_full_builds_results(plt, runs, name):
+    """The four figures of the issue (chapter 4's KL vs retrieval, the guide, chapter 5's losses) and
+    every other: no text over another, no legend over data, no text too small at the column's width."""
+    fig = _book_figures(runs)[name]()
     assert figures.overlapping_text(fig) == [], name
     assert figures.covered_or_clipped(fig) == [], name
     assert figures.illegible_text(fig) == [], name
     plt.close(fig)
+
+
+def test_every_figure_is_checked(runs):
+    assert sorted(_book_figures(runs)) == sorted(FIGURES)
 
 
 def test_the_frontier_chart_shows_no_toolbar_over_its_title(runs):
