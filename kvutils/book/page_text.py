@@ -7,11 +7,11 @@ prints one row per page: words of visible prose, sentences, median and longest s
 whether the page opens with an admonition titled FINDINGS_TITLE, its budget, and what breaks it.
 
 Visible prose is the text of the page's article that a reader sees without a click: tables, code
-(<pre>, <code>), scripts, headings, and collapsed blocks (<details>, sphinx-togglebutton dropdowns,
-anything `hidden`) and admonition titles are left out. Sentences are split within each block (a paragraph or a list item
-never runs into the next) at ".", "!" or "?" followed by a space and a capital, a digit or an opening
-bracket or quote, sparing the common abbreviations. The budgets are data (BUDGETS); `violations`
-lists what a page breaks of them.
+(<pre>, <code>), scripts, headings, admonition titles and collapsed blocks (<details>,
+sphinx-togglebutton dropdowns, anything `hidden`) are left out. Sentences are split within each
+block (a paragraph or a list item never runs into the next) at ".", "!" or "?" followed by a space
+and a capital, a digit or an opening bracket or quote, sparing the common abbreviations. The
+budgets are data (BUDGETS); `violations` lists what a page breaks of them.
 """
 from __future__ import annotations
 
@@ -37,18 +37,22 @@ class Budget:
     pages: str  # the page as the issue names it
 
 
-BUDGETS = (Budget("01_", 1200, "chapter 1"), Budget("02_", 1200, "chapter 2"), Budget("03_", 1200, "chapter 3"),
+BUDGETS = (Budget("01_", 1200, "chapter 1"), Budget("02_", 1200, "chapter 2"),
+           Budget("03_", 1200, "chapter 3"),
            Budget("04_", 3000, "chapter 4 (each page, where it is split in two)"),
            Budget("05_", 2500, "chapter 5"), Budget("06_", 1500, "conclusions, outside the guide's table"))
 
-SKIPPED_TAGS = {"head", "title", "table", "pre", "code", "script", "style", "details", "nav", "header", "footer", "template",
-                "h1", "h2", "h3", "h4", "h5", "h6", "button", "svg", "math", "noscript"}
-SKIPPED_CLASSES = {"admonition-title", "dropdown", "toggle-hidden", "headerlink", "cell_input", "math", "MathJax", "sd-dropdown"}
-BLOCK_TAGS = {"p", "li", "dt", "dd", "div", "section", "blockquote", "figcaption", "caption", "article", "ul", "ol",
-              "dl", "br", "main", "aside", "figure"}
-VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+SKIPPED_TAGS = {"head", "title", "table", "pre", "code", "script", "style", "details", "nav", "header",
+                "footer", "template", "h1", "h2", "h3", "h4", "h5", "h6", "button", "svg", "math", "noscript"}
+SKIPPED_CLASSES = {"admonition-title", "dropdown", "toggle-hidden", "headerlink", "cell_input", "math",
+                   "MathJax", "sd-dropdown"}
+BLOCK_TAGS = {"p", "li", "dt", "dd", "div", "section", "blockquote", "figcaption", "caption", "article",
+              "ul", "ol", "dl", "br", "main", "aside", "figure"}
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+             "wbr"}
 ABBREVIATIONS = ("e.g.", "i.e.", "vs.", "cf.", "et al.", "etc.", "Fig.", "Eq.", "approx.", "ch.", "No.")
-SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s+[A-Z0-9(\"'“‘\[])")  # a stop, closing marks, then a start
+# a stop and its closing marks, where a space and a sentence's start follow
+SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s+[A-Z0-9(\"'“‘\[])")
 WORD = re.compile(r"\S*\w\S*")
 
 
@@ -124,7 +128,8 @@ class _Reader(HTMLParser):
 def article_html(html: str) -> str:
     """The page's article (the pydata theme's `<article class="bd-article">`, else `<main>`, else the
     whole page): the sidebars, the header and the footer are not what the page says."""
-    for pattern in (r'<article[^>]*class="[^"]*bd-article[^"]*"[^>]*>(.*)</article>', r"<main[^>]*>(.*)</main>"):
+    article = r'<article[^>]*class="[^"]*bd-article[^"]*"[^>]*>(.*)</article>'
+    for pattern in (article, r"<main[^>]*>(.*)</main>"):
         found = re.search(pattern, html, flags=re.S)
         if found:
             return found.group(1)
@@ -216,16 +221,20 @@ def table(measures: list[PageText]) -> str:
     rows = [head]
     for m in measures:
         budget = budget_for(m.page)
-        rows.append(f"{m.page:<44} {m.words:>6} {budget.max_words if budget else '-':>6} {len(m.sentences):>5} "
-                    f"{m.median_sentence:>6g} {m.longest_sentence:>4}  {'yes' if m.opens_with_findings else 'no ':<3}  "
-                    f"{'; '.join(violations(m))}")
+        limit = budget.max_words if budget else "-"
+        box = "yes" if m.opens_with_findings else "no"
+        rows.append(f"{m.page:<44} {m.words:>6} {limit:>6} {len(m.sentences):>5} {m.median_sentence:>6g} "
+                    f"{m.longest_sentence:>4}  {box:<3}  {'; '.join(violations(m))}")
     return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvutils.book.page_text", description=__doc__.split("\n")[0])
-    parser.add_argument("html_dir", nargs="?", default="_build/html", help="the built book (default: _build/html)")
-    parser.add_argument("--strict", action="store_true", help="exit 1 where a budgeted page breaks its budget")
+    parser = argparse.ArgumentParser(prog="python -m kvutils.book.page_text",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("html_dir", nargs="?", default="_build/html",
+                        help="the built book (default: _build/html)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 where a budgeted page breaks its budget")
     args = parser.parse_args(argv)
     measures = measure_site(args.html_dir)
     print(table(measures))

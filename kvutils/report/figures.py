@@ -128,16 +128,17 @@ def overlapping_text(fig) -> list[str]:
                 for i, (kind_a, text_a, box_a) in enumerate(boxes)
                 for kind_b, text_b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
     renderer = fig.canvas.get_renderer()
-    areas = [(i, ax.get_window_extent(renderer)) for i, ax in enumerate(fig.axes) if ax.get_visible() and ax.axison]
+    areas = [(i, ax.get_window_extent(renderer)) for i, ax in enumerate(fig.axes)
+             if ax.get_visible() and ax.axison]
     titles = [(kind, text, box) for kind, text, box in boxes if "title" in kind or kind == "figure text"]
-    return problems + [f"{kind} {text[:40]!r} is drawn over the plot of axes {i}" for kind, text, box in titles
-                       for i, area in areas if box.overlaps(area)]
+    return problems + [f"{kind} {text[:40]!r} is drawn over the plot of axes {i}"
+                       for kind, text, box in titles for i, area in areas if box.overlaps(area)]
 
 
 def covered_or_clipped(fig) -> list[str]:
     """What a reader could not see whole: a legend drawn over an axes' data (its bars, points, the
-    points of its curves or its value labels), and a value label that reaches past the edge of its axes (where the page cuts it
-    or the title runs into it); empty when nothing is hidden."""
+    points of its curves or its value labels), and a value label that reaches past the edge of its
+    axes (where the page cuts it or the title runs into it); empty when nothing is hidden."""
     import numpy as np
     from matplotlib.collections import PathCollection
     from matplotlib.patches import Rectangle
@@ -158,8 +159,9 @@ def covered_or_clipped(fig) -> list[str]:
                  if t.get_visible() and t.get_text().strip()]
         points = [ax.transData.transform(np.asarray(c.get_offsets())) for c in ax.collections
                   if isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets())]
-        points += [line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float)) for line in ax.lines
-                   if line.get_visible() and len(line.get_xydata())]  # a curve's points (a loss curve's spike)
+        points += [line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+                   for line in ax.lines  # a curve's points (a loss curve's spike)
+                   if line.get_visible() and len(line.get_xydata())]
         for _, box in legends:  # any legend, its own axes' or another's, over this axes' data
             for name, where in data:  # what is drawn of it: a bar clipped to its axes (a log axis has no 0)
                 seen = Bbox.intersection(where, frame)

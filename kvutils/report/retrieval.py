@@ -91,7 +91,8 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
 
     panels = [(m, h) for m, result in retrieval.items() for h in haystacks(result)]
     if not panels:
-        return placeholder(title.split(":")[0] + ": no model", "retrieval not run (retrieval_models is empty)")
+        return placeholder(title.split(":")[0] + ": no model",
+                           "retrieval not run (retrieval_models is empty)")
     cols = 2 if len(panels) > 1 else 1
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(7.5, 3.2 * rows + 1.2), squeeze=False, sharey=True)
@@ -343,7 +344,8 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
     handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in colours.items()]
-    fig.suptitle(f"{title}\nOne point per method, 95 % intervals ({', '.join(dict.fromkeys(points['model']))})")
+    models = ", ".join(dict.fromkeys(points["model"]))
+    fig.suptitle(f"{title}\nOne point per method, 95 % intervals ({models})")
     fig.tight_layout()
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, frameon=False)
     return fig

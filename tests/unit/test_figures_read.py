@@ -106,7 +106,8 @@ def _book_figures(runs: dict) -> dict:
             "chapter 4 frontier": lambda: frontier.plot_frontier(ch4["frontier"]),
             "chapter 4 retrieval": lambda: retrieval.plot_retrieval(ch4["retrieval"]),
             "chapter 4 needle": lambda: retrieval.plot_needle(ch4["retrieval"]),
-            "chapter 4 KL vs retrieval": lambda: retrieval.plot_kl_vs_retrieval(ch4["retrieval"], ch4["frontier"]),
+            "chapter 4 KL vs retrieval": lambda: retrieval.plot_kl_vs_retrieval(ch4["retrieval"],
+                                                                                ch4["frontier"]),
             "chapter 5 losses": lambda: qwen3_switch.plot_losses(n["05"]),
             "chapter 5 quality vs cost": lambda: qwen3_switch.plot_quality_cost(n["05"]),
             "chapter 5 cost vs exactness": lambda: qwen3_switch.plot_cost_exactness(n["05"]),
@@ -115,10 +116,11 @@ def _book_figures(runs: dict) -> dict:
             "benchmark": lambda: appendix.plot_performance(bench)}
 
 
-FIGURES = ["chapter 1", "chapter 2", "chapter 3 probe", "chapter 3 attention", "chapter 4 decode", "chapter 4 bytes",
-           "chapter 4 approximations", "chapter 4 blend", "chapter 4 frontier", "chapter 4 retrieval",
-           "chapter 4 needle", "chapter 4 KL vs retrieval", "chapter 5 losses", "chapter 5 quality vs cost",
-           "chapter 5 cost vs exactness", "chapter 5 patching map", "decision guide", "benchmark"]
+FIGURES = ["chapter 1", "chapter 2", "chapter 3 probe", "chapter 3 attention", "chapter 4 decode",
+           "chapter 4 bytes", "chapter 4 approximations", "chapter 4 blend", "chapter 4 frontier",
+           "chapter 4 retrieval", "chapter 4 needle", "chapter 4 KL vs retrieval", "chapter 5 losses",
+           "chapter 5 quality vs cost", "chapter 5 cost vs exactness", "chapter 5 patching map",
+           "decision guide", "benchmark"]
 
 
 @pytest.mark.parametrize("name", FIGURES)
@@ -154,7 +156,8 @@ def _figure_cells(notebook: Path) -> list[tuple[int, dict]]:
         if cell["cell_type"] != "code":
             continue
         body = ast.parse("".join(cell["source"])).body
-        if body and isinstance(body[-1], ast.Expr) and PLOT_NAMES.search(ast.unparse(body[-1].value).split(" if ")[0]):
+        last = ast.unparse(body[-1].value).split(" if ")[0] if body and isinstance(body[-1], ast.Expr) else ""
+        if PLOT_NAMES.search(last):
             found.append((i, cell))
     return found
 
@@ -166,7 +169,7 @@ def test_every_figure_has_an_alt_text_that_says_what_it_shows(notebook):
     cells = json.loads(notebook.read_text())["cells"]
     shown = _figure_cells(notebook)
     with_alt = [i for i, c in enumerate(cells) if "mystnb" in c.get("metadata", {})]
-    assert with_alt == [i for i, _ in shown], "alt text on a cell that shows no figure, or a figure without one"
+    assert with_alt == [i for i, _ in shown], "alt text on a cell showing no figure, or a figure with none"
     alts = []
     for i, cell in shown:
         alt = cell["metadata"]["mystnb"]["image"]["alt"]
@@ -199,8 +202,9 @@ def test_myst_nb_puts_the_cells_alt_text_on_the_pages_image(tmp_path, plt):
     png = io.BytesIO()
     fig.savefig(png, format="png")
     plt.close(fig)
-    cell = {**cell, "execution_count": 1, "outputs": [{"output_type": "display_data", "metadata": {}, "data": {
-        "image/png": base64.b64encode(png.getvalue()).decode(), "text/plain": "<Figure size 100x100>"}}]}
+    output = {"output_type": "display_data", "metadata": {}, "data": {
+        "image/png": base64.b64encode(png.getvalue()).decode(), "text/plain": "<Figure size 100x100>"}}
+    cell = {**cell, "execution_count": 1, "outputs": [output]}
     page = publish_string(json.dumps({**notebook, "cells": [cell]}), parser=Parser(), writer_name="html",
                           settings_overrides={"nb_execution_mode": "off", "output_encoding": "unicode",
                                               "report_level": 4, "nb_output_folder": str(tmp_path)})

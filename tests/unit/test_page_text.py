@@ -21,7 +21,8 @@ def test_only_visible_prose_is_counted():
                 '<div class="cell_input"><pre>x = 1  # code words</pre></div>'
                 "<p>Inline <code>code_name</code> is left out.</p>"
                 "<details><summary>Evidence</summary><p>hidden words one two three</p></details>"
-                '<div class="admonition dropdown"><p class="admonition-title">More</p><p>folded away</p></div>'
+                '<div class="admonition dropdown"><p class="admonition-title">More</p>'
+                "<p>folded away</p></div>"
                 '<div hidden><p>not shown</p></div><h2>A heading</h2>'
                 '<ul><li>a list item</li></ul>')
     assert pt.prose_blocks(html) == ["One two three four.", "Inline is left out.", "a list item"]
@@ -31,8 +32,8 @@ def test_only_visible_prose_is_counted():
 def test_sentences_split_within_blocks_and_spare_abbreviations():
     assert pt.split_sentences("KIVI keeps 4 bits, e.g. at group 32. The top-1 is 86.3 %. (It drops.) 3 of 8 "
                               "documents agree! Why? Because.") == [
-        "KIVI keeps 4 bits, e.g. at group 32.", "The top-1 is 86.3 %.", "(It drops.)", "3 of 8 documents agree!",
-        "Why?", "Because."]
+        "KIVI keeps 4 bits, e.g. at group 32.", "The top-1 is 86.3 %.", "(It drops.)",
+        "3 of 8 documents agree!", "Why?", "Because."]
     html = page("<p>First sentence here. Second one</p><p>third block without a stop</p>")
     assert pt.page_text(html).sentences == (3, 2, 5)  # a paragraph never runs into the next
     assert pt.words("a — b, 0.5 %") == 3  # a lone dash or percent sign is no word
@@ -40,7 +41,8 @@ def test_sentences_split_within_blocks_and_spare_abbreviations():
 
 def test_median_and_longest_sentence():
     long = "Every " + " ".join(["word"] * 50) + "."
-    m = pt.page_text(page(f"{FINDINGS}<p>Short one. {long} Two words.</p>"), "book/chapters/01_cache_exactness.html")
+    m = pt.page_text(page(f"{FINDINGS}<p>Short one. {long} Two words.</p>"),
+                     "book/chapters/01_cache_exactness.html")
     assert m.sentences == (6, 2, 51, 2) and m.median_sentence == 4 and m.longest_sentence == 51
     assert pt.violations(m) == ["1 sentence(s) over 50 words (longest 51)"]
 
@@ -61,8 +63,10 @@ def test_each_budget_is_its_pages(name, limit):
     prose = " ".join(["Six words in this short sentence."] * (limit // 6 + 1))
     m = pt.page_text(page(FINDINGS + f"<p>{prose}</p>"), f"book/chapters/{name}.html")
     assert pt.budget_for(m.page).max_words == limit
-    assert m.words > limit and pt.violations(m) == [f"{m.words} words > {limit} ({pt.budget_for(m.page).pages})"]
-    assert pt.budget_for("book/intro.html") is None and pt.violations(pt.page_text(page(prose), "intro.html")) == []
+    assert m.words > limit
+    assert pt.violations(m) == [f"{m.words} words > {limit} ({pt.budget_for(m.page).pages})"]
+    assert pt.budget_for("book/intro.html") is None
+    assert pt.violations(pt.page_text(page(prose), "intro.html")) == []
 
 
 def test_a_long_median_and_a_missing_box_are_listed():
@@ -77,7 +81,8 @@ def test_the_cli_prints_one_row_per_page(tmp_path, capsys):
     (tmp_path / "book" / "chapters").mkdir(parents=True)
     (tmp_path / "_static").mkdir()
     (tmp_path / "_static" / "skip.html").write_text(page("<p>not a page</p>"))
-    (tmp_path / "book" / "chapters" / "01_cache_exactness.html").write_text(page(FINDINGS + "<p>Two words.</p>"))
+    chapter = tmp_path / "book" / "chapters" / "01_cache_exactness.html"
+    chapter.write_text(page(FINDINGS + "<p>Two words.</p>"))
     (tmp_path / "book" / "intro.html").write_text(page("<p>Hello there reader.</p>"))
     assert pt.main([str(tmp_path)]) == 0
     rows = capsys.readouterr().out.strip().splitlines()
