@@ -7,4 +7,6 @@ offline. The commands `python -m kvutils.chapters` and `python -m kvutils.browse
     plotly_static  Sphinx extension: plotly.js from `_static/`, only on the pages that hold a chart
     browser_check  opens every built page in headless Chromium, offline, and lists what a reader would see
                    broken (console errors, missing images, cut tables, charts wider than the column)
+    page_text      measures each built page's visible prose: words, sentence lengths, the findings box,
+                   against the budgets of issue 50 (`python -m kvutils.book.page_text _build/html`)
 """
