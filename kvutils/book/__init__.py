@@ -9,4 +9,6 @@ offline. The commands `python -m kvutils.chapters` and `python -m kvutils.browse
                    what a reader sees of a page: its visible prose, words and sentence lengths
     browser_check  opens every built page in headless Chromium, offline, and lists what a reader would see
                    broken (console errors, missing images, cut tables, charts wider than the column)
+    page_text      measures each built page's visible prose: words, sentence lengths, the findings box,
+                   against the budgets of issue 50 (`python -m kvutils.book.page_text _build/html`)
 """

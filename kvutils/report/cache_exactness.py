@@ -105,7 +105,7 @@ def plot_chapter1(numbers: dict):
     import matplotlib.pyplot as plt
 
     floor = 1e-18  # an exactly equal value (0) has no place on a log axis: drawn at the floor
-    fig, (ax_dec, ax) = plt.subplots(2, 1, figsize=(7.5, 8.5))
+    fig, (ax_dec, ax) = plt.subplots(2, 1, figsize=(7.5, 11), height_ratios=(1.3, 1))
     for model, by_dtype in numbers.items():
         for dtype, r in by_dtype.items():
             for d in _decode_runs(r):
@@ -126,11 +126,11 @@ def plot_chapter1(numbers: dict):
     ax_dec.set_xlabel("generated step")
     ax_dec.set_ylabel("max |logit diff| (logit units, log)")
     ax_dec.set_title("Decoding: cache vs no cache, per step (up to the first divergence)")
-    ax_dec.legend(loc="center right")
+    ax_dec.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15))  # below the axes, clear of every line
     ax.set_xlabel("layer depth (layer index / number of layers)")
     ax.set_ylabel("max |Δ key|, alone vs inside (log)")
     ax.set_title("Prefix keys alone vs inside a longer sequence, per layer")
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
     fig.suptitle(f"Chapter 1 — models: {', '.join(numbers)}")
     fig.tight_layout()
     return fig

@@ -37,6 +37,33 @@ def depth_fractions(values: list) -> list[float]:
     return [i / n for i in range(len(values))]
 
 
+def placeholder(title: str, message: str):
+    """A figure that says, under its title, why there is nothing to draw (a study not run)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 2))
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, message, ha="center", va="center")
+    fig.suptitle(title)
+    return fig
+
+
+def log_x_ticks(ax) -> None:
+    """A log x axis labelled in plain numbers at 1, 2 and 5 of each decade (1 alone past two
+    decades), with no minor-tick labels: matplotlib labels its minor ticks over one another when the
+    axis spans under two decades. Call it once the data is drawn."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    low, high = sorted(ax.get_xlim())
+    decades = math.log10(high / low) if low > 0 else 3.0
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0,) if decades > 2 else (1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def shown_px_per_point(fig) -> float:
     """Pixels per font point as the page shows the figure: the inline PNG is cropped to its tight
     bounding box at the figure's dpi, then shrunk to the column if it is wider."""
@@ -64,29 +91,54 @@ def illegible_text(fig) -> list[str]:
     return problems
 
 
-def overlapping_text(fig) -> list[str]:
-    """Every pair of labelled ticks on one axis of the figure whose labels overlap as drawn (e.g. the
-    minor-tick labels matplotlib adds to a log axis spanning less than two decades); empty when
-    none do."""
-    fig.canvas.draw()
+def _ticks_shown(axis) -> list:
+    """The tick labels of one axis that the page shows: visible, non-empty, inside the view."""
+    low, high = sorted(axis.get_view_interval())
+    ticks = axis.get_major_ticks() + axis.get_minor_ticks()
+    return [t.label1 for t in ticks if low <= t.get_loc() <= high and t.label1.get_visible()
+            and t.label1.get_text().strip()]
+
+
+def text_boxes(fig) -> list[tuple[str, str, object]]:
+    """Every title, axis label and tick label of the figure as drawn: (what it is, its text, its
+    window extent), the figure's suptitle and texts first, then each axes' titles, axis labels and
+    tick labels. Texts inside an axes (value labels, annotations) are `covered_or_clipped`'s."""
+    fig.canvas.draw()  # tick labels get their text when drawn
     renderer = fig.canvas.get_renderer()
-    problems = []
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            low, high = sorted(axis.get_view_interval())
-            ticks = axis.get_major_ticks() + axis.get_minor_ticks()
-            labels = [t.label1 for t in ticks if low <= t.get_loc() <= high and t.label1.get_visible()
-                      and t.label1.get_text().strip()]
-            boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in labels]
-            problems += [f"{a!r} overlaps {b!r}" for i, (a, box_a) in enumerate(boxes)
-                         for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
-    return problems
+    found = [("suptitle", fig._suptitle)] if getattr(fig, "_suptitle", None) is not None else []
+    found += [("figure text", t) for t in fig.texts if t is not getattr(fig, "_suptitle", None)]
+    for i, ax in enumerate(fig.axes):
+        if not ax.get_visible():
+            continue
+        found += [(f"axes {i} title", t) for t in (ax.title, ax._left_title, ax._right_title)]
+        found += [(f"axes {i} x label", ax.xaxis.label), (f"axes {i} y label", ax.yaxis.label)]
+        found += [(f"axes {i} {name} tick", t) for name, axis in (("x", ax.xaxis), ("y", ax.yaxis))
+                  for t in _ticks_shown(axis)]
+    return [(kind, t.get_text(), t.get_window_extent(renderer)) for kind, t in found
+            if t.get_visible() and t.get_text().strip()]
+
+
+def overlapping_text(fig) -> list[str]:
+    """Every pair of texts of the figure that overlap as drawn: tick labels on one axis (e.g. the
+    minor-tick labels matplotlib adds to a log axis spanning less than two decades), a title over
+    its neighbour's, a tick label over an axis label or title, the suptitle over an axes' title;
+    empty when none do."""
+    boxes = text_boxes(fig)
+    problems = [f"{kind_a} {text_a[:40]!r} overlaps {kind_b} {text_b[:40]!r}"
+                for i, (kind_a, text_a, box_a) in enumerate(boxes)
+                for kind_b, text_b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+    renderer = fig.canvas.get_renderer()
+    areas = [(i, ax.get_window_extent(renderer)) for i, ax in enumerate(fig.axes)
+             if ax.get_visible() and ax.axison]
+    titles = [(kind, text, box) for kind, text, box in boxes if "title" in kind or kind == "figure text"]
+    return problems + [f"{kind} {text[:40]!r} is drawn over the plot of axes {i}"
+                       for kind, text, box in titles for i, area in areas if box.overlaps(area)]
 
 
 def covered_or_clipped(fig) -> list[str]:
-    """What a reader could not see whole: a legend drawn over an axes' data (its bars, points or
-    value labels), and a value label that reaches past the edge of its axes (where the page cuts it
-    or the title runs into it); empty when nothing is hidden."""
+    """What a reader could not see whole: a legend drawn over an axes' data (its bars, points, the
+    points of its curves or its value labels), and a value label that reaches past the edge of its
+    axes (where the page cuts it or the title runs into it); empty when nothing is hidden."""
     import numpy as np
     from matplotlib.collections import PathCollection
     from matplotlib.patches import Rectangle
@@ -107,6 +159,9 @@ def covered_or_clipped(fig) -> list[str]:
                  if t.get_visible() and t.get_text().strip()]
         points = [ax.transData.transform(np.asarray(c.get_offsets())) for c in ax.collections
                   if isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets())]
+        points += [line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+                   for line in ax.lines  # a curve's points (a loss curve's spike)
+                   if line.get_visible() and len(line.get_xydata())]
         for _, box in legends:  # any legend, its own axes' or another's, over this axes' data
             for name, where in data:  # what is drawn of it: a bar clipped to its axes (a log axis has no 0)
                 seen = Bbox.intersection(where, frame)

@@ -157,7 +157,7 @@ def frontier_chart(frontier: dict):
         figure.add_scatter(x=[None], y=[None], mode="markers", name=f"model: {model}", hoverinfo="skip",
                            marker={"symbol": symbol, "color": "grey", "size": 10})
     figure.update_layout(legend_title_text="method; model")
-    return interactive.chart(figure)
+    return interactive.chart(figure, config={"displayModeBar": False})  # Plotly's toolbar covered the title
 
 
 @styled

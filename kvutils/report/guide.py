@@ -349,7 +349,8 @@ def plot_decision_guide(rows: list[dict], model: str):
     for r in rows:
         panels.setdefault(r["setting"], []).append(r)
     heights = [len(p) + 1.2 for p in panels.values()]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 0.32 * sum(heights) + 2.6), squeeze=False,
+    height = 0.32 * sum(heights) + 2.6
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, height), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for ax, (name, group) in zip(axes[:, 0], panels.items()):
         _guide_panel(ax, group, name)
@@ -358,7 +359,7 @@ def plot_decision_guide(rows: list[dict], model: str):
     fig.suptitle(f"Decision guide: top-1 agreement with exact decoding\nmodel: {model} (chapters 1, 4, 5)")
     handles = [Patch(color=v.colour, label=v.label) for v in VERDICTS]
     handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))  # room at the top for the two-line title
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1)
     return fig
 

@@ -29,6 +29,7 @@ import json
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from html import escape as html_escape
 from pathlib import Path
 
 MARKER_CLASS = "kvutils-plotly"  # pages whose body contains it get plotly.min.js
@@ -123,7 +124,8 @@ def chart(figure, config: dict | None = None) -> Chart:
     spec = script_json({"data": figure.to_plotly_json()["data"], "layout": figure.to_plotly_json()["layout"],
                         "config": {"displaylogo": False, "responsive": True, **(config or {})}})
     div = element_id("kvutils-chart", spec)
-    html = (f'<div id="{div}" class="{MARKER_CLASS}" '
+    alt = html_escape(f"Interactive chart: {figure.layout.title.text or 'untitled'}".replace("<br>", " "))
+    html = (f'<div id="{div}" class="{MARKER_CLASS}" role="img" aria-label="{alt}" '
             f'style="width:100%;max-width:100%;min-height:{figure.layout.height or 450}px">'
             f'</div>\n<script>(function () {{\n  const el = document.getElementById("{div}");\n'
             f'  if (!window.Plotly) {{ el.textContent = {json.dumps(NO_PLOTLY)}; return; }}\n'

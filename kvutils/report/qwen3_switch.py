@@ -39,7 +39,7 @@ def plot_losses(numbers: dict):
     """Training loss per step of every adapter, one panel per model."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(numbers), 1, figsize=(7.4, 4.6 * len(numbers)), squeeze=False)
+    fig, axes = plt.subplots(len(numbers), 1, figsize=(7.4, 5.4 * len(numbers)), squeeze=False)
     for ax, (model, r) in zip(axes[:, 0], numbers.items()):
         for name, a in r["training"]["adapters"].items():
             ax.plot(range(1, len(a["losses"]) + 1), a["losses"], marker="." if len(a["losses"]) < 40 else None,
@@ -48,7 +48,7 @@ def plot_losses(numbers: dict):
         ax.set_ylabel("cross-entropy of the label token (nats)")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(ncol=2)
+        ax.legend(ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))  # below the axes: no curve hidden
         ax.set_title(f"Training loss\n{_title_model(model, r)}")
     fig.tight_layout()
     return fig

@@ -13,7 +13,7 @@ from scipy.stats import rankdata
 
 from kvutils.cache.registry import parse_op
 from kvutils.core import compare, haystack
-from kvutils.report.figures import styled
+from kvutils.report.figures import log_x_ticks, placeholder, styled
 from kvutils.report.frontier import chart_colours, method_named
 from kvutils.report.names import human_label
 from kvutils.report.tables import page_table
@@ -81,7 +81,7 @@ def plot_retrieval(retrieval: dict):
 def plot_needle(retrieval: dict):
     """Accuracy against the share of the needle's own entries the answer can still read (every layer
     and KV head, mean over the prompts): where a method's misses come from losing the needle itself."""
-    return _scatter(retrieval, "needle readable %", "needle entries readable (%, layers × heads)",
+    return _scatter(retrieval, "needle readable %", "needle entries readable\n(%, layers × heads)",
                     "Long-range retrieval: keys retrieved vs the needle's entries kept")
 
 
@@ -90,11 +90,8 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
 
     panels = [(m, h) for m, result in retrieval.items() for h in haystacks(result)]
     if not panels:
-        fig, ax = plt.subplots(figsize=(7.5, 2))
-        ax.set_axis_off()
-        ax.text(0.5, 0.5, "retrieval not run (retrieval_models is empty)", ha="center", va="center")
-        fig.suptitle(title.split(":")[0] + ": no model")
-        return fig
+        return placeholder(title.split(":")[0] + ": no model",
+                           "retrieval not run (retrieval_models is empty)")
     cols = 2 if len(panels) > 1 else 1
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(7.5, 3.2 * rows + 1.2), squeeze=False, sharey=True)
@@ -121,7 +118,7 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
     handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r]) for r, mk in REGIME_MARKERS.items()]
     handles.append(plt.Line2D([], [], color="black", ls="--", label="exact cache"))
     fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
-    fig.suptitle(f"{title} ({', '.join(retrieval)})")
+    fig.suptitle(f"{title}\nmodels: {', '.join(retrieval)}")
     legend_rows = -(-len(handles) // 3)
     fig.tight_layout(rect=(0, 0.035 * legend_rows + 0.02, 1, 1))
     return fig
@@ -321,17 +318,13 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
 
     title, points = "Does the KL frontier predict retrieval?", kl_points(retrieval, frontier)
     if points.empty:
-        fig, ax = plt.subplots(figsize=(7.5, 2))
-        ax.set_axis_off()
-        ax.text(0.5, 0.5, "no level has three methods scored in both tests", ha="center", va="center")
-        fig.suptitle(title)
-        return fig
+        return placeholder(title, "no level has three methods scored in both tests")
     panels = list(dict.fromkeys(zip(points["model"], points["level"])))
     cols = 2 if len(panels) > 1 else 1
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(7.5, 3.2 * rows + 1.2), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(7.5, 3.4 * rows + 1.6), squeeze=False, sharey=True)
     colours = chart_colours(points["method"])
-    for ax, (model, level) in zip(axes.flat, panels):
+    for i, (ax, (model, level)) in enumerate(zip(axes.flat, panels)):
         sub = points[(points["model"] == model) & (points["level"] == level)]
         for _, p in sub.iterrows():
             ax.errorbar(p["mean KL"], p["accuracy %"], xerr=[[p["mean KL"] - p["kl_lo"]], [p["kl_hi"] - p["mean KL"]]],
@@ -339,17 +332,19 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
                         color=colours[p["method"]], ms=6, mec="white", mew=0.5, capsize=2, lw=1, alpha=0.85)
         tau, ci = sub["tau"].iloc[0], sub["tau_ci"].iloc[0]
         interval = f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""
-        ax.set_title(f"{model}, evicts {100 * float(level):.0f} %: τ = {tau:+.2f}{interval}", fontsize=10)
-        ax.set_xscale("log")
-        ax.set_xlabel("mean KL from the exact cache (nats, log scale)")
-        ax.set_ylabel(f"keys retrieved (%, n = {sub['n'].iloc[0]})")
+        ax.set_title(f"{model}, evicts {100 * float(level):.0f} %\nKendall's τ = {tau:+.2f}{interval}")
+        log_x_ticks(ax)
+        bottom, left = i >= len(panels) - cols, i % cols == 0  # axis labels once per column and row
+        ax.set_xlabel("mean KL from the exact cache\n(nats, log scale)" if bottom else "")
+        ax.set_ylabel(f"keys retrieved (%, n = {sub['n'].iloc[0]})" if left else "")
         ax.set_ylim(-5, 105), ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
     handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in colours.items()]
-    fig.legend(handles=handles, loc="lower center", ncol=4, frameon=False, fontsize=9)
-    fig.suptitle(f"{title} One point per method, 95 % intervals ({', '.join(dict.fromkeys(points['model']))})", fontsize=11)
-    fig.tight_layout(rect=(0, 0.035 * -(-len(handles) // 4) + 0.02, 1, 1))
+    models = ", ".join(dict.fromkeys(points["model"]))
+    fig.suptitle(f"{title}\nOne point per method, 95 % intervals ({models})")
+    fig.tight_layout()
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, frameon=False)
     return fig
 
 

@@ -291,9 +291,9 @@ def test_the_kl_scatter_places_each_method_with_both_intervals():
         assert (p["acc_lo"], p["acc_hi"]) == pytest.approx(tuple(100 * x for x in compare.proportion_interval(right, 40)))
     fig = page.plot_kl_vs_retrieval({"m": model}, {"m": frontier})
     ax = fig.axes[0]
-    assert ax.get_title().startswith("m, evicts 50 %: τ = −1.00".replace("−", "-")) and "nats" in ax.get_xlabel()
+    assert ax.get_title().startswith("m, evicts 50 %\nKendall's τ = -1.00") and "nats" in ax.get_xlabel()
     assert fig.legends and fig._suptitle.get_text().startswith("Does the KL frontier predict retrieval?")
-    assert figures.covered_or_clipped(fig) == []
+    assert figures.covered_or_clipped(fig) == [] and figures.overlapping_text(fig) == []
 
 
 def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
