@@ -56,18 +56,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     for variable in THREAD_VARIABLES:  # before torch loads, in this process and in a notebook's kernel
         os.environ[variable] = str(threads)
-    from kvutils.book import build_jobs
-
-    if args.job == "status":
-        return build_jobs.status(args.profile, args.results_dir, args.output_dir)
-    from kvutils.book.chapters import check_overrides, report_failed_cell
-
     if args.job in NOTEBOOKS:
-        try:  # before any kernel starts: a wrong -p is one line (make chapter's PARAMS)
+        from kvutils.book.chapters import check_overrides
+
+        try:  # before any kernel starts or torch loads: a wrong -p is one line (make chapter's PARAMS)
             check_overrides(args.job, args.profile, overrides, str(Path(args.results_dir).expanduser().resolve()))
         except ValueError as err:
             print(f"{parser.prog} {args.job}: {err}", file=sys.stderr)
             return 2
+    from kvutils.book import build_jobs
+
+    if args.job == "status":
+        return build_jobs.status(args.profile, args.results_dir, args.output_dir)
+    from kvutils.book.chapters import report_failed_cell
 
     if args.if_ready and (missing := build_jobs.missing_inputs(args.job, args.results_dir)):
         print(f"== job {args.job}: skipped: it reads jobs not run yet ({', '.join(missing)}); make book runs every one")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from kvutils.core.declared import Declared, param
 from kvutils.models.checks import DTYPES
 from kvutils.studies.parameters.shared import CAUSAL, CORPUS, CORPUS_DOC, chapter_results_dir, torch_device
-from kvutils.studies.parameters.values import at_least, one_of, some_of, tokens
+from kvutils.studies.parameters.values import at_least, model_list, one_of, some_of, tokens
 
 RECOMPUTE_MODES = ("one_pass", "per_step")  # chapter 1's no-cache side
 
@@ -18,7 +18,7 @@ class Chapter1Parameters(Declared):
 
     models: str = param("gemma3-270m,smollm2-135m",
                         "comma-separated registry keys, Hugging Face ids or local paths",
-                        meaning="models to test", allowed=CAUSAL)
+                        meaning="models to test", allowed=CAUSAL, check=model_list)
     dtypes: str = param("float32,float64",
                         "precisions to run; float64 separates rounding from real differences",
                         meaning="precisions", allowed="`float32`, `float64`", check=some_of(DTYPES))

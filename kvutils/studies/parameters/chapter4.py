@@ -6,7 +6,15 @@ from dataclasses import dataclass
 
 from kvutils.core.declared import Declared, param
 from kvutils.studies.parameters.shared import CAUSAL, CORPUS, CORPUS_DOC, chapter_results_dir, torch_device
-from kvutils.studies.parameters.values import at_least, depths, integers, tokens, true_or_false
+from kvutils.studies.parameters.values import (
+    at_least,
+    depths,
+    integers,
+    model_list,
+    model_subset,
+    tokens,
+    true_or_false,
+)
 
 DEFAULT_OPS = "default"  # the article's twelve rows and this book's additions (cache.ARTICLE_OPS + EXTRA_OPS)
 FRONTIER_OPS = ("cast, KIVI-4/2, window 128, fp8 QuantizedCache, 6 presses at compression 0.25/0.5/0.75; h2o "
@@ -20,11 +28,12 @@ class Chapter4Parameters(Declared):
     EXAMPLE = "-p table2_models gemma3-270m,smollm2-135m"
 
     models: str = param("gemma3-270m,smollm2-135m", "causal models for decode timing and bytes per token",
-                        meaning="models for decode timing and bytes per token", allowed=CAUSAL)
+                        meaning="models for decode timing and bytes per token", allowed=CAUSAL,
+                        check=model_list)
     table2_models: str = param("smollm2-135m",
                                "models scored on every cache operation (a subset of models; each adds "
                                "minutes)", meaning="models scored on every cache operation",
-                               allowed="a subset of `models` (each adds minutes)")
+                               allowed="a subset of `models` (each adds minutes)", check=model_list)
     ops: str = param(DEFAULT_OPS,
                      "\"default\" (the article's rows + ours) or cache-operation specs separated by \";\"",
                      meaning="cache operations", note="the article's 12 + ours",
@@ -60,7 +69,7 @@ class Chapter4Parameters(Declared):
     frontier_models: str = param("gemma3-270m,smollm2-135m",
                                  "models on the bytes-vs-fidelity frontier (a subset of models)",
                                  meaning="models on the bytes-vs-fidelity frontier",
-                                 allowed='a subset of `models`; `""` for none')
+                                 allowed='a subset of `models`; `""` for none', check=model_subset)
     frontier_ops: str = param(DEFAULT_OPS,
                               '"default" (the deployed methods: presses at compression 0.25/0.5/0.75; h2o, '
                               'tova and a 4-sink window at matched budgets) or specs separated by ";"',
@@ -90,7 +99,7 @@ class Chapter4Parameters(Declared):
                                   'models on the long-range retrieval test (a subset of models; "" for none; '
                                   "at 1,024 and 2,048 tokens, 24 + 12 prompts each, 17 to 21 minutes of one "
                                   "core each)", meaning="models on the long-range retrieval test",
-                                  allowed='a subset of `models`; `""` for none')
+                                  allowed='a subset of `models`; `""` for none', check=model_subset)
     retrieval_corpus: str = param("pydoc",
                                   "real-text haystack for RULER's magic-number needles: " + CORPUS_DOC,
                                   meaning="real-text haystack (RULER's magic-number needles)", allowed=CORPUS)

@@ -9,18 +9,26 @@ from kvutils.lora.schedule import LOSSES, SCHEDULES
 from kvutils.models.checks import DTYPES
 from kvutils.studies.parameters.shared import chapter_results_dir, torch_device
 from kvutils.studies.parameters.values import (
+    MAX_STEPS,
+    STEPS_WHY,
     at_least,
+    even_count,
     grad_norm,
+    k_items,
     layers,
     lora_alpha,
     lora_rank,
+    model_list,
     one_device,
     one_of,
+    per_model,
     seed_bits,
+    tail_depth,
+    tail_depths,
     tokens,
     visible_marker,
 )
-from kvutils.studies.qwen3_switch.tasks import TASKS
+from kvutils.studies.qwen3_switch.tasks import CONTINUATION_BINS, TASKS
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,7 @@ class Chapter5Parameters(Declared):
                         "where its weights exist) or local paths",
                         meaning="causal models (`qwen2.5-0.5b`: the chapter's Qwen, a Qwen2)",
                         allowed="registry keys, hub ids (`Qwen/Qwen3-0.6B` where its weights exist), local "
-                                "dirs")
+                                "dirs", check=model_list)
     task: str = param("continuation",
                       '"continuation" (does passage B continue passage A?) or "senses" (name the sense of an '
                       "ambiguous word)", meaning="what the adapters learn after the marker",
@@ -44,7 +52,8 @@ class Chapter5Parameters(Declared):
                                 "depths of the LoRA tails (and activated adapters) to train: adapted layers "
                                 'at the top, "L" for every layer',
                                 meaning="depths of the LoRA tails and of the activated adapters (one of each "
-                                        "per k)", allowed="integers 1…L, or `L` (every layer)")
+                                        "per k)", allowed="integers 1…L, or `L` (every layer)",
+                                check=tail_depths)
     rank: int = param(16, "LoRA rank r, at least 1", meaning="LoRA rank and scaling", allowed="rank ≥ 1",
                       check=lora_rank)
     alpha: float = param(32, "LoRA scaling alpha (the update is scaled by alpha / r)", row="rank",
@@ -53,16 +62,18 @@ class Chapter5Parameters(Declared):
                          meaning="projections adapted", allowed="any of `q`, `k`, `v`, `o`, `mlp`")
     steps: str | int = param(96, "AdamW steps per adapter: one number, or a default then model:steps pairs",
                              meaning="AdamW training (the seed also draws the examples)",
-                             allowed="`steps`, `lr`: one number, or a default then `model:value` pairs")
+                             allowed="`steps`, `lr`: one number, or a default then `model:value` pairs; "
+                                     "`steps` ≤ 100,000 (over 8 hours per adapter)", check=per_model)
     lr: str | float = param("0.003,gemma3-270m:0.001,qwen2.5-0.5b:0.0005",
                             "AdamW learning rate: one number, or a default then model:rate pairs (Gemma 3 "
                             "diverges at 0.003, the Qwen's 12-layer tail trained in float32 at 0.002)",
-                            row="steps")
+                            row="steps", check=per_model)
     batch_size: int = param(16, "training examples per step", row="steps", check=at_least(1))
     schedule: str = param("cosine",
                           'learning rate over the steps: "cosine" (a linear warm-up, then a cosine decay to '
                           '0) or "constant"', row="steps", check=one_of(SCHEDULES))
-    warmup: int = param(10, "steps of linear warm-up (schedule cosine)", row="steps", check=at_least(0))
+    warmup: int = param(10, "steps of linear warm-up (schedule cosine)", row="steps",
+                        check=at_least(0, MAX_STEPS, STEPS_WHY))
     loss: str = param("answers",
                       'training loss: "answers" (cross-entropy of the right answer against the wrong one: ln '
                       '2 for a coin) or "vocab" (the answer token against the whole vocabulary)', row="steps",
@@ -95,13 +106,14 @@ class Chapter5Parameters(Declared):
                              note="every 4th document of `corpus`")
     passage_tokens: int = param(32, "continuation: tokens of passage A",
                                 meaning="`continuation`: tokens of passage A and of passage B",
-                                allowed="≥ 4 each")
-    candidate_tokens: int = param(24, "continuation: tokens of passage B", row="passage_tokens")
+                                allowed="≥ 4 each", check=tokens(4))
+    candidate_tokens: int = param(24, "continuation: tokens of passage B", row="passage_tokens",
+                                  check=tokens(CONTINUATION_BINS))
     n_train: int = param(1024, "continuation: training examples (even: half true continuations)",
                          meaning="`continuation`: training and held-out examples",
-                         allowed="even, ≥ 2 (≥ 64 held out for a useful interval)")
+                         allowed="even, ≥ 2 (≥ 64 held out for a useful interval)", check=even_count)
     n_heldout: int = param(128, "continuation: held-out examples (even; at least 64 for a useful interval)",
-                           row="n_train")
+                           row="n_train", check=even_count)
     train_words: str = param("bank,bat,pitcher,mouse,spring,seal,plant,match,organ,pen,bark,palm",
                              "senses: words whose examples train the adapters",
                              meaning="`senses`: the train / held-out split of `senses_file`",
@@ -121,7 +133,7 @@ class Chapter5Parameters(Declared):
                                meaning="the tail whose cache is patched; pairs of contexts (each cell's n: "
                                        "the pairs the unpatched adapter answers right); columns of the map",
                                allowed="one of `k_values`; ≥ 1 (at most the pairs the task gives: half the "
-                                       "held-out examples for `continuation`); 1…L")
+                                       "held-out examples for `continuation`); 1…L", check=tail_depth)
     patch_pairs: int = param(48,
                              "pairs of contexts in the patching map (each cell's n: those the clean adapter "
                              "answers right)", row="patch_k", check=at_least(1))
@@ -139,3 +151,12 @@ class Chapter5Parameters(Declared):
                        check=one_of(list(DTYPES)))
     results_dir: str = chapter_results_dir()
     device: str = torch_device(check=one_device)
+
+    def check_together(self) -> None:
+        """`patch_k` is one of `k_values` (where L, every layer, is not among them: it is a number only
+        with the model)."""
+        ks = k_items("k_values", self.k_values)
+        patch = k_items("patch_k", str(self.patch_k))[0]
+        if "L" not in ks and patch not in ks:
+            raise ValueError(f"patch_k: {self.patch_k!r} is not one of the trained k_values "
+                             f"({self.k_values}); give one of them")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvutils.core.declared import param
-from kvutils.studies.parameters.values import at_least, usable_device
+from kvutils.studies.parameters.values import at_least, model_list, usable_device
 
 CAUSAL = "causal registry keys, hub ids, local dirs"
 CORPUS = "`pydoc`, a folder of `.txt`, a `.jsonl` with `text`"
@@ -28,12 +28,12 @@ def torch_device(check=usable_device):
 def sense_models():
     return param("gemma3-270m,smollm2-135m",
                  "causal models: comma-separated registry keys, Hugging Face ids or local paths",
-                 meaning="causal models", allowed=CAUSAL)
+                 meaning="causal models", allowed=CAUSAL, check=model_list)
 
 
 def encoder_field(doc: str):
     return param("minilm-l6", doc, meaning="bidirectional encoder(s) to contrast",
-                 allowed="encoder keys, e.g. `bert-base-uncased` where its weights exist")
+                 allowed="encoder keys, e.g. `bert-base-uncased` where its weights exist", check=model_list)
 
 
 def sentences_file():
