@@ -28,7 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("job", choices=[*JOBS, "status"])
     parser.add_argument("--profile", default="full", choices=["full", "quick"])
     parser.add_argument("--results-dir", default="results")
-    parser.add_argument("--output-dir", default=None, help="the executed notebooks (default: book/chapters)")
+    parser.add_argument("--output-dir", default=None,
+                        help="the executed notebooks (default: book/chapters for the book's results/, else "
+                             "<results-dir>/pages)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads of the job (default: every core)")
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="a chapter parameter (as papermill -p reads it)")
@@ -56,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     for variable in THREAD_VARIABLES:  # before torch loads, in this process and in a notebook's kernel
         os.environ[variable] = str(threads)
+    from kvutils.book.chapters import page_dir
+
+    try:  # the book's pages only from the book's results; a side run's beside its results
+        args.output_dir = str(page_dir(args.results_dir, args.output_dir))
+    except ValueError as err:
+        print(f"{parser.prog} {args.job}: {err}", file=sys.stderr)
+        return 2
     if args.job in NOTEBOOKS:
         from kvutils.book.chapters import check_overrides
 
