@@ -289,3 +289,40 @@ def test_a_build_job_with_other_results_writes_its_pages_beside_them(tmp_path, m
     assert build.main(["05", "--profile", "quick", "--results-dir", str(tmp_path / "side"),
                        "--output-dir", str(chapters.EXECUTED_DIR)]) == 2
     assert "holds the book's pages" in capsys.readouterr().err and len(given) == 1
+
+
+# --------------------------------------------------------------------------- kernels' sockets after SIGKILL
+
+
+def _socket_file(path: Path) -> Path:
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))  # the file stays after the socket closes, as a killed kernel's does
+    sock.close()
+    return path
+
+
+def test_a_start_removes_the_sockets_of_killed_runners_only(tmp_path, monkeypatch):
+    """A runner killed by SIGKILL leaves its kernel's socket files; the next start removes those
+    whose runner is dead, and keeps a live runner's and any other file."""
+    import tempfile
+
+    from kvutils.book.kernel import PREFIX, IpcKernelManager
+
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed.kill()  # SIGKILL
+    killed.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead = [_socket_file(tmp_path / f"{PREFIX}{killed.pid}-{'a' * 16}-{port}") for port in (1, 2, 3, 4, 5)]
+        live = _socket_file(tmp_path / f"{PREFIX}{alive.pid}-{'b' * 16}-1")
+        other = _socket_file(tmp_path / "kernel-ipc-1")
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        ip = IpcKernelManager().ip
+        assert not any(p.exists() for p in dead)
+        assert live.exists() and other.exists()
+        assert Path(ip).parent == tmp_path and Path(ip).name.startswith(f"{PREFIX}{os.getpid()}-")
+    finally:
+        alive.kill()
+        alive.wait()
