@@ -61,7 +61,8 @@ def page_dir(results_dir: str | Path, output_dir: str | Path | None = None) -> P
     if out == EXECUTED_DIR.resolve() and results != BOOK_RESULTS.resolve():
         raise ValueError(f"--output-dir: {output_dir} holds the book's pages, but this run's results go to "
                          f"{results_dir}, not the book's {BOOK_RESULTS.relative_to(REPO_ROOT)}/; leave "
-                         f"--output-dir out (the pages then go to {results / SIDE_PAGES}) or give another folder")
+                         f"--output-dir out (the pages then go to {results / SIDE_PAGES}) or give another "
+                         "folder")
     return out
 
 
@@ -210,7 +211,8 @@ def main(argv: list[str] | None = None) -> None:
 
     checks.check_flags(parser, argv)
     args = parser.parse_args(argv)
-    args.results_dir = str(Path(args.results_dir).expanduser()) if args.results_dir.strip() else args.results_dir
+    if args.results_dir.strip():  # "" stays an error
+        args.results_dir = str(Path(args.results_dir).expanduser())
     if args.output_dir is not None and args.output_dir.strip():
         args.output_dir = str(Path(args.output_dir).expanduser())
     from kvutils.core.params import papermill_value

@@ -124,7 +124,8 @@ def _read(path: Path, key: str):
     except (OSError, ValueError) as err:
         raise Unreadable(f"no readable {SUMS} ({type(err).__name__})") from None
     for name in (TREE, TENSORS):
-        if not isinstance(sums, dict) or not (path / name).is_file() or sums.get(name) != _sha256(path / name):
+        if not isinstance(sums, dict) or not (path / name).is_file() \
+                or sums.get(name) != _sha256(path / name):
             raise Unreadable(f"{name} does not match the sha256 stored with it")
     try:
         tree = json.loads((path / TREE).read_text(encoding="utf-8"))

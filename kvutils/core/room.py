@@ -46,9 +46,9 @@ def check_room(folder: str | Path, chapter: str, parameter: str = "results_dir")
         existing = existing.parent
     free, need = shutil.disk_usage(existing).free, needed(folder, chapter)
     if free < need:
-        raise ValueError(f"{parameter}: only {_size(free)} free on the disk of {folder}, and {chapter}'s results "
-                         f"need about {_size(need)} (the previous run's results and figures, at least "
-                         f"{_size(MIN_FREE)}); free some room or give another folder")
+        raise ValueError(f"{parameter}: only {_size(free)} free on the disk of {folder}, and {chapter}'s "
+                         f"results need about {_size(need)} (the previous run's results and figures, at "
+                         f"least {_size(MIN_FREE)}); free some room or give another folder")
 
 
 def _size(n: int) -> str:

@@ -23,10 +23,10 @@ SENSES = dict(GOOD, task="senses")
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(k_values="0,2"), r"k_values: k='0' is not allowed; k must be an integer from 1 to the model's layers"),
+    (dict(k_values="0,2"), r"k_values: k='0' is not allowed; k must be an integer from 1 to the model's"),
     (dict(k_values="2,5"), r"k_values: k=5 is not allowed for tiny-qwen3, which has 4 layers"),
     (dict(k_values="1,two"), r"k_values: k='two' is not allowed"),
-    (dict(models="tiny-llama", k_values="2,4"), r"k_values: k=4 is not allowed for tiny-llama, which has 2 layers"),
+    (dict(models="tiny-llama", k_values="2,4"), r"k_values: k=4 is not allowed for tiny-llama, which has 2"),
     (dict(patch_k=3), r"patch_k: 3 \(k=3\) is not one of the trained k_values \[1, 2, 4\]"),
     (dict(rank=0), r"rank must be >= 1, got 0"),
     (dict(task="sense"), r"task: 'sense' is not allowed; choose one of 'continuation', 'senses'"),

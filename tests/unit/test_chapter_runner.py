@@ -246,7 +246,7 @@ def test_a_page_collapses_code_a_cell_did_not_place_itself(tmp_path):
     assert chapters._results_dir_as_given(tmp_path) == str(tmp_path)
 
 
-# --------------------------------------------------------------------------- a side run never writes the book's page
+# ------------------------------------------------------------ a side run never writes the book's page
 
 
 def test_pages_go_to_the_book_only_with_the_books_results(tmp_path):
@@ -254,7 +254,7 @@ def test_pages_go_to_the_book_only_with_the_books_results(tmp_path):
     assert chapters.page_dir(REPO_ROOT / "results") == chapters.EXECUTED_DIR
     assert chapters.page_dir(tmp_path / "side") == tmp_path / "side" / chapters.SIDE_PAGES
     assert chapters.page_dir(tmp_path / "side", tmp_path / "mine") == tmp_path / "mine"  # given: kept
-    with pytest.raises(ValueError, match=r"^--output-dir: .* holds the book's pages, but this run's results go to"):
+    with pytest.raises(ValueError, match=r"^--output-dir: .* holds the book's pages, but this run's"):
         chapters.page_dir(tmp_path / "side", chapters.EXECUTED_DIR)
 
 
@@ -264,7 +264,7 @@ def test_a_side_run_writes_its_page_beside_its_results_not_over_the_books(tmp_pa
     book_page = chapters.EXECUTED_DIR / "05_qwen3_switch.ipynb"
     before = book_page.read_bytes() if book_page.exists() else None
     _fake_papermill(monkeypatch)
-    monkeypatch.setattr(chapters, "check_overrides", lambda *a: None)  # the notebook's checks: not the point here
+    monkeypatch.setattr(chapters, "check_overrides", lambda *a: None)  # the notebook's checks: not the point
     chapters.main(["05", "--profile", "quick", "--results-dir", str(tmp_path / "side"), "--no-pages"])
     assert (tmp_path / "side" / "pages" / "05_qwen3_switch.ipynb").is_file()
     assert (book_page.read_bytes() if book_page.exists() else None) == before
@@ -273,8 +273,9 @@ def test_a_side_run_writes_its_page_beside_its_results_not_over_the_books(tmp_pa
 
 
 def test_a_side_run_naming_the_books_folder_is_refused_before_any_work(tmp_path, capsys, nothing_runs):
-    message = _usage_error(chapters.main, ["05", "--profile", "quick", "--results-dir", str(tmp_path / "side"),
-                                           "--output-dir", str(chapters.EXECUTED_DIR)], capsys)
+    argv = ["05", "--profile", "quick", "--results-dir", str(tmp_path / "side"),
+            "--output-dir", str(chapters.EXECUTED_DIR)]
+    message = _usage_error(chapters.main, argv, capsys)
     assert "--output-dir: " in message and "holds the book's pages" in message
 
 
@@ -283,7 +284,8 @@ def test_a_build_job_with_other_results_writes_its_pages_beside_them(tmp_path, m
     from kvutils.book import build_jobs
 
     given = []
-    monkeypatch.setattr(build_jobs, "run_job", lambda job, profile, results_dir, output_dir, *a: given.append(output_dir))
+    monkeypatch.setattr(build_jobs, "run_job",
+                        lambda job, profile, results_dir, output_dir, *a: given.append(output_dir))
     assert build.main(["05", "--profile", "quick", "--results-dir", str(tmp_path / "side")]) in (0, None)
     assert given == [str((tmp_path / "side" / "pages").resolve())]
     assert build.main(["05", "--profile", "quick", "--results-dir", str(tmp_path / "side"),
@@ -315,7 +317,7 @@ def test_a_start_removes_the_sockets_of_killed_runners_only(tmp_path, monkeypatc
     killed.wait()
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        dead = [_socket_file(tmp_path / f"{PREFIX}{killed.pid}-{'a' * 16}-{port}") for port in (1, 2, 3, 4, 5)]
+        dead = [_socket_file(tmp_path / f"{PREFIX}{killed.pid}-{'a' * 16}-{port}") for port in range(1, 6)]
         live = _socket_file(tmp_path / f"{PREFIX}{alive.pid}-{'b' * 16}-1")
         other = _socket_file(tmp_path / "kernel-ipc-1")
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -38,7 +38,8 @@ def _early(args: list[str]) -> dict:
     """Run `kvutils.build.main(args)` in a fresh interpreter: its exit code, its stderr, and whether
     torch or papermill (a kernel's start) was imported."""
     code = ("import json, sys\nfrom kvutils import build\nrc = build.main(sys.argv[1:])\n"
-            "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules, 'papermill': 'papermill' in sys.modules}))")
+            "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules, "
+            "'papermill': 'papermill' in sys.modules}))")
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO_ROOT,
                           timeout=300)
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
@@ -65,8 +66,9 @@ def test_the_chapters_runner_refuses_the_same_before_a_kernel(tmp_path):
     code = ("import sys\nfrom kvutils.book import chapters\n"
             "try:\n    chapters.main(sys.argv[1:])\nexcept SystemExit as e:\n"
             "    print('torch' in sys.modules, 'papermill' in sys.modules, e.code)\n")
-    done = subprocess.run([sys.executable, "-c", code, "05", "--profile", "quick", "--results-dir", str(tmp_path),
-                           "--output-dir", str(tmp_path / "pages"), "-p", "steps", "1e9"],
+    done = subprocess.run([sys.executable, "-c", code, "05", "--profile", "quick",
+                           "--results-dir", str(tmp_path), "--output-dir", str(tmp_path / "pages"),
+                           "-p", "steps", "1e9"],
                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
     assert done.stdout.split() == ["False", "False", "2"] and STEPS_BOUND in done.stderr
 

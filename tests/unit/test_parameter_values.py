@@ -78,7 +78,8 @@ def test_the_runner_reads_a_value_as_papermills_command_line_does(raw):
 
 @pytest.mark.parametrize("argv, given", [
     # (patch_k is one of k_values: the default 12 is not among these)
-    (["05", "-p", "k_values", "2,4,8", "-p", "patch_k", "8"], {"k_values": "2,4,8", "patch_k": 8}),  # once "k='(2'"
+    # once refused: "k='(2' is not allowed"
+    (["05", "-p", "k_values", "2,4,8", "-p", "patch_k", "8"], {"k_values": "2,4,8", "patch_k": 8}),
     (["04", "-p", "retrieval_depths", "0.1,0.5"], {"retrieval_depths": "0.1,0.5"}),  # once "'(0.1' is not a number"
     (["05", "-p", "lr", "0.001", "-p", "k_values", "2", "-p", "patch_k", "2"], {"lr": 0.001, "k_values": 2,
                                                                                 "patch_k": 2}),

@@ -31,14 +31,15 @@ def _previous_run(folder, chapter: str, figure_bytes: int) -> int:
     with open(folder / "figures" / "a.png", "wb") as f:
         f.truncate(figure_bytes)  # sparse: its size without its blocks
     record = folder / f"{chapter}.json"
-    record.write_text(json.dumps({"chapter": chapter, "figures": {"a": {"file": "figures/a.png", "sha256": "x"}}}))
+    figures = {"a": {"file": "figures/a.png", "sha256": "x"}}
+    record.write_text(json.dumps({"chapter": chapter, "figures": figures}))
     return record.stat().st_size + figure_bytes
 
 
 def test_40_kb_free_is_refused_naming_the_folder_and_the_room(tmp_path, monkeypatch):
     asked = _free(monkeypatch, 40 * 2**10)
-    with pytest.raises(ValueError, match=r"^results_dir: only 40 KB free on the disk of .*05_qwen3_switch's results "
-                                         r"need about 8\.0 MB"):
+    with pytest.raises(ValueError, match=r"^results_dir: only 40 KB free on the disk of .*05_qwen3_switch's "
+                                         r"results need about 8\.0 MB"):
         results.check_output(tmp_path / "new" / "folder", "05_qwen3_switch")
     assert asked == [tmp_path]  # the folder does not exist yet: its nearest existing parent's disk
 
