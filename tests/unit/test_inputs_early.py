@@ -105,3 +105,12 @@ def test_the_defaults_and_the_quick_profile_pass_the_early_checks():
     Chapter1Parameters(**QUICK["01_cache_exactness"])
     assert Chapter5Parameters(k_values="L", patch_k=3).patch_k == 3  # L is a number only with the model
     Chapter4Parameters(frontier_models="", retrieval_models=" ")  # "" is none
+
+
+def test_the_command_itself_exits_2_with_the_reason_first(tmp_path):
+    """`python -m kvutils.build 05 --profile quick -p steps 1000000000`, as make chapter runs it."""
+    done = subprocess.run([sys.executable, "-m", "kvutils.build", "05", "--profile", "quick",
+                           "--results-dir", str(tmp_path), "-p", "steps", "1000000000"],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"python -m kvutils.build 05: {STEPS_BOUND}")
