@@ -75,7 +75,8 @@ lint: setup
 JOBS ?= $(shell nproc)
 PROFILE ?= full
 RESULTS ?= results
-EXECUTED ?= book/chapters
+# the book's pages come from the book's results only: with RESULTS elsewhere, a run's pages go beside them
+EXECUTED ?= $(if $(filter results ./results,$(RESULTS)),book/chapters,$(RESULTS)/pages)
 CORES := $(shell nproc)
 JOB := $(PY) -m kvutils.build --profile $(PROFILE) --results-dir $(RESULTS) --output-dir $(EXECUTED)
 JOB_THREADS ?= 1

@@ -28,7 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("job", help="a job of kvutils.book.jobs, 'pages' or 'status'")
     parser.add_argument("--profile", default="full", choices=["full", "quick"])
     parser.add_argument("--results-dir", default="results")
-    parser.add_argument("--output-dir", default=None, help="the executed notebooks (default: book/chapters)")
+    parser.add_argument("--output-dir", default=None,
+                        help="the executed notebooks (default: book/chapters for the book's results/, else "
+                             "<results-dir>/pages)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads of the job (default: every core)")
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="a chapter parameter (as papermill -p reads it)")
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     overrides = {key: papermill_value(raw) for key, raw in args.p}
     threads = args.threads or os.cpu_count() or 1
+    job = None
     try:
         checks.check_int("--threads", threads, 1, 4096, "more threads than any machine's cores")
         if args.job != "status":
@@ -61,19 +64,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     for variable in THREAD_VARIABLES:  # before torch loads, in this process and in a notebook's kernel
         os.environ[variable] = str(threads)
-    from kvutils.book import build_jobs
+    from kvutils.book.chapters import page_dir
 
-    if args.job == "status":
-        return build_jobs.status(args.profile, args.results_dir, args.output_dir)
-    from kvutils.book.chapters import check_overrides, report_failed_cell
-
+    try:  # the book's pages only from the book's results; a side run's beside its results
+        args.output_dir = str(page_dir(args.results_dir, args.output_dir))
+    except ValueError as err:
+        print(f"{parser.prog} {args.job}: {err}", file=sys.stderr)
+        return 2
     chapter = job.unit.chapter if job is not None and job.kind == "study" else args.job.removeprefix("page-")
     if overrides and chapter in NOTEBOOKS:
+        from kvutils.book.chapters import check_overrides
+
         try:  # before any kernel starts: a wrong -p is one line (make chapter's PARAMS)
             check_overrides(chapter, args.profile, overrides, str(Path(args.results_dir).expanduser().resolve()))
         except ValueError as err:
             print(f"{parser.prog} {args.job}: {err}", file=sys.stderr)
             return 2
+    from kvutils.book import build_jobs
+
+    if args.job == "status":
+        return build_jobs.status(args.profile, args.results_dir, args.output_dir)
+    from kvutils.book.chapters import report_failed_cell
 
     if args.if_ready and (missing := build_jobs.missing_inputs(args.job, args.profile, args.results_dir)):
         print(f"== job {args.job}: skipped: it reads jobs not run yet ({', '.join(missing)}); make book runs every one")

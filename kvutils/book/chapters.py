@@ -44,18 +44,38 @@ QUICK = {
                             timing_repeats=1),
 }
 EXECUTED_DIR = REPO_ROOT / "book" / "chapters"
+BOOK_RESULTS = REPO_ROOT / "results"  # the results the book's pages are executed with
+SIDE_PAGES = "pages"  # a side run's executed pages: <results_dir>/pages
+
+
+def page_dir(results_dir: str | Path, output_dir: str | Path | None = None) -> Path:
+    """Where a run's executed notebooks (the pages) go. The book's folder (book/chapters) holds the
+    pages of the book's own results (results/ in the repository) only: a run whose results go
+    elsewhere writes its pages beside them (<results_dir>/pages) where `output_dir` is not given,
+    and may not name the book's folder, whose pages would then show results that are not the book's
+    (and the next make book would compute them again)."""
+    results = Path(results_dir).expanduser().resolve()
+    if output_dir is None:
+        return EXECUTED_DIR if results == BOOK_RESULTS.resolve() else results / SIDE_PAGES
+    out = Path(output_dir).expanduser().resolve()
+    if out == EXECUTED_DIR.resolve() and results != BOOK_RESULTS.resolve():
+        raise ValueError(f"--output-dir: {output_dir} holds the book's pages, but this run's results go to "
+                         f"{results_dir}, not the book's {BOOK_RESULTS.relative_to(REPO_ROOT)}/; leave "
+                         f"--output-dir out (the pages then go to {results / SIDE_PAGES}) or give another "
+                         "folder")
+    return out
 
 
 UNFINISHED = ".unfinished"  # beside the executed copies: ones being written, and failed ones (the book skips it)
 
 
 def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "results",
-                output_dir: str | Path = EXECUTED_DIR, parameters: dict | None = None) -> Path:
+                output_dir: str | Path | None = None, parameters: dict | None = None) -> Path:
     """Execute one chapter notebook; return the executed copy's path. papermill writes the copy
     under <output_dir>/.unfinished/ and it replaces the page's copy only when every cell ran, so
     a failed or interrupted run leaves the previous page (which matches the previous results
     file). A failing cell raises papermill's PapermillExecutionError, noting the notebook, the
-    cell and the failed copy (.unfinished/<name>.failed.ipynb)."""
+    cell and the failed copy (.unfinished/<name>.failed.ipynb). `output_dir`: see `page_dir`."""
     import papermill
 
     from kvutils.book.kernel import IpcKernelManager
@@ -69,7 +89,7 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     params = dict(QUICK.get(name, {})) if profile == "quick" else {}
     params.update(parameters or {})
     params["results_dir"] = results_dir_as_given(Path(results_dir).expanduser().resolve())
-    output_dir = Path(output_dir).expanduser()
+    output_dir = page_dir(results_dir, output_dir)
     output = output_dir / f"{name}.ipynb"
     unfinished = output_dir / UNFINISHED
     unfinished.mkdir(parents=True, exist_ok=True)
@@ -189,7 +209,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="e.g. 01 (default: all); 'pages' runs only the summary pages")
     parser.add_argument("--profile", default="full", choices=["full", "quick"])
     parser.add_argument("--results-dir", default="results")
-    parser.add_argument("--output-dir", default=str(EXECUTED_DIR))
+    parser.add_argument("--output-dir", default=None,
+                        help="the executed notebooks (default: book/chapters for the book's results/, else "
+                             "<results-dir>/pages)")
     parser.add_argument("--no-pages", action="store_true", help="do not re-run the summary pages afterwards")
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="override a notebook parameter (as papermill -p)")
@@ -197,8 +219,10 @@ def main(argv: list[str] | None = None) -> None:
 
     checks.check_flags(parser, argv)
     args = parser.parse_args(argv)
-    args.results_dir, args.output_dir = (str(Path(d).expanduser()) if d.strip() else d  # "" stays an error
-                                         for d in (args.results_dir, args.output_dir))
+    if args.results_dir.strip():  # "" stays an error
+        args.results_dir = str(Path(args.results_dir).expanduser())
+    if args.output_dir is not None and args.output_dir.strip():
+        args.output_dir = str(Path(args.output_dir).expanduser())
     from kvutils.core.params import papermill_value
 
     overrides = {key: papermill_value(raw) for key, raw in args.p}  # as `papermill -p` reads them
@@ -210,9 +234,13 @@ def main(argv: list[str] | None = None) -> None:
     try:  # parameter names and output folders, before any kernel starts or model loads
         from kvutils.core import results
 
-        results.check_folder(args.output_dir, "--output-dir")
+        if not args.results_dir.strip():  # refused below, by its own name
+            args.output_dir = args.output_dir or str(EXECUTED_DIR)
+        elif args.output_dir is None or args.output_dir.strip():  # "" stays an error, said by check_folder
+            args.output_dir = str(page_dir(args.results_dir, args.output_dir))
         for chapter in chapters:
             check_overrides(chapter, args.profile, overrides, args.results_dir)
+        results.check_folder(args.output_dir, "--output-dir")  # after --results-dir, which it may lie in
         if not chapters and not (args.results_dir.strip() and Path(args.results_dir).is_dir()):
             raise ValueError(f"--results-dir: {args.results_dir!r} is not a folder; the summary pages read the "
                              "chapters' results from it (make book writes them to results/)")

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     readme = (repo_root() / TABLE_FILE).read_text(encoding="utf-8")
     stale = stale_cells() + ([TABLE_FILE] if with_table(readme) != readme else [])
-    print(f"differ from kvutils/studies/parameters.py: {', '.join(stale)}; rewrite them with --write" if stale
+    print(f"differ from kvutils/studies/parameters/: {', '.join(stale)}; rewrite them with --write" if stale
           else "every cell and the parameter table match the declarations")
     return 1 if stale else 0
 

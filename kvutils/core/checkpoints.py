@@ -10,9 +10,12 @@ the tests), `stored` computes and stores nothing.
 
 A unit's value is a tree of dicts, lists, JSON scalars and tensors: the tensors go to one
 safetensors file (never a pickle), the rest to JSON, both written to a temporary folder that is
-renamed into place (a unit is there whole or not at all). Tuples come back as lists and dict keys as
-strings. The same inputs give the same numbers whether a unit was computed or read back: the units
-are deterministic given their key (each seeds its own generator).
+renamed into place (a unit is there whole or not at all), with the sha256 of each of the two in a
+third file (sha256.json) written in the same folder. A unit is checked against its sums when read:
+one that cannot be read (a truncated file, an edited tree.json, a sum missing) is never trusted, but
+recomputed, and a line on stderr says so. Tuples come back as lists and dict keys as strings. The
+same inputs give the same numbers whether a unit was computed or read back: the units are
+deterministic given their key (each seeds its own generator).
 """
 from __future__ import annotations
 
@@ -21,16 +24,19 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 ENV = "KVUTILS_CHECKPOINTS"  # the folder of this job's units; unset: nothing is stored
 TREE, TENSORS = "tree.json", "tensors.safetensors"
+SUMS = "sha256.json"  # {file name: its sha256}, for TREE and TENSORS
 _TENSOR = "__tensor__"  # a leaf of the JSON tree that names a tensor of the safetensors file
 
 T = TypeVar("T")
@@ -90,6 +96,8 @@ def save(root: Path, key: str, value) -> None:
     try:
         (tmp / TREE).write_text(json.dumps(tree), encoding="utf-8")
         save_file(tensors, str(tmp / TENSORS))
+        sums = {name: _sha256(tmp / name) for name in (TREE, TENSORS)}
+        (tmp / SUMS).write_text(json.dumps(sums), encoding="utf-8")
         if target.exists():  # an earlier run of the same inputs stored it: the same value
             shutil.rmtree(target)
         tmp.rename(target)
@@ -97,15 +105,49 @@ def save(root: Path, key: str, value) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load(root: Path, key: str):
-    """The value stored under `key`, or None where there is none (or it cannot be read)."""
-    path = unit_path(root, key)
+class Unreadable(Exception):
+    """A stored unit that is there but cannot be trusted; its message says why."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read(path: Path, key: str):
+    """The value of the unit in `path`, checked against its sums (Unreadable: why not)."""
+    try:
+        sums = json.loads((path / SUMS).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise Unreadable(f"no readable {SUMS} ({type(err).__name__})") from None
+    for name in (TREE, TENSORS):
+        if not isinstance(sums, dict) or not (path / name).is_file() \
+                or sums.get(name) != _sha256(path / name):
+            raise Unreadable(f"{name} does not match the sha256 stored with it")
     try:
         tree = json.loads((path / TREE).read_text(encoding="utf-8"))
         if tree.get("key") != key:
-            return None
+            raise Unreadable(f"it holds another key ({str(tree.get('key'))[:60]!r})")
         return _join(tree["value"], load_file(str(path / TENSORS)))
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError) as err:
+        raise Unreadable(f"{type(err).__name__}: {str(err)[:120]}") from None
+
+
+def load(root: Path, key: str):
+    """The value stored under `key`, or None where there is none. A unit that is there but cannot be
+    read, or whose files differ from the sha256 stored with them, gives None too (the caller
+    computes it again, and a later `save` replaces it), and a line on stderr says so."""
+    path = unit_path(root, key)
+    if not path.exists():
+        return None
+    try:
+        return _read(path, key)
+    except Unreadable as why:
+        print(f"checkpoint: {key} at {path} cannot be read ({why}); computing it again", file=sys.stderr,
+              flush=True)
         return None
 
 

@@ -59,9 +59,9 @@ def canonical(annotation: str, default, value):
     `str | int` or `str | float` with a text default ("2,4,8", "0.003,gemma3-270m:0.001") is text:
     a number becomes its shortest text ("0.001", "2") and a list its items joined by commas. One
     with a number default (`steps`: 96 or "96,qwen2.5-0.5b:160"; `patch_k`: 8 or "L") keeps a
-    number as it is, and a text that is one integer becomes that integer. A float parameter takes an
-    int (`-p alpha 16`) as a float. Anything else is returned unchanged, for the field's check to
-    refuse, naming the value given."""
+    number as it is, and a text that is one integer or a whole float (`-p steps 1e3`) becomes that
+    integer. A float parameter takes an int (`-p alpha 16`) as a float. Anything else is returned
+    unchanged, for the field's check to refuse, naming the value given."""
     kinds = {kind.strip() for kind in str(annotation).split("|")}
     if isinstance(value, bool):
         return value
@@ -73,6 +73,8 @@ def canonical(annotation: str, default, value):
             return _number_text(value)
         if isinstance(default, int) and isinstance(value, str) and value.strip().lstrip("-").isdigit():
             return int(value)
+        if isinstance(default, int) and isinstance(value, float) and value.is_integer():
+            return int(value)  # `-p steps 1e3` (papermill reads a float): the whole number it is
     if kinds == {"float"} and isinstance(value, int):
         return float(value)
     return value
@@ -103,6 +105,11 @@ class Declared:
         for f in fields(self):
             if f.metadata["check"] is not None:
                 f.metadata["check"](f.name, getattr(self, f.name))
+        self.check_together()
+
+    def check_together(self) -> None:
+        """The checks of several values that need no model or file (each value checked alone first);
+        a declaration overrides it. Those that need a model are its study's `plan`."""
 
     @classmethod
     def names(cls) -> list[str]:

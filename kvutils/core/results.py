@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvutils.core.paths import RepositoryNotFound, link_loop, loop_error, repo_root
+from kvutils.core.room import check_room
 
 PACKAGES = ("kvutils", "torch", "transformers", "gguf", "safetensors", "tokenizers", "numpy",
             "papermill", "jupyter-book", "matplotlib", "seaborn", "peft")
@@ -213,7 +214,8 @@ def check_folder(folder: str | Path, parameter: str) -> Path:
 
 def check_output(results_dir: str | Path, chapter: str, parameter: str = "results_dir") -> Path:
     """Fail now, naming `parameter`, if the run could not write `<results_dir>/<chapter>.json` and
-    its figures; finish or clear any earlier run that was cut short there. Leaves no new files."""
+    its figures, or its disk has no room for them (kvutils.core.room); finish or clear any earlier
+    run that was cut short there. Leaves no new files."""
     folder = check_folder(results_dir, parameter)
     for target, want_dir in ((results_path(folder, chapter), False), (folder / "figures", True)):
         if target.exists() and target.is_dir() != want_dir:
@@ -224,6 +226,7 @@ def check_output(results_dir: str | Path, chapter: str, parameter: str = "result
         _writable_folder(folder / "figures", parameter, str(folder / "figures"))
     if folder.is_dir():
         recover(folder)
+    check_room(folder, chapter, parameter)  # before the work, not when its results are written
     return folder
 
 

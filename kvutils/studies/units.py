@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvutils.core import checkpoints, jobrecords, results
+from kvutils.core import jobrecords, results
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.closure import closure, digest_files
 from kvutils.core.paths import REPO_ROOT
@@ -177,6 +177,8 @@ def unit_checkpoints(results_dir: Path, name: str, inputs: str) -> Iterator[int]
     """The unit's checkpoint folder (kvutils.core.checkpoints) for the length of the block, named by
     its inputs hash; yields the units an interrupted run of the same inputs stored. The caller holds
     the unit's lock: only this unit's folders of other inputs are removed, never another unit's."""
+    from kvutils.core import checkpoints  # torch: not for a refusal before any work
+
     folder = checkpoint_folder(results_dir, name, inputs)
     for other in folder.parent.glob(f"{name}-*"):
         if other != folder and other.name[len(name) + 1:].isalnum():

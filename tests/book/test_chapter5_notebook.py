@@ -10,7 +10,7 @@ from kvutils.studies.qwen3_switch import study as switch
 
 
 def test_notebook_stops_in_its_first_cell_on_a_bad_k(tmp_path):
-    error, cell = run_failing_chapter("05", tmp_path, {"k_values": "1,9"})
+    error, cell = run_failing_chapter("05", tmp_path, {"k_values": "2,9"})  # patch_k 2 among them
     assert "k_values: k=9 is not allowed" in error and "switch.plan(" in cell
 
 

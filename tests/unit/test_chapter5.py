@@ -23,10 +23,10 @@ SENSES = dict(GOOD, task="senses")
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(k_values="0,2"), r"k_values: k=0 is not allowed for tiny-qwen3, which has 4 layers; k must be an integer from 1 to 4"),
-    (dict(k_values="1,5"), r"k_values: k=5 is not allowed for tiny-qwen3, which has 4 layers"),
+    (dict(k_values="0,2"), r"k_values: k='0' is not allowed; k must be an integer from 1 to the model's"),
+    (dict(k_values="2,5"), r"k_values: k=5 is not allowed for tiny-qwen3, which has 4 layers"),
     (dict(k_values="1,two"), r"k_values: k='two' is not allowed"),
-    (dict(models="tiny-llama", k_values="1,4"), r"k_values: k=4 is not allowed for tiny-llama, which has 2 layers"),
+    (dict(models="tiny-llama", k_values="2,4"), r"k_values: k=4 is not allowed for tiny-llama, which has 2"),
     (dict(patch_k=3), r"patch_k: 3 \(k=3\) is not one of the trained k_values \[1, 2, 4\]"),
     (dict(rank=0), r"rank must be >= 1, got 0"),
     (dict(task="sense"), r"task: 'sense' is not allowed; choose one of 'continuation', 'senses'"),
@@ -50,8 +50,8 @@ SENSES = dict(GOOD, task="senses")
     (dict(lr="gemma3-270m:0.001"), r"lr: no value for tiny-qwen3; add a default or tiny-qwen3:value"),
     (dict(lr="0.1,0.2"), r"lr: two defaults"),
     (dict(lr="tiny-qwen3:-1"), r"lr: 'tiny-qwen3:-1' is not a learning rate > 0"),
-    (dict(steps=0), r"steps: '0' is not a number of steps >= 1"),
-    (dict(steps="96,tiny-qwen3:2.5"), r"steps: 'tiny-qwen3:2.5' is not a number of steps >= 1"),
+    (dict(steps=0), r"steps: '0' is not a whole number of steps >= 1"),
+    (dict(steps="96,tiny-qwen3:2.5"), r"steps: 'tiny-qwen3:2.5' is not a whole number of steps >= 1"),
     (dict(train_dtype="float16"), r"train_dtype: 'float16' is not allowed; choose one of auto, float32, bfloat16"),
     (dict(models="tiny-bert"), r"models: tiny-bert is a bidirectional encoder"),
 ])

@@ -244,3 +244,87 @@ def test_a_page_collapses_code_a_cell_did_not_place_itself(tmp_path):
     assert "widgets" not in nb.metadata
     assert chapters.results_dir_as_given(REPO_ROOT / "results") == "./results"
     assert chapters.results_dir_as_given(tmp_path) == str(tmp_path)
+
+
+# ------------------------------------------------------------ a side run never writes the book's page
+
+
+def test_pages_go_to_the_book_only_with_the_books_results(tmp_path):
+    assert chapters.page_dir("results") == chapters.EXECUTED_DIR
+    assert chapters.page_dir(REPO_ROOT / "results") == chapters.EXECUTED_DIR
+    assert chapters.page_dir(tmp_path / "side") == tmp_path / "side" / chapters.SIDE_PAGES
+    assert chapters.page_dir(tmp_path / "side", tmp_path / "mine") == tmp_path / "mine"  # given: kept
+    with pytest.raises(ValueError, match=r"^--output-dir: .* holds the book's pages, but this run's"):
+        chapters.page_dir(tmp_path / "side", chapters.EXECUTED_DIR)
+
+
+def test_a_side_run_writes_its_page_beside_its_results_not_over_the_books(tmp_path, monkeypatch):
+    """`python -m kvutils.chapters 05 --profile quick --results-dir <elsewhere>` once wrote its executed
+    notebook over book/chapters/05_qwen3_switch.ipynb (papermill faked here)."""
+    book_page = chapters.EXECUTED_DIR / "05_qwen3_switch.ipynb"
+    before = book_page.read_bytes() if book_page.exists() else None
+    _fake_papermill(monkeypatch)
+    monkeypatch.setattr(chapters, "check_overrides", lambda *a: None)  # the notebook's checks: not the point
+    chapters.main(["05", "--profile", "quick", "--results-dir", str(tmp_path / "side"), "--no-pages"])
+    assert (tmp_path / "side" / "pages" / "05_qwen3_switch.ipynb").is_file()
+    assert (book_page.read_bytes() if book_page.exists() else None) == before
+    output = chapters.run_chapter("02", "quick", tmp_path / "other")  # the function's default, too
+    assert output == tmp_path / "other" / "pages" / "02_bert_contrast.ipynb"
+
+
+def test_a_side_run_naming_the_books_folder_is_refused_before_any_work(tmp_path, capsys, nothing_runs):
+    argv = ["05", "--profile", "quick", "--results-dir", str(tmp_path / "side"),
+            "--output-dir", str(chapters.EXECUTED_DIR)]
+    message = _usage_error(chapters.main, argv, capsys)
+    assert "--output-dir: " in message and "holds the book's pages" in message
+
+
+def test_a_build_job_with_other_results_writes_its_pages_beside_them(tmp_path, monkeypatch, capsys):
+    from kvutils import build
+    from kvutils.book import build_jobs
+
+    given = []
+    monkeypatch.setattr(build_jobs, "run_job",
+                        lambda job, profile, results_dir, output_dir, *a: given.append(output_dir))
+    assert build.main(["05", "--profile", "quick", "--results-dir", str(tmp_path / "side")]) in (0, None)
+    assert given == [str((tmp_path / "side" / "pages").resolve())]
+    assert build.main(["05", "--profile", "quick", "--results-dir", str(tmp_path / "side"),
+                       "--output-dir", str(chapters.EXECUTED_DIR)]) == 2
+    assert "holds the book's pages" in capsys.readouterr().err and len(given) == 1
+
+
+# --------------------------------------------------------------------------- kernels' sockets after SIGKILL
+
+
+def _socket_file(path: Path) -> Path:
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))  # the file stays after the socket closes, as a killed kernel's does
+    sock.close()
+    return path
+
+
+def test_a_start_removes_the_sockets_of_killed_runners_only(tmp_path, monkeypatch):
+    """A runner killed by SIGKILL leaves its kernel's socket files; the next start removes those
+    whose runner is dead, and keeps a live runner's and any other file."""
+    import tempfile
+
+    from kvutils.book.kernel import PREFIX, IpcKernelManager
+
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed.kill()  # SIGKILL
+    killed.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead = [_socket_file(tmp_path / f"{PREFIX}{killed.pid}-{'a' * 16}-{port}") for port in range(1, 6)]
+        live = _socket_file(tmp_path / f"{PREFIX}{alive.pid}-{'b' * 16}-1")
+        other = _socket_file(tmp_path / "kernel-ipc-1")
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        ip = IpcKernelManager().ip
+        assert not any(p.exists() for p in dead)
+        assert live.exists() and other.exists()
+        assert Path(ip).parent == tmp_path and Path(ip).name.startswith(f"{PREFIX}{os.getpid()}-")
+    finally:
+        alive.kill()
+        alive.wait()

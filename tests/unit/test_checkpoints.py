@@ -3,6 +3,7 @@ whether a unit was computed or read back, in chapter 4's scoring and chapter 5's
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 
@@ -137,3 +138,62 @@ def test_a_stored_cache_is_the_cache_again(name):
     assert again.get_seq_length() == cache.get_seq_length()
     for a, b in zip(cache.layers, again.layers):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def _store_one(root, key="accept-x:ratio=0.5"):
+    value = {"accuracy_pct": 56.25, "kl": torch.tensor([0.5, 1.5])}
+    checkpoints.save(root, key, value)
+    return key, checkpoints.unit_path(root, key)
+
+
+def test_a_truncated_unit_is_computed_again_and_stderr_says_so(tmp_path, capsys):
+    """`truncate -s 100` of a unit's tensors (safetensors' own error, "invalid header length",
+    once escaped `load`): the unit is not read, its key is computed again and replaces it."""
+    key, unit = _store_one(tmp_path)
+    with open(unit / checkpoints.TENSORS, "r+b") as f:
+        f.truncate(100)
+    assert checkpoints.load(tmp_path, key) is None
+    assert f"checkpoint: {key}" in capsys.readouterr().err
+    calls = []
+    value = checkpoints.stored(key, lambda: calls.append(1) or {"accuracy_pct": 56.25}, root=tmp_path)
+    assert calls == [1] and value == {"accuracy_pct": 56.25}
+    assert "computing it again" in capsys.readouterr().err
+    assert checkpoints.load(tmp_path, key) == {"accuracy_pct": 56.25}  # the recomputed unit replaced it
+    assert capsys.readouterr().err == ""
+
+
+def test_a_unit_whose_tensors_safetensors_raises_is_not_fatal(tmp_path, capsys):
+    """Past the sums (a unit written with them, then both edited alike): safetensors' error is caught."""
+    key, unit = _store_one(tmp_path)
+    (unit / checkpoints.TENSORS).write_bytes(b"\xff" * 100)
+    sums = json.loads((unit / checkpoints.SUMS).read_text())
+    sums[checkpoints.TENSORS] = hashlib.sha256(b"\xff" * 100).hexdigest()
+    (unit / checkpoints.SUMS).write_text(json.dumps(sums))
+    assert checkpoints.load(tmp_path, key) is None
+    assert "SafetensorError" in capsys.readouterr().err
+
+
+def test_an_edited_tree_json_is_never_trusted(tmp_path, capsys):
+    """accuracy_pct 56.25 -> 99.0 in tree.json: its sha256 no longer matches, so the unit is recomputed."""
+    key, unit = _store_one(tmp_path)
+    tree = unit / checkpoints.TREE
+    tree.write_text(tree.read_text().replace("56.25", "99.0"))
+    assert checkpoints.load(tmp_path, key) is None
+    assert "tree.json does not match the sha256" in capsys.readouterr().err
+    value = checkpoints.stored(key, lambda: {"accuracy_pct": 56.25}, root=tmp_path)
+    assert value["accuracy_pct"] == 56.25
+
+
+@pytest.mark.parametrize("lost", [checkpoints.SUMS, checkpoints.TREE, checkpoints.TENSORS])
+def test_a_unit_missing_a_file_is_unreadable(tmp_path, capsys, lost):
+    key, unit = _store_one(tmp_path)
+    (unit / lost).unlink()
+    assert checkpoints.load(tmp_path, key) is None
+    assert "cannot be read" in capsys.readouterr().err
+
+
+def test_each_unit_records_the_sha256_of_its_files(tmp_path):
+    _, unit = _store_one(tmp_path)
+    sums = json.loads((unit / checkpoints.SUMS).read_text())
+    assert sums == {name: hashlib.sha256((unit / name).read_bytes()).hexdigest()
+                    for name in (checkpoints.TREE, checkpoints.TENSORS)}

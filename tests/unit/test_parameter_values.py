@@ -43,7 +43,9 @@ def _parameters_schema(name: str) -> Draft202012Validator:
 
 @pytest.mark.parametrize("name, field, form, value", CASES, ids=[f"{n}-{f}-{k}" for n, f, k, _ in CASES])
 def test_every_value_papermill_passes_is_recorded_as_its_schema_accepts(name, field, form, value, tmp_path):
-    given = DECLARED[name](**{field: value, "results_dir": str(tmp_path)})
+    # chapter 5's patch_k must be one of its k_values (checked together, before any model)
+    with_it = {"patch_k": 4} if (name, field, form) == ("05_qwen3_switch", "k_values", "one item") else {}
+    given = DECLARED[name](**{field: value, "results_dir": str(tmp_path), **with_it})
     recorded = given.as_dict()
     assert [e.message for e in _parameters_schema(name).iter_errors(recorded)] == []
     assert DECLARED[name](**recorded).as_dict() == recorded  # the canonical form is a fixed point
@@ -75,9 +77,12 @@ def test_the_runner_reads_a_value_as_papermills_command_line_does(raw):
 
 
 @pytest.mark.parametrize("argv, given", [
-    (["05", "-p", "k_values", "2,4,8"], {"k_values": "2,4,8"}),  # once refused: "k='(2' is not allowed"
+    # (patch_k is one of k_values: the default 12 is not among these)
+    # once refused: "k='(2' is not allowed"
+    (["05", "-p", "k_values", "2,4,8", "-p", "patch_k", "8"], {"k_values": "2,4,8", "patch_k": 8}),
     (["04", "-p", "retrieval_depths", "0.1,0.5"], {"retrieval_depths": "0.1,0.5"}),  # once "'(0.1' is not a number"
-    (["05", "-p", "lr", "0.001", "-p", "k_values", "2"], {"lr": 0.001, "k_values": 2}),
+    (["05", "-p", "lr", "0.001", "-p", "k_values", "2", "-p", "patch_k", "2"], {"lr": 0.001, "k_values": 2,
+                                                                                "patch_k": 2}),
 ])
 def test_the_runner_passes_valid_lists_and_numbers_to_the_chapter(argv, given, tmp_path, monkeypatch):
     ran = []

@@ -13,7 +13,6 @@ described): `train` trains the adapters, `policies` measures the switch, and
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +25,7 @@ from kvutils.models.checks import check_models
 from kvutils.models.configs import model_config
 from kvutils.models.loading import load_tokenizer
 from kvutils.studies.parameters import Chapter5Parameters
+from kvutils.studies.parameters.values import split_per_model
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch.tasks import CONTINUATION_BINS, CONTROL_BINS, Example
 
@@ -105,44 +105,13 @@ def check_rank_fits(config, ks: list[int], rank: int, targets: list[str], name: 
                          f"rank {fits:,}")
 
 
-PER_MODEL = {  # parameter: (what one value is, its type, the smallest allowed, an example)
-    "lr": ("a learning rate", float, 0.0, "0.002, or '0.003,gemma3-270m:0.001'"),
-    "steps": ("a number of steps", int, 1, "64, or '96,gemma3-270m:64'"),
-}
-
-
 def parse_per_model(parameter: str, value, model_names: list[str]) -> dict[str, float | int]:
-    """`lr` or `steps`: one value for every model, or a default and `model:value` pairs
-    ("0.003,gemma3-270m:0.001"; a colon, as papermill reads no second "=" on a parameter's line).
-    Models differ in the rate at which a LoRA tail learns without diverging, and in how many steps
-    it needs. A pair naming a known model not in this run is allowed (the defaults name both
-    embedded models, and a reader may run one), a name no model has is a misspelling; every model
-    of the run must get a value."""
-    what, kind, smallest, example = PER_MODEL[parameter]
-    example = f"e.g. {example} (a default, then model:value pairs)"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        items = [str(value)]
-    elif isinstance(value, str) and value.strip():
-        items = [item.strip() for item in value.split(",")]
-    else:
-        raise ValueError(f"{parameter} must be {what} or a string of them, {example}; got {value!r}")
-    default, values = None, {}
-    for item in items:
-        name, _, text = item.rpartition(":")
-        try:
-            number = kind(text)
-        except ValueError:
-            number = None
-        if number is None or not math.isfinite(number) or not (number > smallest if kind is float else number >= smallest) \
-                or (not name and ":" in item):
-            bound = f"> {smallest:g}" if kind is float else f">= {smallest}"
-            raise ValueError(f"{parameter}: {item!r} is not {what} {bound} (or model:value); {example}")
-        if name:
-            values[name.strip()] = number
-        elif default is None:
-            default = number
-        else:
-            raise ValueError(f"{parameter}: two defaults ({default} and {number}); give one, then model:value pairs")
+    """`lr` or `steps`: one value for every model, or a default and `model:value` pairs, each value
+    checked without the models by the declaration (`split_per_model`). Models differ in the rate at
+    which a LoRA tail learns without diverging, and in how many steps it needs. A pair naming a known
+    model not in this run is allowed (the defaults name both embedded models, and a reader may run
+    one), a name no model has is a misspelling; every model of the run must get a value."""
+    default, values = split_per_model(parameter, value)
     from kvutils.models.registry import known_names
 
     strangers = [n for n in values if n not in model_names and n not in known_names() and "/" not in n]
