@@ -93,9 +93,19 @@ def retrieval_unit(model: str) -> Unit:
                 f"{CH4}:compute_retrieval", RETRIEVAL_PARAMETERS, model=model)
 
 
-def chapter4_units(retrieval_models: list[str]) -> list[Unit]:
+def retrieval_models(p) -> list[str]:
+    """Chapter 4's retrieval models as its `retrieval_models` names them ("" or blank: none); the
+    names are checked (and resolved) by the chapter's `plan`."""
+    value = p.retrieval_models
+    if isinstance(value, str) and not value.strip():
+        return []
+    names = value.split(",") if isinstance(value, str) else list(value)
+    return [name.strip() for name in names if name.strip()]
+
+
+def chapter4_units(models: list[str]) -> list[Unit]:
     """Chapter 4's units: the timing, one retrieval unit per model, the costs, then the one relating them."""
-    parts = [TIMING, *map(retrieval_unit, retrieval_models), COSTS]
+    parts = [TIMING, *map(retrieval_unit, models), COSTS]
     relate = Unit("04", "04", ("04_retrieval.json", f"{NOTEBOOKS['04']}.json"), f"{CH4}:relate",
                   reads=tuple(out for unit in parts for out in unit.outputs))
     return [*parts, relate]
@@ -235,8 +245,6 @@ def units_of(chapter: str, checked) -> list[Unit]:
     """The units a chapter's results come from, in the order they run."""
     if chapter != "04":
         return [CHAPTER_UNITS[chapter]]
-    from kvutils.studies.cache_approximations.units import retrieval_models
-
     return chapter4_units(retrieval_models(checked))
 
 

@@ -94,7 +94,7 @@ def test_retrieval_by_model_then_related_is_what_the_chapter_scores_by_itself(tm
     small = {**GOOD, "models": "tiny-llama,tiny-gemma3", "retrieval_models": "tiny-llama,tiny-gemma3",
              "retrieval_contexts": "128", "retrieval_prompts": 2, "filler_prompts": 2}
     checked = Chapter4Parameters(**small)
-    assert ch4.retrieval_models(checked) == ["tiny-llama", "tiny-gemma3"]
+    assert units.retrieval_models(checked) == ["tiny-llama", "tiny-gemma3"]
     monkeypatch.setenv(checkpoints.ENV, str(tmp_path / "units"))
     for model in ("tiny-llama", "tiny-gemma3"):
         unit = units.retrieval_unit(model)

@@ -14,16 +14,6 @@ from kvutils.studies.parameters import Chapter4Parameters
 COSTS_FILE = "04_costs.json"
 
 
-def retrieval_models(p: Chapter4Parameters) -> list[str]:
-    """The retrieval test's models as `retrieval_models` names them ("" or blank: none). The names
-    are checked (and resolved) by `study.plan`."""
-    value = p.retrieval_models
-    if isinstance(value, str) and not value.strip():
-        return []
-    names = value.split(",") if isinstance(value, str) else list(value)
-    return [name.strip() for name in names if name.strip()]
-
-
 def _write(folder: Path, name: str, value: dict) -> None:
     results.write_json_atomic(Path(folder) / name, value)
 
