@@ -134,10 +134,12 @@ chapter: setup
 
 # the notebooks live in JupyterLab, widgets included (explore attention: chapter 3's explorer):
 # make lab, then open the URL it prints. LAB_ARGS passes options on (e.g. --port=9000 --no-browser).
-# As root (a container) Jupyter refuses to start without --allow-root, which is then given.
+# As root (a container) Jupyter refuses to start without --allow-root, which is then given. It opens in
+# notebooks/, so a new notebook lands there, not in the repository's root (Untitled*.ipynb is ignored).
 LAB_ARGS ?=
 lab: setup
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) --FileContentsManager.preferred_dir=notebooks \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 # what the next make book would reuse, and what it would compute (and why)
 status: setup

@@ -20,8 +20,8 @@ def main(argv: list[str] | None = None) -> int:
         papermill_cli.main(args=argv, prog_name="python -m kvutils.rerun", standalone_mode=False)
     except PapermillExecutionError as err:
         cell = next((line for line in err.source.splitlines() if line.strip()), "")
-        print(f"failed in cell In [{err.exec_count}] ({cell!r}) with {err.ename}: {err.evalue}; the executed "
-              "copy, error included, is the output notebook", file=sys.stderr)
+        print(f"{err.ename}: {err.evalue} (in cell In [{err.exec_count}], {cell!r}; the output notebook "
+              "holds the executed copy, error included)", file=sys.stderr)
         return 1
     except click.ClickException as err:  # a usage error, as papermill's own command line says it
         err.show()
