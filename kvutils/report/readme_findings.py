@@ -121,7 +121,7 @@ def findings(runs: dict) -> list[str]:
     lines = [exact_line(runs, rows), near_line(rows, model), costly_line(runs, rows, model),
              open_line(rows, runs), source]
     assert len(lines) <= MAX_LINES
-    return lines
+    return [f"- {line}" for line in lines]  # a list: markdown would join bare lines into one paragraph
 
 
 def chapter_times(folder: str | Path = FULL_BUILD) -> list[str]:
