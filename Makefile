@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: setup browser test lint book build-jobs html chapter lab status bench check-html clean
+.PHONY: setup browser test lint book build-jobs html chapter lab status bench check-html dist clean
 
 setup: $(STAMP)
 
@@ -151,6 +151,10 @@ bench: setup
 # open every page of the built book in headless Chromium, offline, and list what is broken
 check-html: setup browser
 	$(PY) -m kvutils.browser_check _build/html
+
+# the built book as one archive a reader opens offline: unzip dist/kv-cache-book-<commit>.zip, open index.html
+dist: setup
+	$(PY) -m kvutils.book.dist _build/html dist/kv-cache-book-$$(git rev-parse --short HEAD 2>/dev/null || echo local).zip
 
 clean:
 	rm -rf _build results book/chapters
