@@ -11,11 +11,20 @@ from __future__ import annotations
 import sys
 
 
+def _no_cell_ends(record) -> bool:
+    """papermill's --log-output says "Executing Cell N" and "Ending Cell N" around each cell: the
+    first says where the run is, the second only doubles the lines before a refusal."""
+    return not str(record.msg).startswith("Ending Cell")
+
+
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
     import click
     from papermill.cli import papermill as papermill_cli
     from papermill.exceptions import PapermillExecutionError
 
+    logging.getLogger("papermill").addFilter(_no_cell_ends)
     try:
         papermill_cli.main(args=argv, prog_name="python -m kvutils.rerun", standalone_mode=False)
     except PapermillExecutionError as err:
