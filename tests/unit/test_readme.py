@@ -85,3 +85,16 @@ def test_the_readme_shows_the_passkey_command_whole_and_progress_for_papermill()
     assert papermill and all("--log-output" in c for c in papermill)
     assert "PROFILE=quick" in README and "LAB_ARGS" in README and "make dist" in README
     assert README.index("make chapter N=01") < README.index("kvutils.rerun")  # make chapter first
+
+
+def test_a_new_notebook_from_make_lab_lands_in_notebooks_and_is_ignored():
+    """`make lab` opens in notebooks/ (JupyterLab's launcher creates there), and an Untitled*.ipynb
+    anywhere is ignored by git, so it never shows as untracked in the repository's root."""
+    import subprocess
+
+    lab = subprocess.run(["make", "-n", "lab"], cwd=REPO_ROOT, capture_output=True, text=True).stdout
+    assert "--FileContentsManager.preferred_dir=notebooks" in lab
+    for path in ("Untitled.ipynb", "Untitled3.ipynb", "notebooks/Untitled1.ipynb"):
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO_ROOT).returncode == 0, path
+    assert subprocess.run(["git", "check-ignore", "-q", "notebooks/01_cache_exactness.ipynb"],
+                          cwd=REPO_ROOT).returncode == 1
