@@ -133,17 +133,18 @@ def chapter_times(folder: str | Path = FULL_BUILD) -> list[str]:
     def secs(r: dict) -> str:
         return f"{r['wall_time_s']:,.0f} s"
 
-    lines = ["| chapter | compute time in the full build | run as |", "|---|---|---|"]
+    lines = ["| chapter | compute time in the full build | that build's cores, torch threads, commit |",
+             "|---|---|---|"]
     for number, name in NOTEBOOKS.items():
         r = record[name]
         extra = ""
         if number == "04":
-            extra = (f", after its jobs: long-range retrieval {secs(record['04_retrieval'])}, decode timing "
-                     f"{secs(record['04_decode_timing'])}")
+            extra = (f" (its long-range retrieval, {secs(record['04_retrieval'])}, and decode timing, "
+                     f"{secs(record['04_decode_timing'])}, ran as jobs of their own)")
         lines.append(f"| `make chapter N={number}` ({name}) | {secs(r)}{extra} | "
-                     f"{r['machine']['cores']} cores, "
-                     f"{r['machine']['torch_threads']} torch thread(s), at {r['git_commit'][:7]} |")
-    lines.append(f"| `make bench` | {secs(bench)} | {bench['machine']['cores']} cores, alone |")
+                     f"{r['machine']['cores']}, {r['machine']['torch_threads']}, {r['git_commit'][:7]} |")
+    lines.append(f"| `make bench` | {secs(bench)} | {bench['machine']['cores']}, "
+                 f"{bench['machine']['torch_threads']}, alone |")
     return lines
 
 

@@ -21,8 +21,8 @@ def test_the_archive_holds_every_file_under_its_own_folder(tmp_path):
     html = _site(tmp_path / "html")
     archive = dist.pack(html, tmp_path / "dist" / "kv-cache-book-abc1234.zip")
     names = zipfile.ZipFile(archive).namelist()
-    assert sorted(names) == ["kv-cache-book-abc1234/_static/theme.css", "kv-cache-book-abc1234/book/intro.html",
-                             "kv-cache-book-abc1234/index.html"]
+    top = "kv-cache-book-abc1234"
+    assert sorted(names) == [f"{top}/_static/theme.css", f"{top}/book/intro.html", f"{top}/index.html"]
     zipfile.ZipFile(archive).extractall(tmp_path / "out")
     assert (tmp_path / "out" / "kv-cache-book-abc1234" / "book" / "intro.html").read_text() == \
         (html / "book" / "intro.html").read_text()

@@ -33,7 +33,7 @@ def test_the_chapter_times_are_the_full_builds():
     block = readme_findings.render("chapter-times")
     assert readme_findings.readme_block(README, "chapter-times") == block
     assert all(f"make chapter N={n}" in block for n in NOTEBOOKS)
-    assert "| `make chapter N=05` (05_qwen3_switch) | 1,682 s |" in block
+    assert "| `make chapter N=05` (05_qwen3_switch) | 1,682 s | 2, 1, 845dede |" in block  # its wall_time_s
 
 
 def test_a_block_without_its_markers_is_refused():
@@ -41,7 +41,8 @@ def test_a_block_without_its_markers_is_refused():
         readme_findings.replace_block("# title\n", "findings", "x")
     text = "# title\n"
     begin, end = readme_findings.markers("findings")
-    assert readme_findings.replace_block(f"{text}{begin}\nold\n{end}\nz", "findings", "NEW") == f"{text}NEW\nz"
+    new = readme_findings.replace_block(f"{text}{begin}\nold\n{end}\nz", "findings", "NEW")
+    assert new == f"{text}NEW\nz"
 
 
 def example_commands(readme: str) -> list[list[str]]:

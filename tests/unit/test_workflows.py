@@ -13,8 +13,8 @@ WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
 
 
 def lint(path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
-                           str(path)], capture_output=True, text=True, timeout=120)
+    argv = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(path)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -26,7 +26,8 @@ def test_every_workflow_is_valid(path):
 def test_the_linter_refuses_a_broken_workflow(tmp_path):
     """The check can fail: a misspelt key (runs_on) is refused."""
     broken = tmp_path / "broken.yml"
-    broken.write_text((REPO_ROOT / ".github" / "workflows" / "pages.yml").read_text().replace("runs-on:", "runs_on:"))
+    pages = (REPO_ROOT / ".github" / "workflows" / "pages.yml").read_text()
+    broken.write_text(pages.replace("runs-on:", "runs_on:"))
     result = lint(broken)
     assert result.returncode != 0 and "runs_on" in result.stdout
 
