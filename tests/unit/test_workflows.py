@@ -13,7 +13,8 @@ WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
 
 
 def lint(path) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(path)]
+    argv = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+            str(path)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
