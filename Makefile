@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: setup browser test lint book build-jobs html chapter lab status bench check-html clean
+.PHONY: setup browser test lint book build-jobs html chapter lab status bench check-html dist clean
 
 setup: $(STAMP)
 
@@ -138,10 +138,12 @@ chapter: setup
 
 # the notebooks live in JupyterLab, widgets included (explore attention: chapter 3's explorer):
 # make lab, then open the URL it prints. LAB_ARGS passes options on (e.g. --port=9000 --no-browser).
-# As root (a container) Jupyter refuses to start without --allow-root, which is then given.
+# As root (a container) Jupyter refuses to start without --allow-root, which is then given. It opens in
+# notebooks/, so a new notebook lands there, not in the repository's root (Untitled*.ipynb is ignored).
 LAB_ARGS ?=
 lab: setup
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) --FileContentsManager.preferred_dir=notebooks \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 # what the next make book would reuse, and what it would compute (and why)
 status: setup
@@ -153,6 +155,10 @@ bench: setup
 # open every page of the built book in headless Chromium, offline, and list what is broken
 check-html: setup browser
 	$(PY) -m kvutils.browser_check _build/html
+
+# the built book as one archive a reader opens offline: unzip dist/kv-cache-book-<commit>.zip, open index.html
+dist: setup
+	$(PY) -m kvutils.book.dist _build/html dist/kv-cache-book-$$(git rev-parse --short HEAD 2>/dev/null || echo local).zip
 
 clean:
 	rm -rf _build results book/chapters

@@ -102,7 +102,7 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
         papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", running, parameters=params,
                                    cwd=REPO_ROOT, kernel_name="python3", progress_bar=False,
                                    log_output=True, kernel_manager_class=IpcKernelManager)
-        for_the_page(running)
+        for_the_page(running, profile)
         os.replace(running, output)
     except papermill.PapermillExecutionError as err:
         if running.exists() and err.ename != "KeyboardInterrupt":  # an interrupted copy is of no use
@@ -132,8 +132,17 @@ def _remove_orphans(unfinished: Path) -> None:
 SHOWN_OR_GONE = ("remove-cell", "remove-input", "hide-input", "hide-cell", "show-input")  # a cell's own choice
 
 
-def for_the_page(notebook: Path) -> None:
+# the warning at the top of every page the quick profile builds (after the page's title)
+QUICK_BANNER = ("```{warning}\nQuick profile (`make book PROFILE=quick`): this page was built from tiny "
+                "models with random weights, at small sizes. Its numbers, tables and figures show the shape "
+                "of the page, not the book's findings; `make book` builds it from the real models.\n```")
+QUICK_TAG = "quick-profile"
+
+
+def for_the_page(notebook: Path, profile: str = "full") -> None:
     """The executed copy as the page shows it (a copy under .unfinished/, not yet the page's):
+    - on the quick profile, QUICK_BANNER right after the page's title cell, so no page of a quick
+      book can pass for the book's results;
     - no stored ipywidgets state: the book is static, and that state would make its pages load the
       widget manager from a CDN (the live controls need a kernel anyway);
     - every code cell's input collapsed behind the theme's "show code" toggle ("hide-input"), unless
@@ -154,6 +163,10 @@ def for_the_page(notebook: Path) -> None:
     for cell in nb.cells:
         if cell.cell_type == "code" and not set(cell.metadata.get("tags", [])) & set(SHOWN_OR_GONE):
             cell.metadata["tags"] = [*cell.metadata.get("tags", []), "hide-input"]
+    if profile == "quick" and not any(QUICK_TAG in c.metadata.get("tags", []) for c in nb.cells):
+        title = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
+        banner = nbformat.v4.new_markdown_cell(QUICK_BANNER, metadata={"tags": [QUICK_TAG]})
+        nb.cells.insert(title + 1, banner)
     nbformat.write(nb, notebook)
 
 

@@ -27,9 +27,14 @@ from kvutils.core import params
 
 def say_first(notebook: str, err: Exception) -> None:
     """In a kernel (where sys.stderr is the notebook's), one line on the kernel process's own
-    stderr: papermill's terminal, where it comes before papermill's traceback."""
+    stderr: papermill's terminal, where it comes before papermill's traceback. The kernel's
+    tracebacks turn short (IPython's `%xmode Minimal`: the exception's line alone), so the
+    cell's error, in the notebook and in papermill's message, is that line too."""
     if sys.__stderr__ is not None and sys.stderr is not sys.__stderr__:
         print(f"{notebook}: refused in its first cell: {err}", file=sys.__stderr__, flush=True)
+        shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+        if shell is not None and hasattr(shell, "InteractiveTB"):
+            shell.InteractiveTB.set_mode(mode="Minimal")
 
 Check = Callable[[str, object], object]  # check(name, value) raises ValueError naming the parameter
 

@@ -36,6 +36,8 @@ from kvutils.explorer.data import (  # noqa: F401
 from kvutils.models.loading import Loaded, load
 
 CUSTOM = "(type two texts)"
+# every control's label column: "query ← end" (11 characters) needs about 6.5em of a sans-serif font
+LABEL_WIDTH = "8em"
 
 
 def _tick_labels(tokens: list[str], span: tuple[int, int], limit: int = 40) -> tuple[list[int], list[str]]:
@@ -109,6 +111,8 @@ class AttentionExplorer:
         self.head = w.Dropdown(options=["mean"], value="mean", description="head")
         self.from_end = w.IntSlider(min=0, max=0, value=0, description="query ← end")
         self.window = w.IntSlider(min=1, max=32, value=8, description="rows shown")
+        for control in self.labelled():  # ipywidgets' default label width cuts "query ← end" to "query ← e…"
+            control.style.description_width = LABEL_WIDTH
         self.output = w.Output()
         self.view: View | None = None
         self._updating = False  # set while the texts are filled from a word, to redraw once
@@ -121,6 +125,11 @@ class AttentionExplorer:
                         self.head, self.from_end, self.window):
             control.observe(lambda _change: self.update(), names="value")
         self.update()
+
+    def labelled(self) -> list:
+        """The controls with a label (ipywidgets' `description`), which LABEL_WIDTH must hold."""
+        return [self.model, self.pair, self.construction, self.text_a, self.text_b, self.layer, self.head,
+                self.from_end, self.window]
 
     # ---------------------------------------------------------------- state
     def _fill_texts(self) -> None:

@@ -202,3 +202,17 @@ def test_no_page_shows_a_doubled_word_a_python_repr_a_pandas_index_or_a_machine_
         assert not DOUBLED.search(text), f"{page.name}: doubled word: {DOUBLED.search(text).group(0)!r}"
         assert not REPR.search(text), f"{page.name}: Python repr: {text[max(0, REPR.search(text).start() - 60):][:140]!r}"
         assert str(root) not in text and str(Path.home()) + "/" not in text, page.name
+
+
+def test_every_quick_page_says_it_shows_shapes_not_findings(built_book):
+    """The quick book is tiny random models: each executed page opens with the warning that says so
+    (kvutils.book.chapters.QUICK_BANNER, rendered as the theme's warning admonition)."""
+    from bs4 import BeautifulSoup
+
+    _root, html = built_book
+    pages = sorted((html / "book" / "chapters").glob("*.html"))
+    assert pages
+    for page in pages:
+        warnings = BeautifulSoup(page.read_text(), "html.parser").select("div.admonition.warning")
+        assert any("random weights" in w.get_text() and "not the book's findings" in w.get_text().replace("’", "'")
+                   for w in warnings), page.name

@@ -52,6 +52,24 @@ def test_the_book_also_reads_from_its_files_alone(built_book):
     assert report["book/intro.html"].formulas >= 4
 
 
+def test_make_dist_unpacked_reads_offline(built_book, site_report, tmp_path):
+    """`make dist`'s archive, unzipped elsewhere and opened from its files (file://), is the whole
+    book: every page the served book has, none with a problem."""
+    _chromium_or_skip()
+    import zipfile
+
+    from kvutils.book.browser_check import check_site
+    from kvutils.book.dist import pack
+
+    _, html = built_book
+    archive = pack(html, tmp_path / "dist" / "kv-cache-book-test.zip")
+    zipfile.ZipFile(archive).extractall(tmp_path / "unpacked")
+    report = check_site(tmp_path / "unpacked" / "kv-cache-book-test", scheme="file")
+    assert set(report) == set(site_report)
+    problems = {page: check.problems for page, check in report.items() if check.problems}
+    assert not problems, problems
+
+
 def test_every_page_of_the_book_was_opened(site_report, built_book):
     _, html = built_book
     for name in ("book/intro.html", "book/chapters/01_cache_exactness.html", "book/chapters/05_qwen3_switch.html",

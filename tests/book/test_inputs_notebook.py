@@ -38,3 +38,24 @@ def test_a_misspelt_parameter_stops_the_notebook_in_its_first_cell(tmp_path, cha
     assert failed == [2]  # the parameters cell, papermill's injected cell, then the validation cell
     assert f"{typo}: not a parameter" in str(err.value) and f"did you mean {closest}?" in str(err.value)
     assert not list((tmp_path / "results").iterdir())
+
+
+@pytest.mark.parametrize("log_output", [False, True], ids=["progress-bar", "log-output"])
+def test_a_refusal_through_papermills_command_line_is_said_in_a_few_lines(tmp_path, log_output):
+    """`python -m kvutils.rerun` (papermill's command line, as the README's examples run it) on
+    chapter 1 with `-p n_prompts 0`: the reason, naming the parameter, in a few lines, no traceback
+    (papermill's own printed 52 lines, the reason 4th and again at the end)."""
+    import subprocess
+    import sys
+
+    from kvutils.core.paths import REPO_ROOT
+
+    argv = [sys.executable, "-m", "kvutils.rerun", "notebooks/01_cache_exactness.ipynb", str(tmp_path / "out.ipynb"),
+            "-p", "n_prompts", "0", "-p", "results_dir", str(tmp_path / "results"), *(["--log-output"] * log_output)]
+    run = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    lines = [line for line in (run.stdout + run.stderr).replace("\r", "\n").splitlines()
+             if line.strip() and not line.startswith("Executing:")]  # the progress bar's redraws
+    reason = [i for i, line in enumerate(lines) if "n_prompts must be >= 1, got 0" in line]
+    assert run.returncode == 1 and reason, lines
+    assert not any("Traceback" in line for line in lines), lines
+    assert len(lines) <= (14 if log_output else 8), lines

@@ -76,8 +76,10 @@ def test_a_successful_run_replaces_the_page(tmp_path, monkeypatch):
     (tmp_path / "02_bert_contrast.ipynb").write_text("old")
     output = chapters.run_chapter("02", "quick", tmp_path / "results", tmp_path)
     nb = nbformat.read(output, as_version=4)
-    assert nb.cells[0].source == "x = 1" and "widgets" not in nb.metadata
-    assert nb.cells[0].metadata.tags == ["hide-input"]  # the page opens with results, its code one click away
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code[0].source == "x = 1" and "widgets" not in nb.metadata
+    assert code[0].metadata.tags == ["hide-input"]  # the page opens with results, its code one click away
+    assert nb.cells[0].source == chapters.QUICK_BANNER  # a quick page says so (no title cell here: on top)
     assert calls[0]["parameters"]["results_dir"] == str(tmp_path / "results")  # outside the repository: as given
     assert not list((tmp_path / chapters.UNFINISHED).iterdir())
     assert calls[0]["kernel_manager_class"] is IpcKernelManager  # no TCP warning at each kernel start
@@ -328,3 +330,21 @@ def test_a_start_removes_the_sockets_of_killed_runners_only(tmp_path, monkeypatc
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_quick_page_says_so_under_its_title(tmp_path):
+    """The quick profile's pages are tiny random models: each carries QUICK_BANNER right after its
+    title (once, however often the page is processed); a full-profile page carries none."""
+    cells = [nbformat.v4.new_code_cell("p = 1"), nbformat.v4.new_markdown_cell("# Title"),
+             nbformat.v4.new_code_cell("x = 2")]
+    for profile, expected in (("quick", 1), ("full", 0)):
+        path = tmp_path / f"{profile}.ipynb"
+        nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+        chapters.for_the_page(path, profile)
+        chapters.for_the_page(path, profile)
+        nb = nbformat.read(path, as_version=4)
+        banners = [i for i, c in enumerate(nb.cells) if chapters.QUICK_TAG in c.metadata.get("tags", [])]
+        assert len(banners) == expected
+        if expected:
+            assert banners == [2] and nb.cells[2].source == chapters.QUICK_BANNER
+            assert nb.cells[2].source.startswith("```{warning}") and "random weights" in nb.cells[2].source

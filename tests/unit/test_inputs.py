@@ -131,7 +131,7 @@ def test_a_name_unlike_any_parameter_lists_them_all():
 
 def _readme_papermill_runs():
     for line in (REPO_ROOT / "README.md").read_text().splitlines():
-        if line.startswith("papermill notebooks/"):
+        if line.startswith(("papermill notebooks/", "python -m kvutils.rerun notebooks/")):
             notebook = re.search(r"notebooks/(\w+)\.ipynb", line).group(1)
             yield notebook, dict(re.findall(r"-p (\w+) (\S+)", line))
 
@@ -151,7 +151,7 @@ def test_the_readmes_papermill_copies_land_in_an_ignored_folder():
     import subprocess
 
     text = (REPO_ROOT / "README.md").read_text()
-    outputs = re.findall(r"^papermill notebooks/\w+\.ipynb (\S+)", text, flags=re.M)
+    outputs = re.findall(r"^(?:papermill|python -m kvutils\.rerun) notebooks/\w+\.ipynb (\S+)", text, flags=re.M)
     assert len(outputs) >= 3 and all(o.startswith("runs/") for o in outputs), outputs
     assert "mkdir -p runs" in text and "out.ipynb" not in text
     ignored = subprocess.run(["git", "check-ignore", "-q", "runs/x.ipynb"], cwd=REPO_ROOT)

@@ -171,3 +171,14 @@ def test_the_offline_view_names_a_bad_choice(recorded, bad, message):
     _, payload = recorded
     with pytest.raises(ValueError, match=message):
         explorer_html.explorer_view(payload, **{"word": "bat", "layer": 1, **bad})
+
+
+def test_every_label_fits_its_column(explorer):
+    """ipywidgets' default label column (80 px) cut "query ← end" to "query ← e…": every labelled
+    control shares LABEL_WIDTH, wide enough for its longest label at 0.6em a character (a sans-serif
+    font's widest average, arrows included)."""
+    controls = explorer.labelled()
+    assert {c.style.description_width for c in controls} == {widgets.LABEL_WIDTH}
+    longest = max(len(c.description) for c in controls)
+    assert explorer.from_end.description == "query ← end"
+    assert float(widgets.LABEL_WIDTH.removesuffix("em")) >= 0.6 * longest
