@@ -11,7 +11,7 @@
 
 A study job is reused while its unit's inputs hash stands (`kvutils.studies.units`: its parameters,
 its import closure, its data, the pins, the files it reads). A page's inputs are its notebook, every
-kvutils source (the report layer renders it), the pins and the sha256 of every results file it reads:
+kvutils source (the report layer renders it), data/, the pins and the sha256 of every results file it reads:
 a change confined to the report layer, a notebook's prose or the book re-renders pages and computes
 nothing. GNU make (the Makefile) runs the jobs, longest first (`order`: from the wall times the
 records measured, else the estimates below), on every core.
@@ -96,9 +96,11 @@ def check_job(name: str, profile: str) -> Job:
 
 
 def sources_digest(root: Path = REPO_ROOT) -> str:
-    """One sha256 over kvutils' source files (their paths and bytes) and the pins."""
+    """One sha256 over kvutils' source files, data/ (chapter 3's explorer reads the senses file on its
+    page) and the pins: their paths and bytes."""
     files = sorted({p for pattern in SOURCES for p in (root / "kvutils").rglob(pattern) if "__pycache__" not in p.parts})
-    return digest_files([*files, *(root / pin for pin in PINS)], root)
+    data = sorted(p for p in (root / "data").rglob("*") if p.is_file())
+    return digest_files([*files, *data, *(root / pin for pin in PINS)], root)
 
 
 def bench_hash(profile: str, root: Path = REPO_ROOT) -> str:

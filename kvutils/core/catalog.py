@@ -14,7 +14,8 @@ def main(argv: list[str] | None = None) -> int:
     given = (argv if argv is not None else sys.argv[1:])[:1] or [""]
     if given[0] in NOTEBOOKS:
         return 0
-    print(f"make chapter: N={given[0]} is not a chapter; give N={', '.join(NOTEBOOKS)} "
+    *others, last = NOTEBOOKS
+    print(f"make chapter: N={given[0]} is not a chapter; give N={', '.join(others)} or {last} "
           '(and PARAMS="-p name value ...")', file=sys.stderr)
     return 2
 

@@ -33,9 +33,10 @@ def _package_of(root: Path, module: str, path: Path) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _parsed(path: Path, mtime_ns: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the dotted names the module imports, the data files it names), from its syntax tree."""
-    tree = ast.parse(path.read_bytes(), filename=str(path))
+def _parsed(source: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the dotted names a module imports, the data files it names), from its syntax tree; each text
+    parsed once per process, wherever it lies (a checkout's copy parses as the original)."""
+    tree = ast.parse(source)
     names, data = [], []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -76,7 +77,7 @@ def closure(roots: tuple[str, ...] | list[str], root: Path) -> tuple[list[Path],
         parent = module.rpartition(".")[0]
         if parent:
             todo.append(parent)  # importing a.b.c runs a/__init__ and a/b/__init__
-        names, files = _parsed(path, path.stat().st_mtime_ns)
+        names, files = _parsed(path.read_bytes())
         data.update(files)
         todo += [_absolute(name, _package_of(root, module, path)) for name in names]
     return sorted(set(seen.values())), sorted(data)

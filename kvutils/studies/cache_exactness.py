@@ -19,7 +19,7 @@ from kvutils.core.data import PrefixPair
 from kvutils.models.checks import check_models
 from kvutils.models.greedy import greedy, prefill, recompute_logits
 from kvutils.models.loading import DTYPES, Loaded, load_tokenizer
-from kvutils.studies.parameters import RECOMPUTE_MODES, Chapter1Parameters
+from kvutils.studies.parameters.chapter1 import RECOMPUTE_MODES, Chapter1Parameters
 
 
 def worst(values) -> float:

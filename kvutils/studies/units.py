@@ -163,8 +163,9 @@ def inputs_hash(unit: Unit, checked, results_dir: str | Path, root: Path = REPO_
     h.update(digest_files(sources, root).encode())
     h.update(digest_files([root / name for name in data], root).encode())
     h.update(digest_files([root / pin for pin in PINS], root).encode())
-    for path in _named_paths(parameters, root):
-        h.update(str(path).encode() + b"\0" + _path_digest(path).encode())
+    for path in _named_paths(parameters, root):  # named inside the checkout: as a path of it, wherever it lies
+        shown = path.relative_to(root) if path.is_relative_to(root) else path
+        h.update(str(shown).encode() + b"\0" + _path_digest(path).encode())
     for name in unit.reads:
         h.update(f"{name}:{jobrecords.file_digest(Path(results_dir) / name)}".encode())
     return h.hexdigest()

@@ -1,6 +1,7 @@
-"""make book's engine (kvutils.book.jobs, GNU make): a job is reused when nothing it depends on
-changed, computed when something did, and an interrupted build resumes with the jobs it had not
-finished; one core builds with one job at a time."""
+"""make book's engine (kvutils.book.jobs, kvutils.studies.units, GNU make): a job is reused when nothing
+it depends on changed, computed when something did, and an interrupted build resumes with the jobs it
+had not finished; one core builds with one job at a time; a change to the report layer re-renders the
+pages and computes no study."""
 import json
 import re
 import shutil
@@ -10,7 +11,7 @@ import psutil
 import pytest
 from test_interrupts import Watched
 
-from kvutils.book.jobs import JOBS, record_path
+from kvutils.book.jobs import jobs_for, record_path
 from kvutils.core.paths import REPO_ROOT
 
 
@@ -33,9 +34,10 @@ def test_a_build_with_nothing_changed_reuses_every_job_on_one_core(quick_chapter
         pytest.skip("taskset (util-linux) is not installed")
     log = _make("build-jobs", results=results, executed=executed, prefix=("taskset", "-c", "0"))
     assert "1 job(s) side by side, 1 torch thread(s) each, on 1 core(s)" in log
-    for name in JOBS:
-        assert f"== job {name}: reused, computed at commit " in log, log
-    assert "computing" not in log
+    for name, job in jobs_for("quick").items():
+        said = f"== {name}: reused; " if job.kind == "page" else f"== {name}: reused, computed at commit "
+        assert said in log, log
+    assert "computing" not in log and "rendering" not in log
     assert {p: p.read_bytes() for p in before} == before
 
 
@@ -75,8 +77,8 @@ def test_an_interrupted_build_resumes_and_a_parameter_reruns_its_chapter_whole(t
     assert re.search(r"^05 +to compute: never built here.* \(it resumes from the \d+ unit\(s\) an interrupted run stored\)$",
                      status, re.M), status
     log = _make("job-05", results=results, executed=executed)
-    assert "== job timing: reused" in log and "== job 05: computing on 1 thread: never built here" in log
-    assert "== job 05: resuming from the " in log and " unit(s) an interrupted run stored" in log
+    assert "== timing: reused" in log and "== 05: computing: never built here" in log
+    assert "== 05: resuming from the " in log and " unit(s) an interrupted run stored" in log
     assert _status(results)["resumed_units"] >= 2  # the base pass and the zero-shot accuracy at least
     assert not units.exists()  # the record stands: its units are gone
     resumed = json.loads((results / "05_qwen3_switch.json").read_text())["numbers"]
@@ -86,7 +88,7 @@ def test_an_interrupted_build_resumes_and_a_parameter_reruns_its_chapter_whole(t
     rerun = subprocess.run([".venv/bin/python", "-m", "kvutils.build", "05", "--profile", "quick", "--results-dir",
                             str(results), "--output-dir", str(executed), "-p", "timing_repeats", "2"], cwd=REPO_ROOT,
                            capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0 and "== job 05: computing" in rerun.stdout and "its inputs changed" in rerun.stdout
+    assert rerun.returncode == 0 and "== 05: computing" in rerun.stdout and "its inputs changed" in rerun.stdout
     assert "resuming" not in rerun.stdout and _status(results)["parameters"]["timing_repeats"] == 2
     assert _untimed(json.loads((results / "05_qwen3_switch.json").read_text())["numbers"]) == _untimed(resumed)
     # the next build, without the -p, computes the chapter at its defaults again; the timing stays reused

@@ -31,7 +31,7 @@ from kvutils.models.checks import check_models
 from kvutils.models.layers import kv_shape
 from kvutils.models.loading import load, load_tokenizer
 from kvutils.studies.cache_approximations import frontier, retrieval
-from kvutils.studies.parameters import DEFAULT_OPS, Chapter4Parameters
+from kvutils.studies.parameters.chapter4 import DEFAULT_OPS, Chapter4Parameters
 
 DECODE_TIMING_FILE = "04_decode_timing.json"  # in the results folder
 RETRIEVAL_FILE = "04_retrieval.json"  # in the results folder: every retrieval model's scores

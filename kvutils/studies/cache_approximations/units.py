@@ -9,7 +9,7 @@ from pathlib import Path
 from kvutils.core import cores, records, results
 from kvutils.models.loading import load
 from kvutils.studies.cache_approximations import retrieval, study
-from kvutils.studies.parameters import Chapter4Parameters
+from kvutils.studies.parameters.chapter4 import Chapter4Parameters
 
 COSTS_FILE = "04_costs.json"
 

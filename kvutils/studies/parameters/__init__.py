@@ -17,22 +17,25 @@ checks its parameters before the studies load.
 """
 from __future__ import annotations
 
-from kvutils.studies.parameters.chapter1 import RECOMPUTE_MODES, Chapter1Parameters
-from kvutils.studies.parameters.chapter2 import Chapter2Parameters
-from kvutils.studies.parameters.chapter3 import Chapter3Parameters
-from kvutils.studies.parameters.chapter4 import DEFAULT_OPS, FRONTIER_OPS, Chapter4Parameters
-from kvutils.studies.parameters.chapter5 import Chapter5Parameters
-from kvutils.studies.parameters.pages import (
-    AppendixAParameters,
-    AppendixBParameters,
-    ConclusionsParameters,
-    PageParameters,
-)
+import importlib
 
-__all__ = ["DECLARED", "DEFAULT_OPS", "FRONTIER_OPS", "RECOMPUTE_MODES", "AppendixAParameters",
-           "AppendixBParameters", "Chapter1Parameters", "Chapter2Parameters", "Chapter3Parameters",
-           "Chapter4Parameters", "Chapter5Parameters", "ConclusionsParameters", "PageParameters"]
+# where each name lives; imported when first asked for (PEP 562), so that a study importing its own
+# chapter's module (`kvutils.studies.parameters.chapter1`) does not import every chapter's: a study's
+# import closure, which decides when its results are reused (kvutils.studies.units), holds its own
+# declaration only
+_WHERE = {"RECOMPUTE_MODES": "chapter1", "Chapter1Parameters": "chapter1", "Chapter2Parameters": "chapter2",
+          "Chapter3Parameters": "chapter3", "DEFAULT_OPS": "chapter4", "FRONTIER_OPS": "chapter4",
+          "Chapter4Parameters": "chapter4", "Chapter5Parameters": "chapter5", "AppendixAParameters": "pages",
+          "AppendixBParameters": "pages", "ConclusionsParameters": "pages", "PageParameters": "pages"}
+_DECLARATIONS = ("Chapter1Parameters", "Chapter2Parameters", "Chapter3Parameters", "Chapter4Parameters",
+                 "Chapter5Parameters", "ConclusionsParameters", "AppendixAParameters", "AppendixBParameters")
 
-DECLARED = {c.NOTEBOOK: c for c in (Chapter1Parameters, Chapter2Parameters, Chapter3Parameters,
-                                    Chapter4Parameters, Chapter5Parameters, ConclusionsParameters,
-                                    AppendixAParameters, AppendixBParameters)}
+__all__ = ["DECLARED", *_WHERE]
+
+
+def __getattr__(name: str):
+    if name == "DECLARED":  # {notebook: its declaration}, every notebook's
+        return {c.NOTEBOOK: c for c in map(__getattr__, _DECLARATIONS)}
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,7 +24,7 @@ from kvutils.lora.training import resolve_train_dtype
 from kvutils.models.checks import check_models
 from kvutils.models.configs import model_config
 from kvutils.models.loading import load_tokenizer
-from kvutils.studies.parameters import Chapter5Parameters
+from kvutils.studies.parameters.chapter5 import Chapter5Parameters
 from kvutils.studies.parameters.values import split_per_model
 from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch.tasks import CONTINUATION_BINS, CONTROL_BINS, Example

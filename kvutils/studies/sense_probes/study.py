@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from kvutils.core import data, results
 from kvutils.models.checks import check_models
 from kvutils.models.loading import load, load_tokenizer
-from kvutils.studies.parameters import Chapter2Parameters, Chapter3Parameters
+from kvutils.studies.parameters.chapter2 import Chapter2Parameters
+from kvutils.studies.parameters.chapter3 import Chapter3Parameters
 from kvutils.studies.sense_probes import probes
 
 
