@@ -150,6 +150,7 @@ def chapter4_findings(numbers: dict) -> PageFindings:
                                                f"KIVI against naive at equal bits: {kivi_bytes(numbers['table2'])}.",
                                                f"Sinks: {clauses['sinks']}", f"Partial recompute: {clauses['blend']}")),
         "frontier": Section(front or size, (), (report_frontier.frontier_setup(frontier),
+                                                *report_frontier.frontier_notes(frontier),
                                                 report_frontier.kvpress_glue(frontier))),
         "retrieval": Section(keys or size, tuple(f for f in (margin_finding(verdicts),) if f), (
             "Setup: " + report_retrieval.retrieval_setup(numbers) + retrieval_ties.head_ties(retrieval, frontier),

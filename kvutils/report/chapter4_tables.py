@@ -77,9 +77,20 @@ def frontier_verdicts(run: dict) -> list[tuple[str, str, SignVerdict | None, str
             if str(r.get("level")) != level or spec == base:
                 continue
             test = sign_verdict(r["per_doc_kl"], run["ops"][base]["per_doc_kl"]) if base else None
-            tie = ties.get(spec)
-            out.append((level, spec, test, f"= {label(tie['b'])}: {tie['why']}" if tie else ""))
+            out.append((level, spec, test, _tie(run, level, spec, ties.get(spec))))
     return out
+
+
+def _tie(run: dict, level: str, spec: str, tie: dict | None) -> str:
+    """The method this one equals by construction, with why; else one it scored identically to on
+    every document with no construction to explain it; else ""."""
+    if tie:
+        return f"= {label(tie['b'])}: {tie['why']}"
+    kl = run["ops"][spec]["per_doc_kl"]
+    twin = next((s for s, r in run["ops"].items() if s != spec and str(r.get("level")) == level
+                 and r["per_doc_kl"] == kl and not any(t["a"] == s and t["b"] == spec
+                                                       for t in run.get("construction_ties", []))), None)
+    return f"scored as {label(twin)} on all {len(kl)} documents; no construction explains it" if twin else ""
 
 
 SIGN_WORDS = {"a<b": "✓ below random", "a>b": "✗ above random", "identical": "= identical to random"}

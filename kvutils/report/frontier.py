@@ -217,6 +217,25 @@ def _vs(run: dict, level: str, spec: str, other_method: str) -> list[compare.Pai
     return out
 
 
+def frontier_notes(frontier: dict) -> list[str]:
+    """What the verdict table cannot show: a level whose methods hold unequal bytes, sliding-window
+    layers that the prefill already overfills, and a method alike to no other by construction."""
+    out = []
+    for model, run in frontier.items():
+        for level in run["levels"]:
+            held = [_held_pct(run, r) for r in run["ops"].values() if str(r.get("level")) == level]
+            if held and max(held) > HELD_SPREAD * min(held):
+                out.append(f"{model} at compression {level}: the methods hold {min(held):.0f}% to {max(held):.0f}% "
+                           "of the exact cache's bytes on average, not the same: a lower KL may come from holding more.")
+        sliding = run.get("sliding")
+        if sliding:
+            out.append(f"{model}: {sliding['layers']} of its {sliding['of']} layers attend only to the last "
+                       f"{sliding['window']} positions, which a {run['prefill']}-token prefill already exceeds; on them "
+                       "a method's choice among older entries changes nothing.")
+        out += [f"{model}: {label(t['a'])}: {t['why']}." for t in run.get("construction_ties", []) if t["b"] is None]
+    return out
+
+
 def _holding(run: dict, a: str, b: str) -> str:
     """The memory both sides of a comparison hold: 'holding 32.1 % of the exact cache against 80.8 %'."""
     return (f"holding {fmt(_held_pct(run, run['ops'][a]), 3)} % of the exact cache against "
