@@ -148,3 +148,9 @@ def test_the_full_builds_page_says_what_its_tests_show():
     page = chapter4_findings(numbers)
     assert 1 <= len(page.box) <= 5
     assert all(len(FORMAT.sentence(f).split()) <= 30 for f in page.box)
+    assert page.answer.claim == "Speed for bytes; compressing the cache is not free."
+    assert {f.key for f in page.box} == {"decode", "bytes", "table2", "retrieval", "tau"}
+    # without retrieval or frontier the page says so, rather than counting n/a
+    bare = chapter4_findings({**numbers, "retrieval": {}, "frontier": {}})
+    assert FORMAT.sentence(bare.answer).endswith("no retrieval test was judged in this run.")
+    assert {f.key for f in bare.box} == {"decode", "bytes", "table2"}
