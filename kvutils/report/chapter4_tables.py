@@ -1,11 +1,18 @@
 """Chapter 4's verdict tables, each verdict drawn by one rule of `kvutils.report.chapter4_verdicts` from
 the per-prompt and per-document numbers the results hold: retrieval against the exact cache, the
 frontier's methods against random eviction, and Kendall's τ with ties by construction counted once."""
+
 from __future__ import annotations
 
 import pandas as pd
 
-from kvutils.report.chapter4_verdicts import RetrievalVerdict, SignVerdict, retrieval_verdict, sign_verdict, tau_once
+from kvutils.report.chapter4_verdicts import (
+    RetrievalVerdict,
+    SignVerdict,
+    retrieval_verdict,
+    sign_verdict,
+    tau_once,
+)
 from kvutils.report.findings import FORMAT
 from kvutils.report.frontier import label, method
 from kvutils.report.retrieval import haystacks, short
@@ -42,8 +49,11 @@ def judged(retrieval: dict):
 
 
 def _cell(v: RetrievalVerdict) -> tuple[str, str, str]:
-    return (f"{v.keys} / {v.n} (exact {v.exact_keys}); p = {v.p:.2g}",
-            f"{_num(v.shift)} {_interval(*v.interval)}", f"{v.mark} {v.words}")
+    return (
+        f"{v.keys} / {v.n} (exact {v.exact_keys}); p = {v.p:.2g}",
+        f"{_num(v.shift)} {_interval(*v.interval)}",
+        f"{v.mark} {v.words}",
+    )
 
 
 def retrieval_table(retrieval: dict) -> PageTable:
@@ -56,14 +66,18 @@ def retrieval_table(retrieval: dict) -> PageTable:
             row = {"method": short(lab), "model": model, "text": hay}
             for regime, words in REGIMES:
                 keys, shift, verdict = _cell(verdicts[regime][lab])
-                row.update({f"keys, {words}": keys, f"log p shift, {words}": shift, f"verdict, {words}": verdict})
+                row.update(
+                    {f"keys, {words}": keys, f"log p shift, {words}": shift, f"verdict, {words}": verdict}
+                )
             rows.append(row)
     table = pd.DataFrame(rows)
     return page_table(table.set_index("method") if rows else table)
 
 
 def random_baseline(run: dict, level: str) -> str | None:
-    return next((s for s, r in run["ops"].items() if str(r.get("level")) == level and method(s) == "random"), None)
+    return next(
+        (s for s, r in run["ops"].items() if str(r.get("level")) == level and method(s) == "random"), None
+    )
 
 
 def frontier_verdicts(run: dict) -> list[tuple[str, str, SignVerdict | None, str]]:
@@ -87,9 +101,17 @@ def _tie(run: dict, level: str, spec: str, tie: dict | None) -> str:
     if tie:
         return f"= {label(tie['b'])}: {tie['why']}"
     kl = run["ops"][spec]["per_doc_kl"]
-    twin = next((s for s, r in run["ops"].items() if s != spec and str(r.get("level")) == level
-                 and r["per_doc_kl"] == kl and not any(t["a"] == s and t["b"] == spec
-                                                       for t in run.get("construction_ties", []))), None)
+    twin = next(
+        (
+            s
+            for s, r in run["ops"].items()
+            if s != spec
+            and str(r.get("level")) == level
+            and r["per_doc_kl"] == kl
+            and not any(t["a"] == s and t["b"] == spec for t in run.get("construction_ties", []))
+        ),
+        None,
+    )
     return f"scored as {label(twin)} on all {len(kl)} documents; no construction explains it" if twin else ""
 
 
@@ -102,13 +124,21 @@ def frontier_verdict_table(frontier: dict) -> PageTable:
     rows = []
     for model, run in frontier.items():
         for level, spec, t, tie in frontier_verdicts(run):
-            row = {"method": label(spec), "model": model, "evicts": level,
-                   "mean KL (nats)": _num(run["ops"][spec]["mean_kl"])}
+            row = {
+                "method": label(spec),
+                "model": model,
+                "evicts": level,
+                "mean KL (nats)": _num(run["ops"][spec]["mean_kl"]),
+            }
             if t is not None:
                 ci = _interval(*t.interval) if t.interval else "none at this n"
-                row.update({"documents below / above random": f"{t.lower} / {t.higher} of {t.n}",
-                            "median KL difference [95 % CI]": f"{_num(t.median)} {ci}",
-                            "verdict": SIGN_WORDS.get(t.verdict, f"? {t.verdict}")})
+                row.update(
+                    {
+                        "documents below / above random": f"{t.lower} / {t.higher} of {t.n}",
+                        "median KL difference [95 % CI]": f"{_num(t.median)} {ci}",
+                        "verdict": SIGN_WORDS.get(t.verdict, f"? {t.verdict}"),
+                    }
+                )
             row["identical by construction"] = tie or "—"
             rows.append(row)
     table = pd.DataFrame(rows)
@@ -123,13 +153,25 @@ def tau_rows(retrieval: dict, frontier: dict) -> list[dict]:
         levels, dropped = tau_once((frontier or {}).get(model), result)
         for level, v in levels.items():
             lo, hi = v["ci95"] if v["ci95"] else (float("nan"), float("nan"))
-            says = ("KL predicts retrieval" if v["predicts"] else
-                    "the rankings disagree" if v["ci95"] and lo > 0 else "no detectable agreement")
+            says = (
+                "KL predicts retrieval"
+                if v["predicts"]
+                else "the rankings disagree"
+                if v["ci95"] and lo > 0
+                else "no detectable agreement"
+            )
             twins = [f"{short(a)} = {short(b)}" for a, b in dropped.items() if a.endswith(f"@{level}")]
-            rows.append({"model": model, "evicts": level, "methods": len(v["methods"]),
-                         "τ [95 % CI]": f"{v['tau']:+.2f} [{lo:+.2f}, {hi:+.2f}]", "verdict": says,
-                         "counted once": ", ".join(twins) or "—",
-                         "n": f"{v['n_documents']} documents, {v['n_prompts']} prompts"})
+            rows.append(
+                {
+                    "model": model,
+                    "evicts": level,
+                    "methods": len(v["methods"]),
+                    "τ [95 % CI]": f"{v['tau']:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+                    "verdict": says,
+                    "counted once": ", ".join(twins) or "—",
+                    "n": f"{v['n_documents']} documents, {v['n_prompts']} prompts",
+                }
+            )
     return rows
 
 

@@ -10,6 +10,7 @@
   says "not separated at n = …".
 * `deduplicated`: methods identical by construction count once in Kendall's τ.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,9 +27,11 @@ from kvutils.studies.cache_approximations.retrieval import frontier_label, kl_vs
 LOGPROB_MARGIN = 0.1
 
 KEEPS, LOSES, SMALL, UNSEPARATED, BUILT = "✓", "✗", "≈", "?", "="
-MARKS_NOTE = (f"✓ no detectable loss; ✗ a loss; ≈ a shift detectably below 0 but within "
-              f"{LOGPROB_MARGIN:g} nats; ? not separated at this n; = the needle is gone from the cache "
-              "by construction on some prompts")
+MARKS_NOTE = (
+    f"✓ no detectable loss; ✗ a loss; ≈ a shift detectably below 0 but within "
+    f"{LOGPROB_MARGIN:g} nats; ? not separated at this n; = the needle is gone from the cache "
+    "by construction on some prompts"
+)
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,15 @@ def mcnemar(method_right, exact_right) -> float:
     return compare.sign_test(np.asarray(method_right, float) - np.asarray(exact_right, float))
 
 
-def retrieval_verdict(exact: list[dict], method: list[dict], margin: float = LOGPROB_MARGIN,
-                      built: int = 0) -> RetrievalVerdict:
+def retrieval_verdict(
+    exact: list[dict], method: list[dict], margin: float = LOGPROB_MARGIN, built: int = 0
+) -> RetrievalVerdict:
     """`exact` and `method`: per-prompt records {"correct", "key_logprob"} on the same prompts."""
     if len(exact) != len(method) or not exact:
-        raise ValueError(f"retrieval_verdict: exact and method must hold the same prompts "
-                         f"(got {len(exact)} and {len(method)})")
+        raise ValueError(
+            f"retrieval_verdict: exact and method must hold the same prompts "
+            f"(got {len(exact)} and {len(method)})"
+        )
     right = [bool(x["correct"]) for x in method]
     exact_right = [bool(x["correct"]) for x in exact]
     diffs = np.asarray([m["key_logprob"] - e["key_logprob"] for m, e in zip(method, exact)], float)
@@ -143,7 +149,9 @@ def deduplicated(methods: list[str], identical: list[tuple[str, str]]) -> tuple[
     return kept, dropped
 
 
-def tau_once(frontier_run: dict | None, model_result: dict, regime: str = "aware") -> tuple[dict, dict[str, str]]:
+def tau_once(
+    frontier_run: dict | None, model_result: dict, regime: str = "aware"
+) -> tuple[dict, dict[str, str]]:
     """Kendall's τ between the frontier's mean KL and keys retrieved, per level, as the study computes
     it (`kl_vs_retrieval`), with each method identical by construction to another (the frontier's
     `construction_ties`, and retrieving alike on every prompt) counted once. Returns (the levels, {left
@@ -158,13 +166,21 @@ def tau_once(frontier_run: dict | None, model_result: dict, regime: str = "aware
     def records(lab: str) -> list:
         return [hay["ops"][lab][regime]["per_prompt"] if lab in hay["ops"] else None for hay in hays.values()]
 
-    ties = [(labelled(t["a"]), labelled(t["b"])) for t in frontier_run.get("construction_ties", [])
-            if t["b"] is not None and t["a"] in frontier_run["ops"] and t["b"] in frontier_run["ops"]]
+    ties = [
+        (labelled(t["a"]), labelled(t["b"]))
+        for t in frontier_run.get("construction_ties", [])
+        if t["b"] is not None and t["a"] in frontier_run["ops"] and t["b"] in frontier_run["ops"]
+    ]
     ties = [(a, b) for a, b in ties if a and b and records(a) == records(b)]
     order = [lab for lab in (labelled(s) for s in frontier_run["ops"]) if lab]
-    _, dropped = deduplicated(sorted(order, key=lambda lab: (lab.split("@")[0] == "adakv", order.index(lab))), ties)
+    _, dropped = deduplicated(
+        sorted(order, key=lambda lab: (lab.split("@")[0] == "adakv", order.index(lab))), ties
+    )
     stored = model_result.get("kl_vs_retrieval", {})
     if not dropped and stored.get("regime") == regime and "levels" in stored:
         return stored["levels"], dropped  # nothing counted twice: the study's own τ
-    once = {**frontier_run, "ops": {s: r for s, r in frontier_run["ops"].items() if labelled(s) not in dropped}}
+    once = {
+        **frontier_run,
+        "ops": {s: r for s, r in frontier_run["ops"].items() if labelled(s) not in dropped},
+    }
     return kl_vs_retrieval(once, hays, regime)["levels"], dropped

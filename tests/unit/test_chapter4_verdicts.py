@@ -1,5 +1,6 @@
 """Chapter 4's verdict rules on constructed data: the retrieval margin, one procedure per comparison
 (the verdict is the interval shown), and a method identical by construction counted once in τ."""
+
 import gzip
 import json
 from pathlib import Path
@@ -40,7 +41,7 @@ def test_a_drop_beyond_the_margin_is_a_loss_though_every_key_is_retrieved():
 def test_fewer_keys_is_mcnemars_verdict_and_no_change_is_no_loss():
     wrong = [i >= 10 for i in range(24)]  # 10 keys lost, none gained: McNemar p = 2/2^10
     v = retrieval_verdict(EXACT, _shifted(np.zeros(24), wrong))
-    assert (v.mark, v.words, v.keys) == (rules.LOSES, "fewer keys", 14) and v.p == pytest.approx(2 / 2 ** 10)
+    assert (v.mark, v.words, v.keys) == (rules.LOSES, "fewer keys", 14) and v.p == pytest.approx(2 / 2**10)
     same = retrieval_verdict(EXACT, _shifted(np.linspace(-0.01, 0.01, 24)))
     assert (same.mark, same.words) == (rules.KEEPS, "no detectable loss")
 
@@ -48,7 +49,10 @@ def test_fewer_keys_is_mcnemars_verdict_and_no_change_is_no_loss():
 def test_a_mean_drop_past_the_margin_with_a_wide_interval_is_not_separated():
     shifts = np.tile([-1.4, 0.7], 12)  # mean −0.35, the interval reaching above −0.1
     v = retrieval_verdict(EXACT, _shifted(shifts))
-    assert v.mark == rules.UNSEPARATED and v.words == f"not separated from the {LOGPROB_MARGIN:g}-nat margin at n = 24"
+    assert (
+        v.mark == rules.UNSEPARATED
+        and v.words == f"not separated from the {LOGPROB_MARGIN:g}-nat margin at n = 24"
+    )
     assert v.interval[0] < -LOGPROB_MARGIN < v.interval[1]
 
 
@@ -85,25 +89,44 @@ def test_one_procedure_the_verdict_is_the_interval_shown():
 
 
 def test_identical_methods_are_left_out_after_the_first():
-    kept, dropped = rules.deduplicated(["snapkv@0.5", "adakv@0.5", "tova@0.5", "pyramidkv@0.5"],
-                                       [("adakv@0.5", "snapkv@0.5"), ("pyramidkv@0.5", "adakv@0.5")])
+    kept, dropped = rules.deduplicated(
+        ["snapkv@0.5", "adakv@0.5", "tova@0.5", "pyramidkv@0.5"],
+        [("adakv@0.5", "snapkv@0.5"), ("pyramidkv@0.5", "adakv@0.5")],
+    )
     assert kept == ["snapkv@0.5", "tova@0.5", "pyramidkv@0.5"] and dropped == {"adakv@0.5": "snapkv@0.5"}
 
 
-SPECS = {"random:compression_ratio=0.5,seed=0": ("random@0.5", [0.3, 0.4, 0.35, 0.5]),
-         "knorm:compression_ratio=0.5": ("knorm@0.5", [0.2, 0.3, 0.25, 0.2]),
-         "snapkv:compression_ratio=0.5,window=64,kernel=5": ("snapkv@0.5", [0.05, 0.1, 0.08, 0.06]),
-         "adakv:compression_ratio=0.5,window=64,kernel=5,safeguard=0.2": ("adakv@0.5", [0.05, 0.1, 0.08, 0.06]),
-         "tova:compression_ratio=0.46875": ("tova@0.5", [0.1, 0.12, 0.11, 0.13])}
+SPECS = {
+    "random:compression_ratio=0.5,seed=0": ("random@0.5", [0.3, 0.4, 0.35, 0.5]),
+    "knorm:compression_ratio=0.5": ("knorm@0.5", [0.2, 0.3, 0.25, 0.2]),
+    "snapkv:compression_ratio=0.5,window=64,kernel=5": ("snapkv@0.5", [0.05, 0.1, 0.08, 0.06]),
+    "adakv:compression_ratio=0.5,window=64,kernel=5,safeguard=0.2": ("adakv@0.5", [0.05, 0.1, 0.08, 0.06]),
+    "tova:compression_ratio=0.46875": ("tova@0.5", [0.1, 0.12, 0.11, 0.13]),
+}
 
 
 def _tau_inputs(ada_right):
-    right = {"random@0.5": [0, 0, 1, 0], "knorm@0.5": [1, 0, 1, 0], "snapkv@0.5": [1, 1, 0, 1],
-             "adakv@0.5": ada_right, "tova@0.5": [1, 1, 1, 0]}
-    run = {"ops": {spec: {"level": 0.5, "per_doc_kl": kl} for spec, (_, kl) in SPECS.items()},
-           "construction_ties": [{"a": "adakv:compression_ratio=0.5,window=64,kernel=5,safeguard=0.2",
-                                  "b": "snapkv:compression_ratio=0.5,window=64,kernel=5", "why": "one KV head"}]}
-    ops = {lab: {"aware": {"per_prompt": [{"correct": bool(c)} for c in right[lab]]}} for lab, _ in SPECS.values()}
+    right = {
+        "random@0.5": [0, 0, 1, 0],
+        "knorm@0.5": [1, 0, 1, 0],
+        "snapkv@0.5": [1, 1, 0, 1],
+        "adakv@0.5": ada_right,
+        "tova@0.5": [1, 1, 1, 0],
+    }
+    run = {
+        "ops": {spec: {"level": 0.5, "per_doc_kl": kl} for spec, (_, kl) in SPECS.items()},
+        "construction_ties": [
+            {
+                "a": "adakv:compression_ratio=0.5,window=64,kernel=5,safeguard=0.2",
+                "b": "snapkv:compression_ratio=0.5,window=64,kernel=5",
+                "why": "one KV head",
+            }
+        ],
+    }
+    ops = {
+        lab: {"aware": {"per_prompt": [{"correct": bool(c)} for c in right[lab]]}}
+        for lab, _ in SPECS.values()
+    }
     return run, {"pydoc": {"ops": ops}, "kl_vs_retrieval": {}}
 
 
@@ -132,8 +155,13 @@ def test_the_full_builds_page_says_what_its_tests_show():
     from kvutils.report.chapter4_findings import chapter4_findings
     from kvutils.report.findings import FORMAT
 
-    numbers = json.loads(gzip.decompress((Path(__file__).parents[1] / "data" / "full_build" /
-                                          "04_cache_approximations.json.gz").read_bytes()))["numbers"]
+    numbers = json.loads(
+        gzip.decompress(
+            (
+                Path(__file__).parents[1] / "data" / "full_build" / "04_cache_approximations.json.gz"
+            ).read_bytes()
+        )
+    )["numbers"]
     tau = {(r["model"], r["evicts"]): r for r in tables.tau_rows(numbers["retrieval"], numbers["frontier"])}
     assert tau[("gemma3-270m", "0.5")]["counted once"] == "AdaKV (evicts 50 %) = SnapKV (evicts 50 %)"
     assert tau[("gemma3-270m", "0.5")]["methods"] == 7 and tau[("smollm2-135m", "0.5")]["methods"] == 8
@@ -141,8 +169,11 @@ def test_the_full_builds_page_says_what_its_tests_show():
     bf16 = table.loc["bfloat16 cache"]
     assert not bf16.filter(like="verdict").apply(lambda col: col.str.contains(rules.LOSES)).any().any()
     gemma = numbers["frontier"]["gemma3-270m"]
-    snap = next(t for level, spec, t, _ in tables.frontier_verdicts(gemma)
-                if level == "0.25" and spec.startswith("snapkv:"))
+    snap = next(
+        t
+        for level, spec, t, _ in tables.frontier_verdicts(gemma)
+        if level == "0.25" and spec.startswith("snapkv:")
+    )
     assert (snap.lower, snap.n, snap.verdict) == (7, 8, "not separated at n = 8")
     assert snap.interval[0] < 0 < snap.interval[1]
     page = chapter4_findings(numbers)
