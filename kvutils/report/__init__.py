@@ -20,7 +20,9 @@ One module per page, named after its notebook (and study):
     bert_contrast         chapter 2: the same word in two contexts, causal models against an encoder
     sense_probes          chapter 3: sense probes at the cached and a new position, and where attention goes
     cache_approximations  chapter 4: decode-step cost, bytes per token and the approximation table (Table 2)
-    chapter4_page         chapter 4's page: every text its prose glues in, from one call (`glue_page`)
+    chapter4_findings     chapter 4's findings as data: the answer, the box and each section's point
+    chapter4_tables       chapter 4's verdict tables: retrieval, the frontier against random, Kendall's τ
+    chapter4_verdicts     chapter 4's verdict rules: the retrieval margin, one procedure, τ counting once
     frontier              chapter 4's frontier: quality against bytes held for the methods people deploy
     qwen3_switch          chapter 5: switching to a LoRA tail, its figures and tables
     switch_verdicts       chapter 5's comparative clauses, each from a paired test

@@ -1,7 +1,7 @@
 """Chapter 4's frontier of the methods people deploy: mean KL against the bytes the cache holds on
 average over the decode, as a table, a static chart (for the results folder), an interactive chart
-(for the page), what each method always keeps, and the glued verdicts per budget (every verdict
-from `kvutils.core.compare`, computed in `kvutils.studies.cache_approximations.frontier`)."""
+(for the page), what each method always keeps, and kvpress's observations beside ours. The page's verdicts
+against random eviction are `kvutils.report.chapter4_tables.frontier_verdict_table`'s."""
 from __future__ import annotations
 
 import pandas as pd
@@ -196,12 +196,7 @@ def plot_frontier(frontier: dict):
     return fig
 
 
-# --------------------------------------------------------------------------- the glued verdicts
-
-
-def _names(specs) -> str:
-    names = [label(s) for s in specs]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+# --------------------------------------------------------------------------- kvpress's observations beside ours
 
 
 def _vs(run: dict, level: str, spec: str, other_method: str) -> list[compare.Paired]:
@@ -222,109 +217,23 @@ def _vs(run: dict, level: str, spec: str, other_method: str) -> list[compare.Pai
     return out
 
 
-def _construction(run: dict, a: str, b: str) -> str | None:
-    """Why a and b must score alike: a tie by construction between them, or a chain of such ties
-    (pyramidkv ≡ snapkv ≡ adakv), or None."""
-    ties = [t for t in run.get("construction_ties", []) if t["b"] is not None]
-    reached, todo = {a: []}, [a]
-    while todo:
-        here = todo.pop()
-        for t in ties:
-            if here in (t["a"], t["b"]):
-                there = t["b"] if t["a"] == here else t["a"]
-                if there not in reached:
-                    reached[there] = reached[here] + [t["why"]]
-                    todo.append(there)
-    return "; ".join(reached[b]) if reached.get(b) else None
-
-
-def _tie_groups(run: dict, identical: list[dict]) -> list[tuple[list[str], list[str], bool]]:
-    """The identical pairs of one level joined into groups (a = b and b = c: one group of three), one
-    clause each: (members in order of first appearance, the distinct construction reasons, whether
-    some pair of the group has none)."""
-    neighbours: dict[str, list[str]] = {}
-    for v in identical:
-        neighbours.setdefault(v["a"], []).append(v["b"])
-        neighbours.setdefault(v["b"], []).append(v["a"])
-    groups, seen = [], set()
-    for start in neighbours:
-        if start in seen:
-            continue
-        members, todo = [], [start]
-        while todo:
-            m = todo.pop(0)
-            if m not in seen:
-                seen.add(m)
-                members.append(m)
-                todo += neighbours[m]
-        whys = [_construction(run, v["a"], v["b"]) for v in identical if v["a"] in members]
-        # a chained reason repeats its links' reasons: each fact once
-        reasons = list(dict.fromkeys(w for why in whys if why for w in why.split("; ")))
-        groups.append((members, reasons, None in whys))
-    return groups
-
-
-def _level_text(run: dict, level: str, info: dict) -> str:
-    n = len(run["documents"])
-    specs = [s for s, r in run["ops"].items() if str(r.get("level")) == level]
-    if info["best"]:
-        head = f"**{label(info['best'])}** has the lowest mean KL and the tests put it ahead of every other method"
-    else:
-        head = (f"no single best: no detectable difference at n = {n} among {_names(info['leaders'])} (lowest mean first)"
-                if compare.can_separate(n) else
-                f"no single best: no verdict is possible at n = {n} documents (the test needs at least 6) among "
-                f"{_names(info['leaders'])} (lowest mean first)")
-    text = f"at compression {level} ({len(specs)} methods): {head}"
-    held = [_held_pct(run, run["ops"][s]) for s in specs]
-    if held and max(held) > HELD_SPREAD * min(held):
-        text += (f"; but the methods here hold {min(held):.0f}% to {max(held):.0f}% of the exact cache's bytes on "
-                 "average, not the same: a lower KL may come from holding more")
-    randoms = [s for s in specs if method(s) == "random"]
-    if randoms:
-        beat, same, worse = [], [], []
-        for s in specs:
-            if s in randoms:
-                continue
-            for p in _vs(run, level, s, "random"):
-                (beat if p.better() == s else worse if p.better() == p.b else same).append(s)
-        parts = [f"beat random: {_names(beat)}" if beat else "none beats random",
-                 f"no detectable difference from random: {_names(same)}" if same else "",
-                 f"worse than random: {_names(worse)}" if worse else ""]
-        text += "; " + "; ".join(p for p in parts if p)
-    identical = [v for v in run["verdicts"] if str(v["level"]) == level and v["verdict"] == compare.IDENTICAL]
-    for members, whys, unexplained in _tie_groups(run, identical):
-        names = _names(members)
-        if unexplained:
-            text += f"; {names} scored identically on all {n} documents (no construction explains it)"
-        else:
-            text += f"; {names} are identical by construction ({'; '.join(whys)})"
-    text += (f"; {len(info['flipping'])} of {info['pairs']} pairwise orders flip in more than 5% of resamples"
-             if info["pairs"] else "")
-    return text
-
-
-def frontier_glue(frontier: dict) -> str:
-    """The frontier's headline, computed per model and budget level: the best method only when
-    `compare.best` finds a single leader, each method against random, the ties by construction
-    named as such, and how many pairwise orders flip under resampling."""
-    if not frontier:
-        return "not run"
-    parts = []
+def frontier_notes(frontier: dict) -> list[str]:
+    """What the verdict table cannot show: a level whose methods hold unequal bytes, sliding-window
+    layers that the prefill already overfills, and a method alike to no other by construction."""
+    out = []
     for model, run in frontier.items():
-        n = len(run["documents"])
-        head = (f"{model} ({n} document{'s' * (n != 1)}, {run['prefill']}+{run['decode']} tokens, "
-                f"{run['kv_heads']} KV head{'s' * (run['kv_heads'] != 1)} per layer)")
-        bits = [_level_text(run, level, info) for level, info in run["levels"].items()]
-        parts.append(f"{head}: " + "; ".join(bits) if bits else f"{head}: no eviction method in the run")
+        for level in run["levels"]:
+            held = [_held_pct(run, r) for r in run["ops"].values() if str(r.get("level")) == level]
+            if held and max(held) > HELD_SPREAD * min(held):
+                out.append(f"{model} at compression {level}: the methods hold {min(held):.0f}% to {max(held):.0f}% "
+                           "of the exact cache's bytes on average, not the same: a lower KL may come from holding more.")
         sliding = run.get("sliding")
         if sliding:
-            parts.append(f"{model}: {sliding['layers']} of its {sliding['of']} layers attend only to the last "
-                         f"{sliding['window']} positions, which a {run['prefill']}-token prefill already exceeds, so on "
-                         "them a method's choice among older entries changes nothing and what it holds depends on how "
-                         "many of its kept entries are recent")
-        unpaired = [t for t in run.get("construction_ties", []) if t["b"] is None]
-        parts += [f"{model}: {label(t['a'])} — {t['why']}" for t in unpaired]
-    return ". ".join(parts) + "."
+            out.append(f"{model}: {sliding['layers']} of its {sliding['of']} layers attend only to the last "
+                       f"{sliding['window']} positions, which a {run['prefill']}-token prefill already exceeds; on them "
+                       "a method's choice among older entries changes nothing.")
+        out += [f"{model}: {label(t['a'])}: {t['why']}." for t in run.get("construction_ties", []) if t["b"] is None]
+    return out
 
 
 def _holding(run: dict, a: str, b: str) -> str:

@@ -1,15 +1,10 @@
 """Chapter 4's long-range retrieval section: the exact cache's own accuracy (the gate), accuracy
-against the bytes held per method and regime (a chart), accuracy by depth (a table), and the glued
-findings: which methods keep retrieval, where the regime matters, and whether the KL ranking
-predicts the retrieval ranking (every verdict computed in
-`kvutils.studies.cache_approximations.retrieval` through `kvutils.core.compare`)."""
+against the bytes held per method and regime (a chart), accuracy by depth (a table), the setup and
+kvpress's observations beside ours. The verdicts are `kvutils.report.chapter4_tables`'."""
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
 from kvutils.cache.registry import parse_op
 from kvutils.core import compare, haystack
@@ -165,123 +160,7 @@ def depth_table(retrieval: dict):
     return page_table(table.set_index("method") if rows else table)  # rows headed by the method, not 0, 1, 2 …
 
 
-# --------------------------------------------------------------------------- the glued findings
-
-
-def _verdicts(r: dict, against: str, metric: str = "correct") -> list[compare.Paired]:
-    return [compare.Paired.from_dict(v) for v in r["verdicts"] if v["against"] == against and v["metric"] == metric]
-
-
-def _names(items: list[str]) -> str:
-    return "none" if not items else items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def kept_and_lost(r: dict, regime: str) -> tuple[list[str], list[str], list[str], int, list[str]]:
-    """In one regime, against the exact cache: the methods neither test puts below it (no detectable
-    loss), those McNemar's test puts below it in keys retrieved, those whose right/wrong answers
-    do not separate at this n while the paired bootstrap puts the key's log-probability below the
-    exact cache's (a loss the accuracy test is too small to see); n; and, taken out of the first
-    three, the methods whose cache holds none of the needle's entries on some prompts (a loss by
-    construction there, whatever the tests say), each as a clause with both tests' verdicts."""
-    def against_exact(metric: str) -> dict[str, compare.Paired]:
-        return {p.a: p for p in (compare.Paired.from_dict(v) for v in r["verdicts"]
-                                 if v["against"] == "exact" and v["metric"] == metric and v["regime"] == regime)}
-    correct, logprob = against_exact("correct"), against_exact("key_logprob")
-    built = {a: r["ops"][a][regime]["construction_losses"] for a in correct
-             if r["ops"].get(a, {}).get(regime, {}).get("construction_losses", {}).get("prompts")}
-    lost = [a for a, p in correct.items() if p.verdict == compare.A_LOWER and a not in built]
-    quieter = [a for a, p in correct.items() if not p.separated and a in logprob
-               and logprob[a].verdict == compare.A_LOWER and a not in built]
-    kept = [a for a, p in correct.items() if not p.separated and a not in quieter and a not in built]
-    n = next(iter(correct.values())).n if correct else 0
-    return ([short(a) for a in kept], [short(a) for a in lost], [short(a) for a in quieter], n,
-            [construction_clause(short(a), c, n, correct[a], logprob.get(a)) for a, c in built.items()])
-
-
-def _detects(p: compare.Paired | None) -> str:
-    if p is None:
-        return "not tested"
-    return "detects the loss" if p.verdict == compare.A_LOWER else "does not separate it at this n"
-
-
-def construction_clause(name: str, losses: dict, n: int, correct: compare.Paired, logprob) -> str:
-    """"window@0.25 holds none of the needle's entries on 8 of 24 prompts (3 of them still answered
-    right); McNemar's test detects the loss, the key's log-probability does not separate it at this n"."""
-    k, right = len(losses["prompts"]), losses["correct"]
-    still = (f"{right} of them still answered right, which only what later entries computed from the needle in "
-             "the exact prefill can carry" if right else "none of them answered right")
-    text = (f"{name} holds none of the needle's entries on {k} of {n} prompts ({still}); McNemar's test "
-            f"{_detects(correct)}, the key's log-probability (paired bootstrap) {_detects(logprob)}")
-    if correct.verdict != compare.A_LOWER and right < k:
-        text += (f" (the {k - right} wrong answers are a loss by construction all the same: the tests need more "
-                 "prompts to see so few)")
-    return text
-
-
-def _exact_at(r: dict, context: int) -> str:
-    """"22 of 24 (92 %) at 1024 tokens": the exact cache's keys retrieved at one context."""
-    rec = [x["correct"] for x in r["exact"]["per_prompt"] if x["context"] == context]
-    return f"{sum(rec)} of {len(rec)} ({_pct(sum(rec) / len(rec))}) at {context} tokens"
-
-
-def _short_regime(name: str) -> str:
-    """"<label> aware" -> "<short label> with the question"."""
-    label, regime = name.rsplit(" ", 1)
-    return f"{short(label)} {'with the question' if regime == 'aware' else 'before the question'}"
-
-
-def model_findings(model: str, result: dict) -> list[str]:
-    out = []
-    for hay, r in haystacks(result).items():
-        judged = [c for c, ok in r["gate"].items() if ok]
-        exact = ", ".join(_exact_at(r, c) for c in r["contexts"])
-        longer = (f"; the longer {' and '.join(r['not_run'])}-token prompts were not run"
-                  if r.get("not_run") else "")
-        if not judged:
-            out.append(f"{model} on {hay}: the exact cache retrieves {exact}, below the 80 % gate, so the model cannot "
-                       f"do this task at this length and no method is judged on it{longer}.")
-            continue
-        skipped = [c for c, ok in r["gate"].items() if not ok] + list(r.get("not_run", {}))
-        text = (f"{model} on {hay}: the exact cache retrieves {exact}; methods are judged on the "
-                f"{' and '.join(judged)}-token prompts")
-        text += f" (at {' and '.join(skipped)} tokens it is below the gate, or was not run)" if skipped else ""
-        for regime in ("agnostic", "aware"):
-            kept, lost, quieter, n, built = kept_and_lost(r, regime)
-            text += (f". With the {REGIME_WORDS[regime]}, at n = {n} prompts, no detectable loss against the exact cache "
-                     f"in keys retrieved or in the key's log-probability: {_names(kept)}; fewer keys retrieved "
-                     f"(McNemar): {_names(lost)}")
-            if built:
-                text += "; a loss by construction on some prompts: " + "; ".join(built)
-            if quieter:
-                text += (f"; as many keys retrieved as far as McNemar's test can tell at this n, but a lower "
-                         f"log-probability of the key (paired bootstrap): {_names(quieter)}")
-        regime_diffs = [dataclasses.replace(p, a=_short_regime(p.a), b=_short_regime(p.b))
-                        for p in _verdicts(r, "regime") if p.separated]
-        if regime_diffs:
-            text += ". Where the regime changes the outcome: " + "; ".join(
-                p.sentence(lower_is_better=False, metric="keys retrieved") for p in regime_diffs)
-        else:
-            text += f". No method retrieves detectably differently in the two regimes at n = {n}"
-        out.append(text + ".")
-    return out
-
-
-def kl_findings(model: str, result: dict) -> str:
-    k = result["kl_vs_retrieval"]
-    if not k.get("levels"):
-        return f"{model}: {k.get('why', 'too few methods in both tests to rank')}."
-    parts = []
-    for level, v in k["levels"].items():
-        lo, hi = v["ci95"] if v["ci95"] else (float("nan"), float("nan"))
-        verdict = ("the KL ranking predicts the retrieval ranking (the interval lies below 0)" if v["predicts"] else
-                   "the two rankings detectably disagree (the interval lies above 0): the methods closer to the exact "
-                   "cache in KL retrieved fewer keys" if v["ci95"] and lo > 0 else
-                   "no detectable agreement at this n (the interval reaches 0 or above)")
-        parts.append(f"at compression {level}, Kendall's τ between mean KL and accuracy over {len(v['methods'])} methods "
-                     f"is {v['tau']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({v['n_documents']} documents, {v['n_prompts']} prompts): "
-                     f"{verdict}{rank_gap(v)}")
-    return (f"{model}, {REGIME_WORDS[k['regime']]} (agreement is τ < 0: a higher KL, fewer keys retrieved): "
-            + "; ".join(parts) + ".")
+# --------------------------------------------------------------------------- the texts kept as evidence
 
 
 def kl_points(retrieval: dict, frontier: dict) -> pd.DataFrame:
@@ -348,20 +227,6 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
     return fig
 
 
-def rank_gap(level: dict) -> str:
-    """The method the two axes rank most differently at one level (rank 1: lowest KL, most keys
-    retrieved; ties share their mean rank), or "" when they rank every method alike."""
-    methods = level["methods"]
-    by_kl = rankdata([level["mean_kl"][m] for m in methods])
-    by_keys = rankdata([-level["accuracy"][m] for m in methods])
-    gaps = [abs(a - b) for a, b in zip(by_kl, by_keys)]
-    i = max(range(len(methods)), key=gaps.__getitem__)
-    if gaps[i] == 0:
-        return ""
-    return (f"; the two rank {short(methods[i])} most differently (rank {by_kl[i]:g} of {len(methods)} by KL, "
-            f"{by_keys[i]:g} by keys retrieved)")
-
-
 def kvpress_comparison(retrieval: dict) -> str:
     """Beside kvpress's published observations: SnapKV with and without the question, and random
     eviction against SnapKV, in our numbers."""
@@ -413,16 +278,6 @@ def needle_examples() -> dict[str, str]:
     magic = haystack.MAGIC_NEEDLE.format(word="bank", key="4817263"[:haystack.KEY_DIGITS["magic"]]).strip()
     passkey = haystack.PASSKEY_NEEDLE.format(key="48213"[:haystack.KEY_DIGITS["passkey"]]).strip()
     return {"needle_magic": f"“{magic}”", "needle_passkey": f"“{passkey}”"}
-
-
-def retrieval_glue(numbers: dict) -> dict[str, str]:
-    retrieval = numbers.get("retrieval") or {}
-    if not retrieval:
-        return {"retrieval": "The retrieval test was not run (retrieval_models is empty).", "retrieval_kl": "",
-                "retrieval_kvpress": "", **needle_examples()}
-    return {**needle_examples(), "retrieval": " ".join(t for m, res in retrieval.items() for t in model_findings(m, res)),
-            "retrieval_kl": " ".join(kl_findings(m, res) for m, res in retrieval.items()),
-            "retrieval_kvpress": kvpress_comparison(retrieval)}
 
 
 def retrieval_setup(numbers: dict) -> str:

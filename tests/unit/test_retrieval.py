@@ -153,15 +153,15 @@ def test_a_window_that_excludes_the_needle_is_labelled_a_loss_by_construction(fa
     entry = {regime: {"per_prompt": got["per_prompt"], **study.needle_summary(got["needle_kept"], got["per_prompt"])}
              for regime, got in run["ops"][small].items()}
     assert entry["aware"]["construction_losses"]["prompts"] == [0, 1]
-    from kvutils.report import retrieval as page
-
     result = {"exact": {"per_prompt": run["exact"]}, "ops": {"window@0.25": {"level": 0.25, **entry}}}
     for regime in retrieval.REGIMES:
         result["ops"]["window@0.25"][regime]["prompts"] = [0, 1]
     result["verdicts"] = study.verdicts(result)
-    kept, lost, quieter, n, built = page.kept_and_lost(result, "agnostic")
-    assert not any("window" in x for x in kept + lost + quieter) and n == 2
-    assert len(built) == 1 and "holds none of the needle's entries on 2 of 2 prompts" in built[0]
+    from kvutils.report.chapter4_tables import retrieval_verdicts
+
+    verdict = retrieval_verdicts(result, "agnostic")["window@0.25"]
+    assert verdict.built == 2 and verdict.n == 2 and "needle gone on 2 prompts" in verdict.words
+    assert verdict.mark.endswith("=")
 
 
 @pytest.mark.parametrize("family", ["tiny-llama", "tiny-gemma3"])
@@ -228,7 +228,10 @@ def test_a_model_below_the_gate_is_not_judged():
     assert "below the 80 % gate" in " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
     assert page.depth_table(numbers["retrieval"]).empty
     assert list(page.exact_table(numbers["retrieval"])["all"]) == ["0 %", "not run"]
-    assert "cannot do this task" in page.retrieval_glue(numbers)["retrieval"]
+    from kvutils.report import chapter4_tables
+
+    assert chapter4_tables.retrieval_table(numbers["retrieval"]).empty  # no method judged below the gate
+    assert chapter4_tables.tau_rows(numbers["retrieval"], {}) == []
 
 
 def test_verdicts_pair_each_method_with_the_exact_cache_and_its_baselines():
@@ -326,12 +329,16 @@ def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
     assert figures.illegible_text(fig) == [] and "tiny-gemma3" in fig._suptitle.get_text()
     assert len(page.depth_table(numbers["retrieval"])) == 2 * 2 * len(result["ops"])
     assert len(page.exact_table(numbers["retrieval"])) == 4
-    glue = page.retrieval_glue(numbers)
-    assert "n = 3 prompts" in glue["retrieval"] and "question after compression" in glue["retrieval"]
-    assert "the frontier was not run" in glue["retrieval_kl"]
-    assert "kvpress" in glue["retrieval_kvpress"]
-    assert "observing the question's" in glue["retrieval_kvpress"] and "needle's entries the answer can read" in \
-        glue["retrieval_kvpress"]
+    from kvutils.report import chapter4_tables
+
+    table = chapter4_tables.retrieval_table(numbers["retrieval"])
+    assert len(table) == 2 * 2 * len(result["ops"])  # every method, both models and both texts
+    assert table["keys, question after"].str.endswith("p = 1").sum() + table["keys, question after"].str.contains(
+        "p = ").sum() >= len(table) and table.filter(like="verdict").map(lambda v: v[0] in "✓✗≈?").all().all()
+    assert chapter4_tables.tau_rows(numbers["retrieval"], {}) == []  # the frontier was not run
+    kvpress = page.kvpress_comparison(numbers["retrieval"])
+    assert "kvpress" in kvpress and "observing the question's" in kvpress
+    assert "needle's entries the answer can read" in kvpress
     needle = page.plot_needle(numbers["retrieval"])
     assert figures.illegible_text(needle) == [] and "needle" in needle._suptitle.get_text()
     points = page.retrieval_points(numbers["retrieval"])
@@ -345,28 +352,6 @@ def test_the_page_shows_every_method_and_regime_legibly(monkeypatch):
     assert "construction_losses" in written["tiny-llama"]["pydoc"]["ops"]["window@0.25"]["aware"]
     assert list(Draft202012Validator(format_["properties"]["numbers"]["properties"]["retrieval"])
                 .iter_errors(written)) == []
-
-
-def test_the_kl_sentence_says_which_sign_agrees_and_names_the_method_ranked_most_differently():
-    """Three methods ranked alike by KL and by keys retrieved, and SnapKV best by KL but worst by
-    retrieval: the sentence states that agreement is τ < 0 and names SnapKV with both ranks."""
-    from kvutils.report import retrieval as page
-
-    level = {"methods": ["random@0.5", "knorm@0.5", "window@0.5", "snapkv@0.5"], "tau": 0.0, "ci95": [-0.5, 0.5],
-             "n_documents": 8, "n_prompts": 36, "predicts": False,
-             "mean_kl": {"random@0.5": 0.2, "knorm@0.5": 0.3, "window@0.5": 0.4, "snapkv@0.5": 0.1},
-             "accuracy": {"random@0.5": 0.9, "knorm@0.5": 0.8, "window@0.5": 0.7, "snapkv@0.5": 0.1}}
-    text = page.kl_findings("m", {"kl_vs_retrieval": {"regime": "aware", "levels": {"0.5": level}}})
-    assert "agreement is τ < 0" in text
-    assert "the two rank SnapKV (evicts 50 %) most differently (rank 1 of 4 by KL, 4 by keys retrieved)" in text
-    assert "no detectable agreement at this n" in text
-    # the measured build's case at 0.25 (τ +0.47 [+0.28, +0.73]): a detectable disagreement, said as one
-    reverse = dict(level, tau=0.47, ci95=[0.28, 0.73])
-    assert "the two rankings detectably disagree (the interval lies above 0)" in page.kl_findings(
-        "m", {"kl_vs_retrieval": {"regime": "aware", "levels": {"0.5": reverse}}})
-    alike = dict(level, mean_kl={**level["mean_kl"], "snapkv@0.5": 0.5})
-    assert "most differently" not in page.kl_findings("m", {"kl_vs_retrieval": {"regime": "aware",
-                                                                                 "levels": {"0.5": alike}}})
 
 
 def test_random_seeds_fold_into_one_row_with_their_mean_and_range():

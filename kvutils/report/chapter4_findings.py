@@ -1,0 +1,302 @@
+"""What chapter 4 found, as data (`kvutils.report.findings`): the answer, the box and each section's
+point, each built from the results by one small function; the detail a section keeps one click away
+is the computed text of `chapter4_glue`, `frontier` and `retrieval`, shown as it is."""
+
+from __future__ import annotations
+
+from kvutils.report import frontier as report_frontier
+from kvutils.report import retrieval as report_retrieval
+from kvutils.report import retrieval_seeds, retrieval_ties
+from kvutils.report.cache_approximations import chapter4_findings as chapter4_clauses
+from kvutils.report.cache_approximations import chapter4_glue, kivi_bytes
+from kvutils.report.chapter4_tables import REGIMES, frontier_verdicts, judged, retrieval_verdicts, tau_rows
+from kvutils.report.chapter4_verdicts import KEEPS, LOGPROB_MARGIN, SMALL, RetrievalVerdict
+from kvutils.report.findings import Finding, PageFindings, Section, Test
+
+MUCH_FASTER = 10  # a speed-up from this on reads "much faster"
+NEARLY_FREE_PCT = 95  # top-1 agreement from this on reads "nearly free"
+HEADLINE = (
+    ("KIVI 4-bit", "quantize_kivi:bits=4,group=32,residual=128"),
+    ("naive 4-bit", "quantize_naive:bits=4"),
+    ("window 128 + 4 sinks", "window:size=128,sinks=4,reindex=false"),
+)
+
+
+def _longest_steps(decode: dict) -> list[tuple[str, dict]]:
+    return [(m, max(r["steps"], key=lambda s: s["context"])) for m, r in decode.items() if r["steps"]]
+
+
+def decode_finding(numbers: dict) -> Finding:
+    steps = _longest_steps(numbers["decode"])
+    slowest = min(s["speedup"] for _, s in steps)
+    claim = (
+        "The cache buys a much faster decode step."
+        if slowest >= MUCH_FASTER
+        else "The cache buys a faster decode step."
+        if slowest > 1
+        else "The cache did not speed up every step."
+    )
+    return Finding(
+        "decode",
+        claim,
+        "At {context} tokens a cached step beat recomputing by {speedups}.",
+        (
+            ("context", max(s["context"] for _, s in steps)),
+            ("speedups", ", ".join(f"{s['speedup']:.0f}× on {m}" for m, s in steps)),
+        ),
+        Test("median of timed repeats", min(s.get("repeats", 1) for _, s in steps), "repeats"),
+    )
+
+
+def bytes_finding(numbers: dict) -> Finding:
+    ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
+    matched = sum(r["measured_kib_per_token"] == r["held_kib_per_token_fp32"] for r in ours)
+    claim = (
+        "It costs the bytes per token the formula says."
+        if matched == len(ours)
+        else "A filled cache held other bytes than expected."
+    )
+    return Finding(
+        "bytes",
+        claim,
+        "At 16 bits: {kib}. A filled cache matched the bytes expected on {matched} of {n} models.",
+        (
+            ("kib", ", ".join(f"{r['kib_per_token']:g} KiB on {r['model'].split(' ')[0]}" for r in ours)),
+            ("matched", matched),
+            ("n", len(ours)),
+        ),
+    )
+
+
+def table2_finding(numbers: dict) -> Finding | None:
+    model, runs = next(iter(numbers["table2"].items()), (None, None))
+    ops = (runs or {}).get("plain", {}) or {}
+    ops = ops.get("ops", {})
+    if not ops:
+        return None
+    shown = [(name, ops[spec]["top1_agreement_pct"]) for name, spec in HEADLINE if spec in ops]
+    top = dict(shown)
+    claim = (
+        "Smarter quantisation is nearly free; a short window is not."
+        if top.get("KIVI 4-bit", 0) >= NEARLY_FREE_PCT > top.get("window 128 + 4 sinks", 100)
+        else "Each approximation costs its own share of top-1 agreement."
+    )
+    return Finding(
+        "table2",
+        claim,
+        "Top-1 agreement with the exact cache on {model}: {tops}.",
+        (("model", model), ("tops", ", ".join(f"{name} {top:.1f} %" for name, top in shown))),
+        Test(
+            "teacher-forced tokens scored",
+            len(runs["plain"]["documents"]) * runs["plain"]["decode"],
+            "tokens",
+        ),
+    )
+
+
+def frontier_finding(frontier: dict) -> Finding | None:
+    tests = [
+        (model, t)
+        for model, run in frontier.items()
+        for _, _, t, _ in frontier_verdicts(run)
+        if t is not None
+    ]
+    if not tests:
+        return None
+    n = min(t.n for _, t in tests)
+    below = sum(t.verdict == "a<b" for _, t in tests)
+    above = sum(t.verdict == "a>b" for _, t in tests)
+    claim = (
+        "Most deployed methods beat random eviction in KL."
+        if 2 * below > len(tests)
+        else "Few deployed methods separate from random eviction in KL."
+    )
+    return Finding(
+        "frontier",
+        claim,
+        "Of {pairs} method–level pairs, {below} lie below random eviction, {above} above it, "
+        "and {open} are not separated at n = {n}.",
+        (
+            ("pairs", len(tests)),
+            ("below", below),
+            ("above", above),
+            ("open", len(tests) - below - above),
+            ("n", n),
+        ),
+        Test("median-difference interval against random", n, "documents"),
+    )
+
+
+def every_verdict(retrieval: dict) -> list[tuple[str, RetrievalVerdict]]:
+    """(method label, verdict against the exact cache) over every judged model, text and regime."""
+    return [
+        (lab, v)
+        for _, _, r in judged(retrieval)
+        for regime, _ in REGIMES
+        for lab, v in retrieval_verdicts(r, regime).items()
+    ]
+
+
+def _retrieval_counts(verdicts: list[tuple[str, RetrievalVerdict]]) -> dict[str, list[int]]:
+    """{"eviction"|"precision": [verdicts that keep the keys, verdicts]} (a label with "@" evicts)."""
+    counts = {"eviction": [0, 0], "precision": [0, 0]}
+    for lab, v in verdicts:
+        c = counts["eviction" if "@" in lab else "precision"]
+        c[0] += v.mark in (KEEPS, SMALL)
+        c[1] += 1
+    return counts
+
+
+def retrieval_finding(verdicts: list[tuple[str, RetrievalVerdict]]) -> Finding | None:
+    counts = _retrieval_counts(verdicts)
+    if not counts["eviction"][1] and not counts["precision"][1]:
+        return None
+    (evict_kept, evict_n), (prec_kept, prec_n) = counts["eviction"], counts["precision"]
+    claim = (
+        "Every eviction method loses keys far back."
+        if evict_kept == 0
+        else "Most eviction methods lose keys far back."
+        if 2 * evict_kept < evict_n
+        else "Eviction mostly keeps the keys far back."
+    )
+    n = max(v.n for _, v in verdicts)
+    return Finding(
+        "retrieval",
+        claim,
+        "Eviction kept the keys in {evict_kept} of {evict_n} method–text–regime tests; lower precision "
+        "in {prec_kept} of {prec_n}.",
+        (("evict_kept", evict_kept), ("evict_n", evict_n), ("prec_kept", prec_kept), ("prec_n", prec_n)),
+        Test(f"McNemar, or a log-probability drop beyond {LOGPROB_MARGIN:g} nats", n, "prompts at most"),
+    )
+
+
+def margin_finding(verdicts: list[tuple[str, RetrievalVerdict]]) -> Finding | None:
+    """The largest shift of the key's log-probability that a rounding-only change (a cast) caused."""
+    shifts = [abs(v.shift) for lab, v in verdicts if lab.startswith("cast:")]
+    if not shifts:
+        return None
+    return Finding(
+        "margin",
+        f"A loss of log-probability must exceed {LOGPROB_MARGIN:g} nats.",
+        "A rounding-only change, the 16-bit cast, moved the key's mean log-probability by at most "
+        "{largest} nats; a lost key moves it by nats.",
+        (("largest", max(shifts)),),
+    )
+
+
+def tau_finding(retrieval: dict, frontier: dict) -> Finding | None:
+    rows = tau_rows(retrieval, frontier or {})
+    if not rows:
+        return None
+    predicts = sum(r["verdict"] == "KL predicts retrieval" for r in rows)
+    claim = (
+        "Mean KL does not predict retrieval." if 2 * predicts <= len(rows) else "Mean KL predicts retrieval."
+    )
+    return Finding(
+        "tau",
+        claim,
+        "Kendall's τ between mean KL and keys retrieved predicted the ranking in {predicts} of {n} "
+        "model–level pairs, methods identical by construction counted once.",
+        (("predicts", predicts), ("n", len(rows))),
+        Test(
+            "bootstrap over documents and prompts",
+            max(r["methods"] for r in rows),
+            "methods per pair at most",
+        ),
+    )
+
+
+def answer_finding(numbers: dict, box: list[Finding]) -> Finding:
+    fastest = round(max(s["speedup"] for _, s in _longest_steps(numbers["decode"])))
+    keys = {f.key: f for f in box}.get("retrieval")
+    if keys is None:
+        return Finding(
+            "answer",
+            "Speed for bytes.",
+            "A cached step ran up to {fastest}× faster; no retrieval test was judged in this run.",
+            (("fastest", fastest),),
+        )
+    kept, n = keys.value("evict_kept"), keys.value("evict_n")
+    claim = (
+        "Speed for bytes; compressing the cache is not free."
+        if 2 * kept < n
+        else "Speed for bytes; eviction mostly keeps what is far back."
+    )
+    return Finding(
+        "answer",
+        claim,
+        "A cached step ran up to {fastest}× faster, and eviction kept every key far back "
+        "in {kept} of {n} retrieval tests.",
+        (("fastest", fastest), ("kept", kept), ("n", n)),
+    )
+
+
+def chapter4_findings(numbers: dict) -> PageFindings:
+    """Chapter 4's answer, box and section points, from the results."""
+    retrieval, frontier = numbers.get("retrieval") or {}, numbers.get("frontier") or {}
+    glue, clauses = chapter4_glue(numbers), chapter4_clauses(numbers)
+    decode, size = decode_finding(numbers), bytes_finding(numbers)
+    table2 = table2_finding(numbers)
+    verdicts = every_verdict(retrieval)
+    front, keys, tau = (
+        frontier_finding(frontier),
+        retrieval_finding(verdicts),
+        tau_finding(retrieval, frontier),
+    )
+    box = [f for f in (decode, size, table2, keys, tau) if f is not None]
+    sections = {
+        "decode": Section(
+            decode,
+            (),
+            (
+                f"Measured: {glue['decode']}.",
+                f"Memory bandwidth {glue['bandwidth']} GB/s.",
+                clauses["timing"],
+                clauses["speed_vs_analytical"],
+                clauses["speed_grows"],
+            ),
+        ),
+        "bytes": Section(
+            size,
+            (),
+            (
+                f"Our models: {glue['bytes']}.",
+                f"Formula against a filled cache: {glue['bytes_check']}.",
+                clauses["bytes_windowed"],
+            ),
+        ),
+        "table2": Section(
+            table2 or size,
+            (),
+            (
+                f"Setup: {glue['setup']}",
+                f"Headlines: {glue['table2']}.",
+                f"KIVI against naive at equal bits: {kivi_bytes(numbers['table2'])}.",
+                f"Sinks: {clauses['sinks']}",
+                f"Partial recompute: {clauses['blend']}",
+            ),
+        ),
+        "frontier": Section(
+            front or size,
+            (),
+            (
+                report_frontier.frontier_setup(frontier),
+                *report_frontier.frontier_notes(frontier),
+                report_frontier.kvpress_glue(frontier),
+            ),
+        ),
+        "retrieval": Section(
+            keys or size,
+            tuple(f for f in (margin_finding(verdicts),) if f),
+            (
+                "Setup: "
+                + report_retrieval.retrieval_setup(numbers)
+                + retrieval_ties.head_ties(retrieval, frontier),
+                *report_retrieval.needle_examples().values(),
+                "Other seeds of random eviction: " + retrieval_seeds.seeds_findings(retrieval),
+                report_retrieval.kvpress_comparison(retrieval) if retrieval else "",
+            ),
+        ),
+        "tau": Section(tau or keys or size, (), ()),
+    }
+    return PageFindings(answer_finding(numbers, box), tuple(box), sections)
