@@ -2,6 +2,7 @@
 point, drawn from the chapters' own findings where they have them; and what carries over to serving
 (issue 50, item 5): what is a theorem, what was measured here and on what, what this book cannot say,
 and the acceptance command that checks an operation on a reader's own model."""
+
 from __future__ import annotations
 
 import shlex
@@ -12,15 +13,32 @@ from kvutils.report.cache_exactness import chapter1_findings
 from kvutils.report.conclusions import conclusions_glue
 from kvutils.report.findings import Finding, PageFindings, Section, Shown, Test
 from kvutils.report.guide import COSTLY, EXACT, NEAR, OPEN, guide_coverage
+from kvutils.report.guide_compact import compact_guide
 from kvutils.report.sense_probes import chapter3_findings
 from kvutils.report.switch_findings import activated_finding, exact_finding, knee_finding, stale_finding
 from kvutils.report.tables import PageTable, rows_table
 from kvutils.report.text import fmt
 
 # the acceptance test a reader runs on their own model: passkey retrieval under SnapKV at half the cache
-ACCEPT_ARGS = ("--task", "passkey", "--model", "smollm2-135m", "--haystack", "pydoc", "--context", "1024",
-               "--n-prompts", "24", "--op", "snapkv:compression_ratio=0.5", "--out", "results/passkey.json")
-THEOREM_RESTS = "causal attention: an entry depends only on the tokens before it and the weights that computed it"
+ACCEPT_ARGS = (
+    "--task",
+    "passkey",
+    "--model",
+    "smollm2-135m",
+    "--haystack",
+    "pydoc",
+    "--context",
+    "1024",
+    "--n-prompts",
+    "24",
+    "--op",
+    "snapkv:compression_ratio=0.5",
+    "--out",
+    "results/passkey.json",
+)
+THEOREM_RESTS = (
+    "causal attention: an entry depends only on the tokens before it and the weights that computed it"
+)
 
 
 def acceptance_command(args: tuple[str, ...] = ACCEPT_ARGS) -> str:
@@ -42,12 +60,34 @@ def rq3_finding(rows: list[dict], model: str, near_exact_pct: float) -> Finding:
     count = {v.name: sum(r["verdict"] is v for r in ops) for v in (EXACT, NEAR, COSTLY, OPEN)}
     most = count[COSTLY.name] > len(ops) / 2
     claim = "Most shortcuts cost measurable quality." if most else "Many shortcuts are near-exact here."
-    return Finding("rq3", claim, "On {model}, {near} of {n} cache operations were near-exact, {costly} cost "
-                   "quality and {open} were not separated.",
-                   (("model", model), ("near", count[NEAR.name]), ("n", len(ops)),
-                    ("costly", count[COSTLY.name]), ("open", count[OPEN.name])),
-                   Test(f"top-1 per document against {fmt(near_exact_pct)} % (sign test), keys retrieved "
-                        "(McNemar)", len(ops), "operations"))
+    return Finding(
+        "rq3",
+        claim,
+        "On {model}, {near} of {n} cache operations were near-exact, {costly} cost "
+        "quality and {open} were not separated.",
+        (
+            ("model", model),
+            ("near", count[NEAR.name]),
+            ("n", len(ops)),
+            ("costly", count[COSTLY.name]),
+            ("open", count[OPEN.name]),
+        ),
+        Test(
+            f"top-1 per document against {fmt(near_exact_pct)} % (sign test), keys retrieved (McNemar)",
+            len(ops),
+            "operations",
+        ),
+    )
+
+
+def guide_finding(runs: dict, rows: list[dict], near_exact_pct: float) -> Finding:
+    compact = compact_guide(runs, near_exact_pct)
+    return Finding(
+        "guide",
+        "One screen prices each method on both causal models.",
+        "The table holds {n} rows, one setting per method, on {models}; the full guide holds {full}.",
+        (("n", len(compact)), ("models", list(compact.models)), ("full", len(rows))),
+    )
 
 
 def conclusions_findings(runs: dict, rows: list[dict], model: str, near_exact_pct: float) -> PageFindings:
@@ -61,28 +101,58 @@ def conclusions_findings(runs: dict, rows: list[dict], model: str, near_exact_pc
     rq2 = next((f for f in ch3.box if f.key.startswith("new_")), ch3.box[0])
     rq3 = rq3_finding(rows, model, near_exact_pct)
     rq4, activated = exact_finding(switch, dtype), activated_finding(switch)
-    answer = Finding("answer", "The cache is free; shortcuts are priced.",
-                     "Caching, prefix reuse and the two adapter switches are theorems; of {n} approximations, "
-                     "{near} were near-exact on {model}.",
-                     (("n", rq3.value("n")), ("near", rq3.value("near")), ("model", model)))
+    answer = Finding(
+        "answer",
+        "The cache is free; shortcuts are priced.",
+        "Caching, prefix reuse and the two adapter switches are theorems; of {n} approximations, "
+        "{near} were near-exact on {model}.",
+        (("n", rq3.value("n")), ("near", rq3.value("near")), ("model", model)),
+    )
     g = conclusions_glue(runs)
-    return PageFindings(answer, (rq1, rq2, rq3, rq4, activated), {
-        "rq1": Section(rq1, (), (f"{g['rq1_verdict']}.", f"In fp32: {g['rq1_fp32_reason']}.",
-                                 f"{g['rq1_weights']}.", f"Encoders: {g['rq1_encoder']}.")),
-        "rq2": Section(rq2, (), (f"{g['rq2_verdict']}.", f"Attention: {g['rq2_attention_reason']}.")),
-        "rq3": Section(rq3, (), (f"Which break exactness: {g['rq3_breaks']}.",
-                                 f"Precision: {g['rq3_precision_reason']}.",
-                                 f"Eviction and chunk reuse: {g['rq3_eviction']}.",
-                                 f"What the exact cache buys: {g['rq3_speed_reason']}.")),
-        "rq4": Section(rq4, (activated, stale_finding(switch), knee_finding(switch)), (f"{g['rq4_verdict']}.",)),
-        "guide": Section(rq3, (), (f"{guide_coverage(runs, rows, model)}.",)),
-    })
+    return PageFindings(
+        answer,
+        (rq1, rq2, rq3, rq4, activated),
+        {
+            "rq1": Section(
+                rq1,
+                (),
+                (
+                    f"{g['rq1_verdict']}.",
+                    f"In fp32: {g['rq1_fp32_reason']}.",
+                    f"{g['rq1_weights']}.",
+                    f"Encoders: {g['rq1_encoder']}.",
+                ),
+            ),
+            "rq2": Section(rq2, (), (f"{g['rq2_verdict']}.", f"Attention: {g['rq2_attention_reason']}.")),
+            "rq3": Section(
+                rq3,
+                (),
+                (
+                    f"Which break exactness: {g['rq3_breaks']}.",
+                    f"Precision: {g['rq3_precision_reason']}.",
+                    f"Eviction and chunk reuse: {g['rq3_eviction']}.",
+                    f"What the exact cache buys: {g['rq3_speed_reason']}.",
+                ),
+            ),
+            "rq4": Section(
+                rq4, (activated, stale_finding(switch), knee_finding(switch)), (f"{g['rq4_verdict']}.",)
+            ),
+            "guide": Section(
+                guide_finding(runs, rows, near_exact_pct), (), (f"{guide_coverage(runs, rows, model)}.",)
+            ),
+        },
+    )
 
 
 def _longest_context(runs: dict) -> int:
     retrieval = runs[NOTEBOOKS["04"]]["numbers"].get("retrieval") or {}
-    contexts = [int(c) for by_hay in retrieval.values() for hay in by_hay.values() if isinstance(hay, dict)
-                for c in hay.get("contexts") or []]
+    contexts = [
+        int(c)
+        for by_hay in retrieval.values()
+        for hay in by_hay.values()
+        if isinstance(hay, dict)
+        for c in hay.get("contexts") or []
+    ]
     return max(contexts, default=0)
 
 
@@ -96,30 +166,59 @@ def serving_table(runs: dict) -> PageTable:
     dtypes = sorted({m.get("dtype") for m in causal if m.get("dtype")})
     context = _longest_context(runs)
     ch1, ch5 = runs[NOTEBOOKS["01"]]["numbers"], runs[NOTEBOOKS["05"]]["numbers"]
-    fp64 = max((r["float64"]["decode"]["max_logit_diff"] for r in ch1.values() if "float64" in r), default=None)
-    patch = max(r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]
-                for r in ch5.values() for k in r["k_values"])
-    where = (f"{', '.join(devices)}; {', '.join(dtypes)}; models up to {largest['name']} "
-             f"({fmt(largest['parameters'] / 1e6, 3)} M parameters); contexts up to {context:,} tokens")
+    fp64 = max(
+        (r["float64"]["decode"]["max_logit_diff"] for r in ch1.values() if "float64" in r), default=None
+    )
+    patch = max(
+        r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]
+        for r in ch5.values()
+        for k in r["k_values"]
+    )
+    where = (
+        f"{', '.join(devices)}; {', '.join(dtypes)}; models up to {largest['name']} "
+        f"({fmt(largest['parameters'] / 1e6, 3)} M parameters); contexts up to {context:,} tokens"
+    )
     rows = {
-        "exact cache and prefix reuse": {"kind": "theorem: any causal model", "rests on": THEOREM_RESTS,
-                                         "checked here": f"largest fp64 logit difference {fmt(fp64, 3)} (chapter 1)"},
-        "tail patch": {"kind": "theorem: any causal model", "rests on": "layers below the tail keep weights and "
-                       "inputs", "checked here": f"largest logit difference {fmt(patch, 3)} (chapter 5)"},
-        "activated adapter": {"kind": "theorem: any causal model", "rests on": "adapter weights act only from "
-                              "the invocation on", "checked here": "prefix K/V equal to the base cache (chapter 5)"},
-        "costs: time, memory, FLOPs": {"kind": "measured here", "rests on": where,
-                                       "checked here": "chapters 4 and 5, Appendix B"},
-        "retrieval and top-1 under compression": {"kind": "measured here", "rests on": where,
-                                                  "checked here": "chapter 4"},
-        "GPU serving in bf16": {"kind": "not said by this book", "rests on": f"every run here: {', '.join(devices)}",
-                                "checked here": "—"},
-        "8B models": {"kind": "not said by this book",
-                                     "rests on": f"largest model here: {fmt(largest['parameters'] / 1e6, 3)} M",
-                                     "checked here": "—"},
-        "32K-token contexts": {"kind": "not said by this book",
-                                                        "rests on": f"longest context here: {context:,} tokens",
-                                                        "checked here": "—"},
+        "exact cache and prefix reuse": {
+            "kind": "theorem: any causal model",
+            "rests on": THEOREM_RESTS,
+            "checked here": f"largest fp64 logit difference {fmt(fp64, 3)} (chapter 1)",
+        },
+        "tail patch": {
+            "kind": "theorem: any causal model",
+            "rests on": "layers below the tail keep weights and inputs",
+            "checked here": f"largest logit difference {fmt(patch, 3)} (chapter 5)",
+        },
+        "activated adapter": {
+            "kind": "theorem: any causal model",
+            "rests on": "adapter weights act only from the invocation on",
+            "checked here": "prefix K/V equal to the base cache (chapter 5)",
+        },
+        "costs: time, memory, FLOPs": {
+            "kind": "measured here",
+            "rests on": where,
+            "checked here": "chapters 4 and 5, Appendix B",
+        },
+        "retrieval and top-1 under compression": {
+            "kind": "measured here",
+            "rests on": where,
+            "checked here": "chapter 4",
+        },
+        "GPU serving in bf16": {
+            "kind": "not said by this book",
+            "rests on": f"every run here: {', '.join(devices)}",
+            "checked here": "—",
+        },
+        "8B models": {
+            "kind": "not said by this book",
+            "rests on": f"largest model here: {fmt(largest['parameters'] / 1e6, 3)} M",
+            "checked here": "—",
+        },
+        "32K-token contexts": {
+            "kind": "not said by this book",
+            "rests on": f"longest context here: {context:,} tokens",
+            "checked here": "—",
+        },
     }
     return rows_table(rows, index="claim")
 

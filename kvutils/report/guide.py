@@ -67,7 +67,8 @@ def _tested(test: compare.Paired) -> Verdict:
     return NEAR if test.verdict == compare.A_HIGHER else COSTLY if test.verdict == compare.A_LOWER else OPEN
 
 
-def decision_rows(runs: dict, near_exact_pct: float = compare.NEAR_EXACT_PCT, model: str | None = None) -> list[dict]:
+def decision_rows(runs: dict, near_exact_pct: float = compare.NEAR_EXACT_PCT,
+                  model: str | None = None) -> list[dict]:
     """One row per cache operation, for `model` (default: the first Table-2 model; a model Table 2 did
     not run gets the frontier's operations only): verdict, our top-1 agreement (with n and, for
     chapter 4's operations, its 95 % interval over documents) and KL, the article's top-1, cache bytes
@@ -179,8 +180,9 @@ def chapter5_rows(runs: dict) -> list[dict]:
                          active["top1_agree_pct"], f"{active['n']} examples", kl=active["kl_mean"],
                          check="theorem (activated adapter); chapter 5", switch_cost=0.0,
                          held=_held(held[f"activated{k}"]["activated"]),
-                         test=f"prefix K/V against the base cache {fmt(base_cache, 2)}; largest |logit difference| "
-                              f"{fmt(active['max_abs_logit_diff'], 2)} against one adapter pass; no switch work"))
+                         test=f"prefix K/V against the base cache {fmt(base_cache, 2)}; largest |logit "
+                              f"difference| {fmt(active['max_abs_logit_diff'], 2)} against one adapter pass; "
+                              "no switch work"))
         test = stale_test(r, k)
         verdict = COSTLY if test.verdict == compare.A_LOWER else OPEN
         rows.append(_row(f"LoRA switch, stale cache (ch. 5, {m}, k = {k})", verdict, stale["top1_agree_pct"],
@@ -192,7 +194,7 @@ def chapter5_rows(runs: dict) -> list[dict]:
 
 
 def _held(a: dict) -> tuple[float, float]:
-    """Held-out accuracy (%) and AUC of one (adapter, policy): a bias shift moves the first, not the second."""
+    """Held-out accuracy (%) and AUC of one (adapter, policy): a bias shift moves the first only."""
     return a["accuracy_pct"], a["auc"]
 
 

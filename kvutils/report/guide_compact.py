@@ -2,6 +2,7 @@
 family, both causal models side by side, each row's acceptance-test spec as text; and a flowchart from
 what the cache stores to what it costs, drawn offline with matplotlib. The full guide
 (`kvutils.report.guide.decision_table`) stays below it, collapsed (`Collapsed`)."""
+
 from __future__ import annotations
 
 import html
@@ -13,22 +14,42 @@ from kvutils.report.names import human
 from kvutils.report.text import fmt
 
 MARK = {EXACT.name: "=", NEAR.name: "✓", COSTLY.name: "✗", OPEN.name: "?"}
-MARKS_TEXT = ("= exact (a theorem, checked to rounding); ✓ near-exact here (tested above the threshold); "
-              "✗ costs quality (tested below it, or a retrieval loss); ? not separated at this n.")
+MARKS_TEXT = (
+    "= exact (a theorem, checked to rounding); ✓ near-exact here (tested above the threshold); "
+    "✗ costs quality (tested below it, or a retrieval loss); ? not separated at this n."
+)
 CHAPTER5 = ("LoRA switch, tail patch", "LoRA switch, activated adapter", "LoRA switch, stale cache")
 # (family, spec) in the order the table shows them: one setting per method, eviction at about half the cache
 FAMILIES = (
     ("precision", ("cast:dtype=float16", "cast:dtype=bfloat16", "hf_quantized:backend=fp8")),
-    ("quantisation", ("quantize_naive:bits=8", "quantize_naive:bits=4", "quantize_kivi:bits=8,group=32,residual=128",
-                      "quantize_kivi:bits=4,group=32,residual=128", "quantize_kivi:bits=2,group=32,residual=128")),
-    ("eviction, about half", ("random:compression_ratio=0.5,seed=0", "knorm:compression_ratio=0.5",
-                              "snapkv:compression_ratio=0.5,window=64,kernel=5",
-                              "expected_attention:compression_ratio=0.5,future=512,sinks=4",
-                              "pyramidkv:compression_ratio=0.5,window=64,kernel=5,beta=20",
-                              "adakv:compression_ratio=0.5,window=64,kernel=5,safeguard=0.2",
-                              "h2o:compression_ratio=0.46875,recent=0.5", "tova:compression_ratio=0.46875",
-                              "window:size=544,sinks=4,reindex=false")),
-    ("chunk reuse", ("chunk_reuse:positions=reindexed,chunk=128", "chunk_blend:recompute_fraction=0.15,chunk=128")),
+    (
+        "quantisation",
+        (
+            "quantize_naive:bits=8",
+            "quantize_naive:bits=4",
+            "quantize_kivi:bits=8,group=32,residual=128",
+            "quantize_kivi:bits=4,group=32,residual=128",
+            "quantize_kivi:bits=2,group=32,residual=128",
+        ),
+    ),
+    (
+        "eviction, about half",
+        (
+            "random:compression_ratio=0.5,seed=0",
+            "knorm:compression_ratio=0.5",
+            "snapkv:compression_ratio=0.5,window=64,kernel=5",
+            "expected_attention:compression_ratio=0.5,future=512,sinks=4",
+            "pyramidkv:compression_ratio=0.5,window=64,kernel=5,beta=20",
+            "adakv:compression_ratio=0.5,window=64,kernel=5,safeguard=0.2",
+            "h2o:compression_ratio=0.46875,recent=0.5",
+            "tova:compression_ratio=0.46875",
+            "window:size=544,sinks=4,reindex=false",
+        ),
+    ),
+    (
+        "chunk reuse",
+        ("chunk_reuse:positions=reindexed,chunk=128", "chunk_blend:recompute_fraction=0.15,chunk=128"),
+    ),
 )
 MAX_ROWS = 25  # one screen at 1280 px
 
@@ -65,7 +86,12 @@ def _retrieval(r: dict | None, haystack: str = "pydoc") -> str:
     return f"{aware['accuracy_pct']:.0f} / {agnostic['accuracy_pct']:.0f} {mark}"
 
 
-STORED_SMALLER = ("cast", "quantize_naive", "quantize_kivi", "hf_quantized")  # a new precision, every entry kept
+STORED_SMALLER = (
+    "cast",
+    "quantize_naive",
+    "quantize_kivi",
+    "hf_quantized",
+)  # a new precision, every entry kept
 
 
 def _memory(r: dict) -> str:
@@ -94,17 +120,34 @@ def compact_rows(runs: dict, models: list[str], near_exact_pct: float) -> list[G
             chapter, _, where = detail.partition(", ")
             held = r.get("held")
             top1 = _top1(r) + (f"; accuracy {fmt(held[0], 3)} %, AUC {fmt(held[1], 3)}" if held else "")
-            rows.append(GuideRow("theorems (any causal model)" if r["verdict"] is EXACT else "LoRA switch",
-                                 f"{name} ({where or 'every chapter-1 model'})", f"chapter {chapter}", _memory(r),
-                                 (top1,) + ("—",) * (len(models) - 1), ("—",) * len(models), _time(r)))
+            rows.append(
+                GuideRow(
+                    "theorems (any causal model)" if r["verdict"] is EXACT else "LoRA switch",
+                    f"{name} ({where or 'every chapter-1 model'})",
+                    f"chapter {chapter}",
+                    _memory(r),
+                    (top1,) + ("—",) * (len(models) - 1),
+                    ("—",) * len(models),
+                    _time(r),
+                )
+            )
     for family, specs in FAMILIES:
         for spec in specs:
             found = [m.get(spec) for m in by_model]
             if not any(found):
                 continue
             shown = next(f for f in found if f)
-            rows.append(GuideRow(family, human(spec), spec, _memory(shown), tuple(_top1(f) for f in found),
-                                 tuple(_retrieval(f) for f in found), _time(found[0] or shown)))
+            rows.append(
+                GuideRow(
+                    family,
+                    human(spec),
+                    spec,
+                    _memory(shown),
+                    tuple(_top1(f) for f in found),
+                    tuple(_retrieval(f) for f in found),
+                    _time(found[0] or shown),
+                )
+            )
     if len(rows) > MAX_ROWS:
         raise ValueError(f"compact guide: {len(rows)} rows, more than one screen ({MAX_ROWS})")
     return rows
@@ -122,15 +165,21 @@ class CompactGuide:
         head = ["family", "method and its <code>--op</code> spec", "memory vs bf16"]
         head += [f"top-1 % [95 % CI], {html.escape(m)}" for m in self.models]
         head += [f"keys % with / before the question, {html.escape(m)}" for m in self.models] + ["time"]
-        out = ['<table class="compact-guide" style="font-size:0.85em">',
-               f"<caption>{html.escape(self.caption)}</caption><thead><tr>"
-               + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+        out = [
+            '<table class="compact-guide" style="font-size:0.85em">',
+            f"<caption>{html.escape(self.caption)}</caption><thead><tr>"
+            + "".join(f"<th>{h}</th>" for h in head)
+            + "</tr></thead><tbody>",
+        ]
         family = None
         for r in self.rows:
             first = r.family != family
             family = r.family
-            cells = [html.escape(r.family) if first else "",
-                     f"{html.escape(r.name)}<br><code>{html.escape(r.spec)}</code>", html.escape(r.memory)]
+            cells = [
+                html.escape(r.family) if first else "",
+                f"{html.escape(r.name)}<br><code>{html.escape(r.spec)}</code>",
+                html.escape(r.memory),
+            ]
             cells += [html.escape(c) for c in r.top1 + r.retrieval] + [html.escape(r.time)]
             out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         return "\n".join(out + ["</tbody></table>"])
@@ -143,11 +192,14 @@ def compact_guide(runs: dict, near_exact_pct: float) -> CompactGuide:
     ch4 = runs["04_cache_approximations"]["numbers"]
     models = list(dict.fromkeys([*ch4["table2"], *ch4.get("frontier", {})]))
     rows = compact_rows(runs, models, near_exact_pct)
-    caption = (f"Top-1: agreement with exact decoding, 95 % interval over documents, sign test against "
-               f"{fmt(near_exact_pct)} %; Table 2's setting where it ran, else the frontier's. Keys: passkey retrieval "
-               f"on pydoc haystacks, McNemar against the exact cache. Time: scoring over the exact decode (median). "
-               "Memory: bytes against a bf16 cache of the same model. Chapter 5's rows: top-1 against the "
-               f"recompute, held-out accuracy and AUC. {MARKS_TEXT}")
+    caption = (
+        f"Top-1: agreement with exact decoding, 95 % interval over documents, sign test against "
+        f"{fmt(near_exact_pct)} %; Table 2's setting where it ran, else the frontier's. "
+        "Keys: passkey retrieval "
+        f"on pydoc haystacks, McNemar against the exact cache. Time: scoring over the exact decode (median). "
+        "Memory: bytes against a bf16 cache of the same model. Chapter 5's rows: top-1 against the "
+        f"recompute, held-out accuracy and AUC. {MARKS_TEXT}"
+    )
     return CompactGuide(tuple(rows), tuple(models), caption)
 
 
@@ -159,12 +211,16 @@ class Collapsed:
     inner: object
 
     def _repr_html_(self) -> str:
-        inner = self.inner._repr_html_() if hasattr(self.inner, "_repr_html_") else html.escape(str(self.inner))
+        inner = (
+            self.inner._repr_html_() if hasattr(self.inner, "_repr_html_") else html.escape(str(self.inner))
+        )
         if hasattr(self.inner, "savefig"):  # a matplotlib figure
             inner = Picture(self.inner, self.title)._repr_html_()
-        return (f'<details class="sd-sphinx-override sd-dropdown sd-card sd-mb-3 evidence">'
-                f'<summary class="sd-summary-title sd-card-header">{html.escape(self.title)}</summary>'
-                f'<div class="sd-summary-content sd-card-body">{inner}</div></details>')
+        return (
+            f'<details class="sd-sphinx-override sd-dropdown sd-card sd-mb-3 evidence">'
+            f'<summary class="sd-summary-title sd-card-header">{html.escape(self.title)}</summary>'
+            f'<div class="sd-summary-content sd-card-body">{inner}</div></details>'
+        )
 
 
 @dataclass(frozen=True)
@@ -181,7 +237,9 @@ class Picture:
         buffer = io.BytesIO()
         self.figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
         data = base64.b64encode(buffer.getvalue()).decode()
-        return f'<img src="data:image/png;base64,{data}" alt="{html.escape(self.alt)}" style="max-width:100%">'
+        return (
+            f'<img src="data:image/png;base64,{data}" alt="{html.escape(self.alt)}" style="max-width:100%">'
+        )
 
 
 # the flowchart: (box text, x, y) and the arrows between boxes, with a label on each
@@ -191,14 +249,36 @@ FLOW_BOXES = {
     "less": ("Every entry,\nin fewer bits", 0.5, 0.68),
     "fewer": ("Fewer entries", 0.85, 0.68),
     "switch": ("The same entries,\nthen an adapter", 0.15, 0.40),
-    "free": ("Free by theorem:\nexact cache, prefix reuse,\ntail patch, activated adapter\n(saves compute, not memory)", 0.15, 0.12),
-    "precision": ("Rounding error:\ntest top-1 and keys\n(table: precision, quantisation)\nsaves memory: bits / 16", 0.5, 0.35),
-    "evict": ("Information removed:\ntest top-1 and keys\n(table: eviction, chunk reuse)\nsaves memory: share evicted", 0.85, 0.35),
+    "free": (
+        "Free by theorem:\nexact cache, prefix reuse,\ntail patch, activated adapter\n"
+        "(saves compute, not memory)",
+        0.15,
+        0.12,
+    ),
+    "precision": (
+        "Rounding error:\ntest top-1 and keys\n(table: precision, quantisation)\nsaves memory: bits / 16",
+        0.5,
+        0.35,
+    ),
+    "evict": (
+        "Information removed:\ntest top-1 and keys\n(table: eviction, chunk reuse)\n"
+        "saves memory: share evicted",
+        0.85,
+        0.35,
+    ),
     "accept": ("What it costs on your model:\npython -m kvutils.accept", 0.5, 0.08),
 }
-FLOW_ARROWS = (("start", "exact", ""), ("start", "less", ""), ("start", "fewer", ""), ("exact", "switch", "then"),
-               ("switch", "free", "tail or aLoRA"), ("less", "precision", ""), ("fewer", "evict", ""),
-               ("precision", "accept", ""), ("evict", "accept", ""))
+FLOW_ARROWS = (
+    ("start", "exact", ""),
+    ("start", "less", ""),
+    ("start", "fewer", ""),
+    ("exact", "switch", "then"),
+    ("switch", "free", "tail or aLoRA"),
+    ("less", "precision", ""),
+    ("fewer", "evict", ""),
+    ("precision", "accept", ""),
+    ("evict", "accept", ""),
+)
 
 
 @styled
@@ -212,15 +292,30 @@ def plot_flowchart():
     ax.set_ylim(0, 1)
     colours = {"free": "#2a9d8f", "precision": "#e9c46a", "evict": "#e76f51", "accept": "#dddddd"}
     for key, (text, x, y) in FLOW_BOXES.items():
-        ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=3,
-                bbox=dict(boxstyle="round,pad=0.4", facecolor=colours.get(key, "white"), edgecolor="black"))
+        ax.text(
+            x,
+            y,
+            text,
+            ha="center",
+            va="center",
+            fontsize=9,
+            zorder=3,
+            bbox=dict(boxstyle="round,pad=0.4", facecolor=colours.get(key, "white"), edgecolor="black"),
+        )
     for a, b, label in FLOW_ARROWS:
         (_, x0, y0), (_, x1, y1) = FLOW_BOXES[a], FLOW_BOXES[b]
-        ax.annotate("", xy=(x1, y1 + 0.07), xytext=(x0, y0 - 0.06),
-                    arrowprops=dict(arrowstyle="->", color="black", shrinkA=2, shrinkB=2), zorder=2)
+        ax.annotate(
+            "",
+            xy=(x1, y1 + 0.07),
+            xytext=(x0, y0 - 0.06),
+            arrowprops=dict(arrowstyle="->", color="black", shrinkA=2, shrinkB=2),
+            zorder=2,
+        )
         if label:
             ax.text((x0 + x1) / 2 + 0.02, (y0 + y1) / 2, label, fontsize=8, style="italic")
-    ax.set_title("Decision flow: what the cache stores decides what it costs\n"
-                 "(SmolLM2-135M and Gemma 3 270M, chapters 1, 4 and 5)")
+    ax.set_title(
+        "Decision flow: what the cache stores decides what it costs\n"
+        "(SmolLM2-135M and Gemma 3 270M, chapters 1, 4 and 5)"
+    )
     fig.tight_layout()
     return fig
