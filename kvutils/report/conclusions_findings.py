@@ -9,6 +9,7 @@ import shlex
 
 from kvutils.cache import accept_args
 from kvutils.core.catalog import NOTEBOOKS
+from kvutils.lora.switching import nan_max
 from kvutils.report.cache_exactness import chapter1_findings
 from kvutils.report.conclusions import conclusions_glue
 from kvutils.report.findings import Finding, PageFindings, Section, Shown, Test
@@ -156,71 +157,42 @@ def _longest_context(runs: dict) -> int:
     return max(contexts, default=0)
 
 
+THEOREM, MEASURED, NOT_SAID = "theorem: any causal model", "measured here", "not said by this book"
+
+
 def serving_table(runs: dict) -> PageTable:
     """What carries over to serving: theorems, what was measured here (and on what), what the book
     cannot say; each row with what it rests on, counted from the results."""
     models = {m["name"]: m for run in runs.values() for m in run.get("models") or []}
     causal = [m for m in models.values() if m.get("family") == "causal"]
     largest = max(causal, key=lambda m: m.get("parameters") or 0)
-    devices = sorted({run.get("parameters", {}).get("device", "cpu") for run in runs.values()})
-    dtypes = sorted({m.get("dtype") for m in causal if m.get("dtype")})
+    size = f"{fmt(largest['parameters'] / 1e6, 3)} M parameters"
+    devices = ", ".join(sorted({run.get("parameters", {}).get("device", "cpu") for run in runs.values()}))
+    dtypes = ", ".join(sorted({m.get("dtype") for m in causal if m.get("dtype")}))
     context = _longest_context(runs)
     ch1, ch5 = runs[NOTEBOOKS["01"]]["numbers"], runs[NOTEBOOKS["05"]]["numbers"]
-    fp64 = max(
-        (r["float64"]["decode"]["max_logit_diff"] for r in ch1.values() if "float64" in r), default=None
+    fp64 = max((r["float64"]["decode"]["max_logit_diff"] for r in ch1.values() if "float64" in r),
+               default=None)
+    patch = max(r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]
+                for r in ch5.values() for k in r["k_values"])
+    prefix = max(nan_max(r["switch"]["cache_layers"][f"activated{k}"]["prefix_vs_base"])
+                 for r in ch5.values() for k in r["k_values"])
+    where = f"{devices}; {dtypes}; models up to {largest['name']} ({size}); contexts up to {context:,} tokens"
+    rows = (
+        ("exact cache and prefix reuse", THEOREM, THEOREM_RESTS,
+         f"largest fp64 logit difference {fmt(fp64, 3)} (chapter 1)"),
+        ("tail patch", THEOREM, "layers below the tail keep their weights and inputs",
+         f"largest logit difference {fmt(patch, 3)} (chapter 5)"),
+        ("activated adapter", THEOREM, "adapter weights act only from the invocation on",
+         f"prefix K/V against the base cache: largest difference {fmt(prefix, 3)} (chapter 5)"),
+        ("costs: time, memory, FLOPs", MEASURED, where, "chapters 4 and 5, Appendix B"),
+        ("retrieval and top-1 under compression", MEASURED, where, "chapter 4"),
+        ("GPU serving in bf16", NOT_SAID, f"every run here: {devices}", "—"),
+        ("8B models", NOT_SAID, f"largest model here: {size}", "—"),
+        ("32K-token contexts", NOT_SAID, f"longest context here: {context:,} tokens", "—"),
     )
-    patch = max(
-        r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]
-        for r in ch5.values()
-        for k in r["k_values"]
-    )
-    where = (
-        f"{', '.join(devices)}; {', '.join(dtypes)}; models up to {largest['name']} "
-        f"({fmt(largest['parameters'] / 1e6, 3)} M parameters); contexts up to {context:,} tokens"
-    )
-    rows = {
-        "exact cache and prefix reuse": {
-            "kind": "theorem: any causal model",
-            "rests on": THEOREM_RESTS,
-            "checked here": f"largest fp64 logit difference {fmt(fp64, 3)} (chapter 1)",
-        },
-        "tail patch": {
-            "kind": "theorem: any causal model",
-            "rests on": "layers below the tail keep weights and inputs",
-            "checked here": f"largest logit difference {fmt(patch, 3)} (chapter 5)",
-        },
-        "activated adapter": {
-            "kind": "theorem: any causal model",
-            "rests on": "adapter weights act only from the invocation on",
-            "checked here": "prefix K/V equal to the base cache (chapter 5)",
-        },
-        "costs: time, memory, FLOPs": {
-            "kind": "measured here",
-            "rests on": where,
-            "checked here": "chapters 4 and 5, Appendix B",
-        },
-        "retrieval and top-1 under compression": {
-            "kind": "measured here",
-            "rests on": where,
-            "checked here": "chapter 4",
-        },
-        "GPU serving in bf16": {
-            "kind": "not said by this book",
-            "rests on": f"every run here: {', '.join(devices)}",
-            "checked here": "—",
-        },
-        "8B models": {
-            "kind": "not said by this book",
-            "rests on": f"largest model here: {fmt(largest['parameters'] / 1e6, 3)} M",
-            "checked here": "—",
-        },
-        "32K-token contexts": {
-            "kind": "not said by this book",
-            "rests on": f"longest context here: {context:,} tokens",
-            "checked here": "—",
-        },
-    }
-    return rows_table(rows, index="claim")
+    return rows_table({claim: {"kind": kind, "rests on": rests, "checked here": checked}
+                       for claim, kind, rests, checked in rows}, index="claim")
 
 
 def acceptance_shown() -> Shown:
