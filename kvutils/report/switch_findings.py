@@ -66,9 +66,9 @@ def pair(r: dict, a: tuple[str, str], b: tuple[str, str], a_name: str, b_name: s
 
 
 def document_test(p: compare.Paired) -> Test:
-    """The Test a finding shows: n documents, the difference's interval in points, p."""
+    """The Test a finding shows: which difference, n documents, its interval in points, p."""
     interval = None if p.ci95 is None else (round(100 * p.ci95[0], 1), round(100 * p.ci95[1], 1))
-    return Test(DOCUMENT_TEST, p.n, UNIT, interval, "points", p.p)
+    return Test(f"{DOCUMENT_TEST}, {p.a} − {p.b}", p.n, UNIT, interval, "points", p.p)
 
 
 # what a by-document comparison says, by its verdict (the claim of a finding)
