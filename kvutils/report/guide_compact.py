@@ -177,7 +177,7 @@ class CompactGuide:
             family = r.family
             cells = [
                 html.escape(r.family) if first else "",
-                f"{html.escape(r.name)}<br><code>{html.escape(r.spec)}</code>",
+                f"{html.escape(r.name)}<br><code style=\"word-break:break-all\">{html.escape(r.spec)}</code>",
                 html.escape(r.memory),
             ]
             cells += [html.escape(c) for c in r.top1 + r.retrieval] + [html.escape(r.time)]

@@ -33,7 +33,7 @@ def test_the_compact_guide_is_one_screen_of_both_models(runs):
     families = [r.family for r in guide.rows]
     assert families == sorted(families, key=families.index)  # each family's rows together
     html = guide._repr_html_()
-    assert "<code>snapkv:compression_ratio=0.5,window=64,kernel=5</code>" in html  # the spec as text
+    assert "snapkv:compression_ratio=0.5,window=64,kernel=5</code>" in html  # the spec as text
     assert "title=" not in html  # not a tooltip
     both = next(r for r in guide.rows if r.spec.startswith("snapkv"))
     assert all(c not in ("not run", "—") for c in both.top1 + both.retrieval)
