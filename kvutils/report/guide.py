@@ -16,15 +16,16 @@ from kvutils.core import compare
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.checks import check_number
 from kvutils.core.compare import IDENTICAL, Paired
+from kvutils.lora.switching import nan_max
 from kvutils.report.cache_approximations import article_rows_by_spec
 from kvutils.report.figures import styled
 from kvutils.report.guide_retrieval import axis_text, loses_keys, loss_clause, retrieval_axis
 from kvutils.report.names import human
+from kvutils.report.switch_findings import pair as switch_pair
 from kvutils.report.tables import page_table
 from kvutils.report.text import fmt
 from kvutils.report.timing import spread
 from kvutils.studies.qwen3_switch.study import TOLERANCE as SWITCH_TOLERANCE
-from kvutils.studies.qwen3_switch.verdicts import accuracy_pair
 
 ARTICLE_MODEL = "Pythia-160M"
 # |logit difference| below which fp64 decoding counts as equal up to rounding (the theorem's test)
@@ -66,13 +67,16 @@ def _tested(test: compare.Paired) -> Verdict:
     return NEAR if test.verdict == compare.A_HIGHER else COSTLY if test.verdict == compare.A_LOWER else OPEN
 
 
-def decision_rows(runs: dict, near_exact_pct: float = compare.NEAR_EXACT_PCT) -> list[dict]:
-    """One row per cache operation, for the first Table-2 model: verdict, our top-1 agreement (with n
-    and, for chapter 4's operations, its 95 % interval over documents) and KL, the article's top-1,
-    cache bytes against an fp32 and a bf16 cache, the time against the exact decode, and the test."""
+def decision_rows(runs: dict, near_exact_pct: float = compare.NEAR_EXACT_PCT,
+                  model: str | None = None) -> list[dict]:
+    """One row per cache operation, for `model` (default: the first Table-2 model; a model Table 2 did
+    not run gets the frontier's operations only): verdict, our top-1 agreement (with n and, for
+    chapter 4's operations, its 95 % interval over documents) and KL, the article's top-1, cache bytes
+    against an fp32 and a bf16 cache, the time against the exact decode, and the test."""
     check_number("near_exact_pct", near_exact_pct, 0, 100, low_inclusive=False)
     ch4 = chapter_numbers(runs, "04")
-    model, run = next(iter(ch4["table2"].items()))
+    model = model or next(iter(ch4["table2"]))
+    run = ch4["table2"].get(model) or {"plain": None, "chunks": None}
     rows = chapter1_rows(chapter_numbers(runs, "01")) + chapter5_rows(runs)
     art = article_rows_by_spec()
     plain = run["plain"]
@@ -164,22 +168,40 @@ def chapter5_rows(runs: dict) -> list[dict]:
         exact = patch["max_abs_logit_diff"] <= tolerance
         rows.append(_row(f"LoRA switch, tail patch (ch. 5, {m}, k = {k})", EXACT if exact else OPEN,
                          patch["top1_agree_pct"], f"{patch['n']} examples", kl=patch["kl_mean"],
+                         switch_cost=r["cost"]["per_k"][str(k)]["tail_time_fraction"],
                          check="theorem (tail patch); chapter 5",
                          test=f"largest |logit difference| {fmt(patch['max_abs_logit_diff'], 2)} against the "
                               f"recompute; {dtype} tolerance {tolerance:g}"))
+        active = r["switch"]["scores"][f"activated{k}"]["activated"]
+        base_cache = nan_max(r["switch"]["cache_layers"][f"activated{k}"]["prefix_vs_base"])
+        held = r["switch"]["heldout"]
+        rows.append(_row(f"LoRA switch, activated adapter (ch. 5, {m}, k = {k})",
+                         EXACT if base_cache == 0 and active["max_abs_logit_diff"] <= tolerance else OPEN,
+                         active["top1_agree_pct"], f"{active['n']} examples", kl=active["kl_mean"],
+                         check="theorem (activated adapter); chapter 5", switch_cost=0.0,
+                         held=_held(held[f"activated{k}"]["activated"]),
+                         test=f"prefix K/V against the base cache {fmt(base_cache, 2)}; largest |logit "
+                              f"difference| {fmt(active['max_abs_logit_diff'], 2)} against one adapter pass; "
+                              "no switch work"))
         test = stale_test(r, k)
         verdict = COSTLY if test.verdict == compare.A_LOWER else OPEN
         rows.append(_row(f"LoRA switch, stale cache (ch. 5, {m}, k = {k})", verdict, stale["top1_agree_pct"],
-                         f"{stale['n']} examples (top-1); {test.n} held-out (test)", kl=stale["kl_mean"],
+                         f"{stale['n']} examples (top-1); {test.n} {test.unit} (test)", kl=stale["kl_mean"],
+                         held=_held(held[f"tail{k}"]["stale"]),
                          check="chapter 5", test=f"held-out accuracy vs the tail patch {fmt(100 * test.effect, 3)} "
                                                  f"points ({stale_word(test)}, n = {test.n}, p = {test.p:.2g})"))
     return rows
 
 
+def _held(a: dict) -> tuple[float, float]:
+    """Held-out accuracy (%) and AUC of one (adapter, policy): a bias shift moves the first only."""
+    return a["accuracy_pct"], a["auc"]
+
+
 def stale_test(r: dict, k: int) -> compare.Paired:
-    """Chapter 5's own paired test on its held-out examples: stale reuse against the tail patch at k."""
-    held = r["switch"]["heldout"][f"tail{k}"]
-    return accuracy_pair(held["stale"], held["tail_patch"], "stale", "tail patch")
+    """Chapter 5's paired test on its held-out examples, clustered by document: stale reuse against the
+    tail patch at k."""
+    return switch_pair(r, (f"tail{k}", "stale"), (f"tail{k}", "tail_patch"), "stale", "tail patch")
 
 
 def stale_word(test: compare.Paired) -> str:

@@ -66,10 +66,14 @@ def test_a_guide_colour_needs_its_test(runs):
     held = r5["switch"]["heldout"][f"tail{max(r5['k_values'])}"]
     stale = next(r for op, r in by_op.items() if op.startswith("LoRA switch, stale"))
     assert stale["verdict"] is rc.OPEN  # 8 held-out examples: not separated from the tail patch
-    n = 40
+    n = 40  # examples from 8 documents: the test runs over the documents (chapter 5 clusters by document)
     held["tail_patch"]["right_per_example"], held["stale"]["right_per_example"] = [True] * n, [False] * n
+    r5["switch"]["heldout_examples"]["group"] = [f"doc{i % 8}" for i in range(n)]
     stale = next(r for r in rc.decision_rows(changed) if r["operation"].startswith("LoRA switch, stale"))
-    assert stale["verdict"] is rc.COSTLY and "n = 40" in stale["test"]
+    assert stale["verdict"] is rc.COSTLY and "n = 8" in stale["test"] and "8 documents (test)" in stale["n"]
+    r5["switch"]["heldout_examples"]["group"] = ["doc0", "doc1"] * (n // 2)  # 2 documents: no verdict
+    stale = next(r for r in rc.decision_rows(changed) if r["operation"].startswith("LoRA switch, stale"))
+    assert stale["verdict"] is rc.OPEN
 
 
 def test_a_lower_threshold_only_promotes_operations(runs):
@@ -244,7 +248,7 @@ def test_findings_are_glued_with_their_numbers_in_bold(built_book):
         "**24/24** identical on gemma3-270m (max 0.0470581, 99.5% top-1)")  # the key number only (issue 19)
     assert bold_numbers("token '<bos>' a_b") == "token '\\<bos\\>' a\\_b"  # Markdown-escaped
     _, html = built_book
-    for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes", "06_conclusions"):
+    for name in ("01_cache_exactness", "02_bert_contrast", "03_sense_probes"):  # 06: bold from its findings
         page = (html / "book" / "chapters" / f"{name}.html").read_text()
         strong = re.findall(r"<strong>(.*?)</strong>", page)
         assert any(re.fullmatch(r"[-−\d.,/e%×+]+", s) for s in strong), name
