@@ -47,6 +47,10 @@ from kvutils.models.layers import kv_shape, layer_windows
 from kvutils.models.loading import Loaded
 
 REGIMES = ("agnostic", "aware")
+# the step path (decode-time policies, transformers' cache objects) scores turn 1 only: one forward per
+# token, so a conversation's follow-ups cost it 3-4x turn 1 (tova: 0.5 -> 3.4 s per prompt on tiny-llama at 512
+# tokens), against 2x on the fast path; a policy also re-decides at every token, so "compressed once" is not its case
+STEP_FOLLOWUPS = "not scored: the step path (a decode-time policy, a cache object) scores turn 1 alone, for cost"
 REGIME_MEANING = {"agnostic": "compressed before the question arrives (query-agnostic: prompt caching, multi-turn reuse)",
                   "aware": "compressed with the question in the prefill (query-aware: SnapKV's setting)"}
 
@@ -274,13 +278,12 @@ def _score_pending(loaded: Loaded, scored: list, prompts: list[Prompt], pending:
         lengths: dict[tuple[int, int], list] = {}
         for p, start in items:
             P = prefill_length(prompts[p], regime)
-            lengths.setdefault((P, len(prompts[p].chain) - 1 - P), []).append((p, start))
+            lengths.setdefault((P, len(prompts[p].ids) - 1 - P), []).append((p, start))
         for (P, D), same in lengths.items():
             t0 = time.perf_counter()
-            ids = torch.stack([torch.tensor(prompts[p].chain) for p, _ in same])  # (docs, chain)
+            ids = torch.stack([torch.tensor(prompts[p].ids) for p, _ in same])  # (docs, context): turn 1 alone
             logits = score_step_many(loaded, by_spec[spec], ids, P, D, [s for _, s in same])  # (docs, D, vocab)
             for (p, _), rows in zip(same, logits):
-                keep = keep_rows(prompts[p], P)
-                rows = rows[-keep:] if isinstance(keep, int) else rows[keep]
-                scores.records[spec][regime][p], scores.followups[spec][regime][p] = turn_records(rows, prompts[p])
+                scores.records[spec][regime][p] = answer_record(rows, prompts[p])
+                scores.followup_needle[spec][regime][p] = []  # follow-ups not scored (STEP_FOLLOWUPS)
             scores.seconds[spec] += time.perf_counter() - t0

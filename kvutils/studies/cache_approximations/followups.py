@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvutils.cache.retrieval import REGIMES, lost_by_construction
+from kvutils.cache.retrieval import REGIMES, STEP_FOLLOWUPS, lost_by_construction
 from kvutils.core import compare
 
 TURNS = 3  # needles per real-text haystack: turn 1 and two follow-ups (one per depth, rotated)
@@ -63,7 +63,9 @@ def summarise(result: dict, exact_followups: list[list[dict]], gate: float) -> d
         for regime in REGIMES:
             r = entry[regime]
             raw, needles = r.pop("followups", []), r.pop("followup_needle_kept", [])
-            if has:
+            if has and not any(raw):
+                r["followups"] = {"not_scored": STEP_FOLLOWUPS}
+            elif has:
                 r["followups"] = {**block(raw), **losses(needles, raw)}
     if not has:
         return result
@@ -96,13 +98,15 @@ def verdicts(result: dict) -> list[dict]:
         out.append({**p.to_dict(), "metric": metric, "regime": regime, "against": against})
 
     for label, entry in result["ops"].items():
-        kept = {}
+        kept = {regime: [] for regime in REGIMES}
         for regime in REGIMES:
             r = entry[regime]
+            if "per_prompt" not in r["followups"]:
+                continue
             keep = [j for j, i in enumerate(r["prompts"]) if contexts[i] in gated]
             fups = [r["followups"]["per_prompt"][j] for j in keep]
             kept[regime] = fups
-            if not keep:
+            if not keep:  # no prompt passes both gates
                 continue
             add(shares(fups), [float(r["per_prompt"][j]["correct"]) for j in keep], f"{label} follow-ups",
                 f"{label} turn 1", "correct", regime, "turn1")
