@@ -3,6 +3,7 @@ needle asked in turn. The exact cache extended by turn 1 is the cache of the con
 method that keeps everything answers every follow-up as the exact cache, the rotation puts every
 depth first and in each follow-up turn equally often, and the verdicts and the report are computed."""
 import collections
+import json
 import random
 
 import matplotlib.text
@@ -174,3 +175,38 @@ def test_the_followup_figure_and_table():
     row, bf16 = table.iloc[0], table.iloc[1]  # the methods in the results' order
     assert row["turn 1"] == "100 %" and row["follow-up"] == "0 %" and "loses" in row.iloc[-1]
     assert "keeps" in bf16.iloc[-1]
+
+
+def test_the_acceptance_cli_asks_follow_ups(tmp_path, capsys):
+    """`--task passkey --turns 3`: per operation and regime, the follow-ups' keys found and their
+    paired verdicts against turn 1 and the exact cache, printed and written."""
+    from kvutils import accept as acceptance
+    from kvutils.core import compare
+
+    out = tmp_path / "turns.json"
+    argv = ["--task", "passkey", "--model", "tiny-llama", "--haystack", "pydoc", "--context", "192", "--n-prompts", "3",
+            "--turns", "3", "--op", "window:size=32,sinks=4", "--op", "tova:compression_ratio=0.5", "--out", str(out)]
+    assert acceptance.main(argv) == 0
+    printed = capsys.readouterr().out
+    written = json.loads(out.read_text())
+    f = written["followups"]
+    assert written["turns"] == 3 and f["exact"]["n"] == 6 and "follow-up questions (turns 2 to 3" in printed
+    x = f["ops"]["window:size=32,sinks=4,reindex=false"]["agnostic"]
+    share = [sum(r["correct"] for r in rs) / 2 for rs in x["per_prompt"]]
+    turn1 = [float(r["correct"]) for r in written["ops"]["window:size=32,sinks=4,reindex=false"]["agnostic"]["per_prompt"]]
+    want = compare.paired(share, turn1, "window:size=32,sinks=4,reindex=false (agnostic) follow-ups", "turn 1", "prompts")
+    assert x["vs_turn1"] == json.loads(json.dumps(want.to_dict())) and x["line"] in printed
+    assert f["ops"]["tova:compression_ratio=0.5"]["aware"] == {"not_scored": retrieval.STEP_FOLLOWUPS}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--haystack", "filler", "--turns", "2"], "--turns: the pass key has one needle"),
+    (["--turns", "4"], "--turns"),
+])
+def test_bad_turns_are_refused_by_the_cli_before_the_model_loads(argv, words, capsys):
+    from kvutils import accept as acceptance
+
+    with pytest.raises(SystemExit):
+        acceptance.main(["--task", "passkey", "--model", "tiny-llama", "--op", "knorm:compression_ratio=0.5",
+                         "--context", "256", *argv])
+    assert words in capsys.readouterr().err
