@@ -32,11 +32,16 @@ def counts(retrieval_numbers: dict, regime: str = "agnostic") -> dict:
             exact = hay["exact"]["followups"]["per_prompt"]
             for label, entry in hay["ops"].items():
                 r = entry[regime]
-                if "per_prompt" not in r.get("followups", {}):
+                if "followups" not in r:
                     continue
                 keep = [j for j, i in enumerate(r["prompts"]) if contexts[i] in gated]
                 row = out.setdefault(model, {}).setdefault(
-                    label, {"turn1": [0, 0], "followup": [0, 0], "exact": [0, 0], "construction": 0})
+                    label, {"turn1": [0, 0], "followup": [0, 0], "exact": [0, 0], "construction": 0,
+                            "not_scored": r["followups"].get("not_scored")})
+                if row["not_scored"]:
+                    row["turn1"][0] += sum(r["per_prompt"][j]["correct"] for j in keep)
+                    row["turn1"][1] += len(keep)
+                    continue
                 for j in keep:
                     row["turn1"][0] += r["per_prompt"][j]["correct"]
                     row["turn1"][1] += 1
@@ -112,10 +117,11 @@ def followup_table(retrieval_numbers: dict, regime: str = "agnostic") -> pd.Data
                  if v["against"] == "turn1" and v["regime"] == regime and v["metric"] == "correct"}
         for label, c in per_model.items():
             v = found.get(label)
-            ns.add(v["n"] if v else 0)
+            if v:
+                ns.add(v["n"])
             rows.append({"model": model, "method": human_label(label), "turn 1": _pct(*c["turn1"]),
                          "follow-up": _pct(*c["followup"]), "exact": _pct(*c["exact"]),
-                         "verdict": _verdict(v, c["construction"], c["followup"][1])})
+                         "verdict": c["not_scored"] or _verdict(v, c["construction"], c["followup"][1])})
     header = f"follow-ups vs turn 1 (McNemar-type sign test, n = {' / '.join(map(str, sorted(ns)))} prompts)"
     table = pd.DataFrame(rows, columns=["method", "turn 1", "follow-up", "exact", "verdict", "model"])
     table = table.rename(columns={"verdict": header})

@@ -146,9 +146,11 @@ def _synthetic(n=30, seed=0):
         r = {"per_prompt": turn1(ok1), "prompts": list(range(n)), "followups": {**followups.block(f),
                                                                                **followups.losses(kept, f)}}
         return {"level": None, "family": "x", "agnostic": r, "aware": dict(r)}
+    tova = {"per_prompt": turn1(True), "prompts": list(range(n)), "followups": {"not_scored": "step path"}}
     return {"exact": {"per_prompt": turn1(True), "followups": followups.block(fups(True))},
             "gate": {"1024": True}, "gate_followups": {"1024": True}, "contexts": [1024], "prompts": prompts,
-            "ops": {"snapkv@0.5": entry(True, False), "cast:dtype=bfloat16": entry(True, True)}}
+            "ops": {"snapkv@0.5": entry(True, False), "cast:dtype=bfloat16": entry(True, True),
+                    "tova@0.5": {"level": 0.5, "family": "x", "agnostic": tova, "aware": tova}}}
 
 
 def test_verdicts_say_which_method_loses_its_follow_ups():
@@ -175,6 +177,24 @@ def test_the_followup_figure_and_table():
     row, bf16 = table.iloc[0], table.iloc[1]  # the methods in the results' order
     assert row["turn 1"] == "100 %" and row["follow-up"] == "0 %" and "loses" in row.iloc[-1]
     assert "keeps" in bf16.iloc[-1]
+    tova = table.iloc[2]  # a step-path policy: turn 1 only, its follow-ups named not scored
+    assert tova["turn 1"] == "100 %" and tova["follow-up"] == "–" and tova.iloc[-1] == "step path"
+
+
+def test_the_book_asks_follow_ups_when_turns_is_raised(monkeypatch):
+    """The study's switch: TURNS needles per real-text haystack, the filler's pass key left alone."""
+    from kvutils.book import chapters
+    from kvutils.studies.cache_approximations import study as approx_study
+    from kvutils.studies.parameters import Chapter4Parameters
+
+    p = Chapter4Parameters(**dict(chapters.QUICK["04_cache_approximations"], corpus="pydoc", device="cpu"))
+    tok = load_cached("tiny-llama", "float32").tokenizer
+    assert not any(q.followups for qs in approx_study.retrieval_prompts(tok, p).values() for q in qs)
+    monkeypatch.setattr(followups, "TURNS", 3)
+    prompts = approx_study.retrieval_prompts(tok, p)
+    turns = min(3, len(haystack.check_depths(p.retrieval_depths)))
+    assert turns > 1 and all(len(q.followups) == turns - 1 for q in prompts[p.retrieval_corpus])
+    assert not any(q.followups for q in prompts.get("filler", []))
 
 
 def test_the_acceptance_cli_asks_follow_ups(tmp_path, capsys):
