@@ -101,6 +101,11 @@ def _passkey_flags(parser: argparse.ArgumentParser) -> None:
                        help="agnostic: compressed before the question arrives (prompt caching); aware: the question "
                        "is in the compressed prefill (SnapKV's setting) (default: %(default)s)")
     group.add_argument("--seed", type=int, default=0, help="keys, words and documents (default: %(default)s)")
+    group.add_argument("--turns", type=int, default=1,
+                       help="questions per haystack: each haystack carries that many magic needles (at the depths, "
+                       "rotated), the cache is compressed once and each needle is asked in turn, turn 1's question "
+                       "and answer extending the cache (follow-up questions; at most the number of depths; "
+                       "default: %(default)s)")
 
 
 def _check_passkey(args: argparse.Namespace) -> None:
@@ -119,6 +124,10 @@ def _check_passkey(args: argparse.Namespace) -> None:
     args.needle = haystack.default_needle(args.haystack) if args.needle == "auto" else args.needle
     if args.needle == "passkey" and args.distractors:
         raise ValueError("--distractors: the pass key has one needle; distractors are for --needle magic")
+    checks.check_int("--turns", args.turns, 1, len(args.depths), "each turn asks about a needle at another of --depths")
+    if args.needle == "passkey" and args.turns > 1:
+        raise ValueError("--turns: the pass key has one needle, so one question; follow-ups need --needle magic "
+                         "(the default in real text)")
     if args.haystack != "filler":
         data.load_corpus(args.haystack, parameter="--haystack")  # exists and reads; tokenised after torch loads
 

@@ -2,7 +2,7 @@
 
     python -m kvutils.accept --task passkey --model smollm2-135m --op snapkv:compression_ratio=0.5 \\
         [--op ...] [--haystack pydoc|filler|PATH] [--context 1024 --context 2048] \\
-        [--depths 0.1,0.5,0.9] [--n-prompts 24] [--regime agnostic|aware|both] [--out J.json]
+        [--depths 0.1,0.5,0.9] [--n-prompts 24] [--regime agnostic|aware|both] [--turns 3] [--out J.json]
 
 Prompts come from `kvutils.core.haystack` (RULER's magic numbers in real text, the pass key in the
 filler; `--needle` overrides), are scored by `kvutils.cache.retrieval` (one exact prefill for every
@@ -11,7 +11,9 @@ operation and regime), and the JSON holds, per operation and regime, `per_prompt
 interval, and a verdict against the exact cache on the same prompts (McNemar's exact test, through
 kvutils.core.compare), beside the exact cache's. A rough run time is printed first. Every argument
 is checked by `kvutils.cache.accept_args` before torch loads, and every prompt is built before the
-model loads.
+model loads. With `--turns N`, each haystack carries N needles and the cache, compressed once, answers
+each in turn: "followups" holds, per operation and regime, the later turns' keys found, their share
+paired over prompts against turn 1 on the same cache and against the exact cache's follow-ups.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import sys
 import time
 
 from kvutils.cache.accept_args import NOT_ALL_SCORED
-from kvutils.cache.retrieval import REGIME_MEANING, REGIMES, score_retrieval
+from kvutils.cache.retrieval import REGIME_MEANING, REGIMES, STEP_FOLLOWUPS, score_retrieval
 from kvutils.core import compare, haystack, results
 from kvutils.core.interrupt import OUT_OF_MEMORY
 from kvutils.models import loading as models
@@ -93,6 +95,23 @@ def against_exact(spec: str, regime: str, op_right: list[bool], exact_right: lis
             "verdict": verdict, "line": line}
 
 
+def followup_summary(spec: str, regime: str, per_prompt: list[list[dict]], turn1: list[bool],
+                     exact: list[list[dict]]) -> dict:
+    """One operation's follow-ups in one regime: keys found of n, the per-prompt share right paired
+    over prompts (compare.paired: the bootstrap interval and the exact sign test, McNemar's test on
+    right/wrong) against its own turn 1 on the same cache and against the exact cache's follow-ups."""
+    share = [sum(r["correct"] for r in rs) / len(rs) for rs in per_prompt]
+    exact_share = [sum(r["correct"] for r in rs) / len(rs) for rs in exact]
+    n, found = sum(map(len, per_prompt)), sum(r["correct"] for rs in per_prompt for r in rs)
+    vs_turn1 = compare.paired(share, [float(x) for x in turn1], f"{spec} ({regime}) follow-ups", "turn 1", "prompts")
+    vs_exact = compare.paired(share, exact_share, f"{spec} ({regime}) follow-ups", "exact follow-ups", "prompts")
+    return {"per_prompt": per_prompt, "n": n, "found": found, "accuracy": found / n,
+            "accuracy_ci95": list(compare.proportion_interval(found, n)), "vs_turn1": vs_turn1.to_dict(),
+            "vs_exact": vs_exact.to_dict(),
+            "line": f"{spec}, {regime}: follow-ups {found} of {n} keys found; "
+                    f"{vs_turn1.sentence(lower_is_better=False)}; {vs_exact.sentence(lower_is_better=False)}"}
+
+
 def summarise(run: dict, regimes: tuple[str, ...]) -> dict:
     """Per operation and regime: per_prompt records, n, keys found, accuracy with its interval, held
     bytes and the paired verdict against the exact cache; the exact cache's n, accuracy and interval."""
@@ -104,7 +123,27 @@ def summarise(run: dict, regimes: tuple[str, ...]) -> dict:
     return {"exact": {"per_prompt": run["exact"], "n": n, "found": sum(exact), "accuracy": sum(exact) / n,
                       "accuracy_ci95": list(compare.proportion_interval(sum(exact), n))},
             "ops": ops, "refused": run["refused"], "seconds": run["seconds"], "exact_seconds": run["exact_seconds"],
-            "regime_meaning": {r: REGIME_MEANING[r] for r in regimes}, "units": UNITS}
+            "regime_meaning": {r: REGIME_MEANING[r] for r in regimes}, "units": UNITS,
+            **_followups(run, regimes)}
+
+
+def _followups(run: dict, regimes: tuple[str, ...]) -> dict:
+    """{"followups": ...} where the prompts have follow-up turns (`--turns`), else {}."""
+    exact = run["exact_followups"]
+    if not any(exact):
+        return {}
+    found = sum(r["correct"] for rs in exact for r in rs)
+    n = sum(map(len, exact))
+    out = {"exact": {"per_prompt": exact, "n": n, "found": found, "accuracy": found / n,
+                     "accuracy_ci95": list(compare.proportion_interval(found, n))}, "ops": {}}
+    for spec, v in run["ops"].items():
+        for r in regimes:
+            if any(v[r]["followups"]):  # the step path scores turn 1 alone (retrieval.STEP_FOLLOWUPS)
+                out["ops"].setdefault(spec, {})[r] = followup_summary(spec, r, v[r]["followups"],
+                                                                      _found(v[r]["per_prompt"]), exact)
+            else:
+                out["ops"].setdefault(spec, {})[r] = {"not_scored": STEP_FOLLOWUPS}
+    return {"followups": out}
 
 
 def _pct(x: dict) -> tuple[str, str]:
@@ -141,6 +180,13 @@ def table(out: dict) -> str:
                     "finds and the other misses; 95 % intervals: Clopper-Pearson for accuracy, bootstrap for the "
                     "difference):")
         rows += [f"  {v[r]['line']}" for v in out["ops"].values() for r in out["regimes"]]
+    if "followups" in out:
+        f = out["followups"]
+        rows.append(f"follow-up questions (turns 2 to {out['turns']}, through the same compressed cache; the exact "
+                    f"cache finds {f['exact']['found']} of {f['exact']['n']}), the share right per prompt paired "
+                    "over prompts:")
+        rows += [f"  {x.get('line') or spec + ', ' + r + ': follow-ups ' + x['not_scored']}"
+                 for spec, v in f["ops"].items() for r, x in v.items()]
     return "\n".join(rows)
 
 
@@ -152,9 +198,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     started = time.time()
     try:
         prompts = haystack.build_prompts(models.load_tokenizer(args.model), args.haystack, args.contexts, args.depths,
-                                         args.n_prompts, args.needle, args.distractors, args.seed, parameter="--haystack")
+                                         args.n_prompts, args.needle, args.distractors, args.seed, parameter="--haystack",
+                                         turns=args.turns)
         for op in args.ops:
-            op.check_lengths(prompts[0].question, len(prompts[0].ids) - 1 - prompts[0].question)
+            op.check_lengths(prompts[0].question, len(prompts[0].chain) - 1 - prompts[0].question)
         loaded = models.load(args.model, models.as_dtype(args.dtype), args.device)
         scored = score_retrieval(loaded, args.ops, prompts, regimes)
     except (ValueError, ModelNotAvailable) as err:
@@ -167,7 +214,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return OUT_OF_MEMORY
     out = {"task": "passkey", "model": loaded.describe(), "haystack": args.haystack, "needle": args.needle,
            "contexts": args.contexts, "depths": args.depths, "n_prompts": len(prompts),
-           "n_prompts_per_context": args.n_prompts, "regimes": list(regimes),
+           "n_prompts_per_context": args.n_prompts, "regimes": list(regimes), "turns": args.turns,
            "prompts": [q.record() for q in prompts], **summarise(scored, regimes),
            "seconds_total": round(time.time() - started, 2)}
     print(table(out))

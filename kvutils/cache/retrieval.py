@@ -47,6 +47,10 @@ from kvutils.models.layers import kv_shape, layer_windows
 from kvutils.models.loading import Loaded
 
 REGIMES = ("agnostic", "aware")
+# the step path (decode-time policies, transformers' cache objects) scores turn 1 only: one forward per
+# token, so a conversation's follow-ups cost it 3-4x turn 1 (tova: 0.5 -> 3.4 s per prompt on tiny-llama at 512
+# tokens), against 2x on the fast path; a policy also re-decides at every token, so "compressed once" is not its case
+STEP_FOLLOWUPS = "not scored: the step path (a decode-time policy, a cache object) scores turn 1 alone, for cost"
 REGIME_MEANING = {"agnostic": "compressed before the question arrives (query-agnostic: prompt caching, multi-turn reuse)",
                   "aware": "compressed with the question in the prefill (query-aware: SnapKV's setting)"}
 
@@ -66,6 +70,31 @@ def answer_record(logits: torch.Tensor, prompt: Prompt) -> dict:
     target = target.to(logp.device)
     return {"depth": prompt.depth, "context": prompt.context, "correct": bool((logp.argmax(-1) == target).all()),
             "key_logprob": float(logp.gather(-1, target[:, None]).sum())}
+
+
+def answer_rows(prompt: Prompt) -> torch.Tensor:
+    """(answers,) the chain positions whose tokens are answers: turn 1's, then each follow-up's."""
+    return torch.cat([torch.arange(t.answer, len(t.ids)) for t in (prompt, *prompt.followups)])
+
+
+def keep_rows(prompt: Prompt, prefill: int) -> int | torch.Tensor:
+    """What the scorers' `last` keeps after a prefill of `prefill` tokens: the answer's rows
+    (an int, as for one question), or every turn's answer rows by index (decode rows predict the
+    token after theirs)."""
+    return prompt.answer_length if not prompt.followups else answer_rows(prompt) - 1 - prefill
+
+
+def turn_records(logits: torch.Tensor, prompt: Prompt) -> tuple[dict, list[dict]]:
+    """(turn 1's record, each follow-up's) from the logits predicting `answer_rows(prompt)`; a
+    follow-up's record also names its turn (2, 3, ...)."""
+    if not prompt.followups:
+        return answer_record(logits, prompt), []
+    at, out = 0, []
+    for t in (prompt, *prompt.followups):
+        n = len(t.ids) - t.answer
+        out.append(answer_record(logits[at:at + n], t))
+        at += n
+    return out[0], [{**r, "turn": i} for i, r in enumerate(out[1:], start=2)]
 
 
 def needle_kept(config, op, prompt: Prompt, decided) -> list[list[float]]:
@@ -151,6 +180,9 @@ class _Scores:
         self.records = {op.spec: {r: [None] * n for r in regimes} for op in ops}
         self.held = {op.spec: {r: [None] * n for r in regimes} for op in ops}
         self.needle = {op.spec: {r: [None] * n for r in regimes} for op in ops}
+        self.followups = {op.spec: {r: [[] for _ in range(n)] for r in regimes} for op in ops}
+        self.followup_needle = {op.spec: {r: [[] for _ in range(n)] for r in regimes} for op in ops}
+        self.exact_followups = [[] for _ in range(n)]
         self.seconds = {op.spec: 0.0 for op in ops}
 
 
@@ -184,8 +216,10 @@ def score_retrieval(loaded: Loaded, ops, prompts: list[Prompt], regimes: tuple[s
             _score_pending(loaded, scored, prompts, pending, scores)
     return {"exact": exact, "exact_seconds": round(exact_seconds, 3), "refused": refused, "gave_up": gave_up,
             "seconds": {k: round(v, 3) for k, v in scores.seconds.items()},
+            "exact_followups": scores.exact_followups,
             "ops": {op.spec: {r: {"per_prompt": scores.records[op.spec][r], "held_bytes": scores.held[op.spec][r],
-                                  "needle_kept": scores.needle[op.spec][r]}
+                                  "needle_kept": scores.needle[op.spec][r], "followups": scores.followups[op.spec][r],
+                                  "followup_needle_kept": scores.followup_needle[op.spec][r]}
                               for r in regimes} for op in scored}}
 
 
@@ -193,13 +227,13 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
                   pending: dict) -> dict:
     """One prompt: the shared exact prefill, the exact record (returned), every fast-path operation
     scored and every step-path one's start queued in `pending`."""
-    ids = torch.tensor(prompt.ids)  # (context,)
-    answer = prompt.answer_length
+    ids = torch.tensor(prompt.chain)  # (context + follow-ups,)
     longest = prompt.answer - 1
     pre = exact_prefill(loaded, ids[None, :longest], views=bool(deciders))
     if deciders:
         pre = Prefilled(pre.kv, remembered(pre.views))
-    exact = answer_record(score_fast(loaded, Exact(), ids, longest, answer, pre, last=answer), prompt)
+    exact, scores.exact_followups[p] = turn_records(
+        score_fast(loaded, Exact(), ids, longest, len(ids) - 1 - longest, pre, last=keep_rows(prompt, longest)), prompt)
     regime_pre = {r: pre if prefill_length(prompt, r) == longest else head(pre, prefill_length(prompt, r))
                   for r in regimes}
     decided, decide_seconds = decide_layerwise(deciders, {r: v.views for r, v in regime_pre.items()}) \
@@ -212,17 +246,18 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
         together = [op for op in scored if batchable(op)]
         if together:  # one batched forward for the presses; each is charged an equal share of its time
             t0 = time.perf_counter()
-            logits = score_presses(loaded, ids, P, D, pre_r, [decided[regime][op.spec] for op in together], last=answer)
+            logits = score_presses(loaded, ids, P, D, pre_r, [decided[regime][op.spec] for op in together],
+                                   last=keep_rows(prompt, P))
             share = (time.perf_counter() - t0) / len(together)
             for op, rows in zip(together, logits):
-                scores.records[op.spec][regime][p] = answer_record(rows, prompt)
+                scores.records[op.spec][regime][p], scores.followups[op.spec][regime][p] = turn_records(rows, prompt)
                 scores.seconds[op.spec] += share
         for op in scored:
             t0 = time.perf_counter()
             stats, choice = {}, decided[regime].get(op.spec)
             if op.has_fast_path and not batchable(op):
-                logits = score_fast(loaded, op, ids, P, D, pre_r, stats, decided=choice, last=answer)
-                scores.records[op.spec][regime][p] = answer_record(logits, prompt)
+                logits = score_fast(loaded, op, ids, P, D, pre_r, stats, decided=choice, last=keep_rows(prompt, P))
+                scores.records[op.spec][regime][p], scores.followups[op.spec][regime][p] = turn_records(logits, prompt)
             elif op.kind == POLICY:
                 start = StepStart(pre_r.kv, [s["held"] for s in choice], choice)  # the steps copy what they read
                 pending.setdefault((op.spec, regime), []).append((p, start))
@@ -230,6 +265,8 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
                 pending.setdefault((op.spec, regime), []).append((p, step_start(loaded, op, ids, P, pre_r, stats)))
             scores.held[op.spec][regime][p] = _held_bytes(loaded, op, choice, stats, P)
             scores.needle[op.spec][regime][p] = needle_kept(loaded.config, op, prompt, choice)
+            scores.followup_needle[op.spec][regime][p] = [needle_kept(loaded.config, op, f, choice)
+                                                          for f in prompt.followups]
             scores.seconds[op.spec] += time.perf_counter() - t0
     return exact
 
@@ -244,8 +281,9 @@ def _score_pending(loaded: Loaded, scored: list, prompts: list[Prompt], pending:
             lengths.setdefault((P, len(prompts[p].ids) - 1 - P), []).append((p, start))
         for (P, D), same in lengths.items():
             t0 = time.perf_counter()
-            ids = torch.stack([torch.tensor(prompts[p].ids) for p, _ in same])  # (docs, context)
+            ids = torch.stack([torch.tensor(prompts[p].ids) for p, _ in same])  # (docs, context): turn 1 alone
             logits = score_step_many(loaded, by_spec[spec], ids, P, D, [s for _, s in same])  # (docs, D, vocab)
             for (p, _), rows in zip(same, logits):
                 scores.records[spec][regime][p] = answer_record(rows, prompts[p])
+                scores.followup_needle[spec][regime][p] = []  # follow-ups not scored (STEP_FOLLOWUPS)
             scores.seconds[spec] += time.perf_counter() - t0

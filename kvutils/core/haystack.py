@@ -61,15 +61,27 @@ class Prompt:
     haystack: str
     documents: tuple[str, ...] = field(default=())  # the corpus documents the haystack is cut from
     key_from: int = 0  # answer tokens before the key's digits: the separator (a space) where it is a token of its own
+    # the follow-up turns (`build_prompt`'s `followups`): each a Prompt over the chain so far (this prompt, then
+    # each turn's question and answer), asking another needle of the same haystack; () for one question
+    followups: tuple = ()
 
     @property
     def answer_length(self) -> int:
         return len(self.ids) - self.answer
 
+    @property
+    def chain(self) -> tuple[int, ...]:
+        """The whole conversation's ids: this prompt, then every follow-up's question and answer."""
+        return self.followups[-1].ids if self.followups else self.ids
+
     def record(self) -> dict:
-        """What a results file keeps of the prompt (not its ids)."""
-        return {"depth": self.depth, "context": self.context, "needle": list(self.needle), "key": self.key,
-                "word": self.word, "haystack": self.haystack, "documents": list(self.documents)}
+        """What a results file keeps of the prompt (not its ids); "followups" only where it has some."""
+        out = {"depth": self.depth, "context": self.context, "needle": list(self.needle), "key": self.key,
+               "word": self.word, "haystack": self.haystack, "documents": list(self.documents)}
+        if self.followups:
+            out["followups"] = [{"depth": f.depth, "needle": list(f.needle), "key": f.key, "word": f.word,
+                                 "question": f.question, "answer": f.answer} for f in self.followups]
+        return out
 
 
 def check_depths(value, parameter: str = "depths") -> list[float]:
@@ -158,12 +170,15 @@ def _key(rng: random.Random, digits: int) -> str:
 
 
 def build_prompt(tokenizer, hay: Haystack, context: int, depth: float, needle: str, rng: random.Random,
-                 start_doc: int, distractors: int = 0) -> Prompt:
+                 start_doc: int, distractors: int = 0, followups: tuple[float, ...] = ()) -> Prompt:
     """One prompt of exactly `context` tokens: the asked needle at `depth` of the haystack (at the
-    sentence boundary nearest it), `distractors` more magic needles (other words and numbers) at
-    random boundaries, then the question and the key as the answer."""
+    sentence boundary nearest it), one more magic needle (another word and number) at each depth of
+    `followups`, `distractors` more at random boundaries, then the question and the key as the
+    answer. Each follow-up needle's question and answer then extend the chain in turn (beyond
+    `context`: `Prompt.followups`)."""
     digits = KEY_DIGITS[needle]
-    words = rng.sample(WORDS, 1 + distractors) if needle == "magic" else [None] * (1 + distractors)
+    extra = len(followups)
+    words = rng.sample(WORDS, 1 + extra + distractors) if needle == "magic" else [None] * (1 + distractors)
     keys = [_key(rng, digits) for _ in words]
     encode = lambda text: tokenizer(text, add_special_tokens=False).input_ids  # noqa: E731
     bos = tokenizer("", add_special_tokens=True).input_ids  # the BOS token where the model has one
@@ -179,17 +194,16 @@ def build_prompt(tokenizer, hay: Haystack, context: int, depth: float, needle: s
     ends = [0]
     for s in sentences:
         ends.append(ends[-1] + len(s))  # token offset after each sentence: the boundaries
-    places = [nearest_boundary(ends, depth * fill)]
+    places = [nearest_boundary(ends, d * fill) for d in (depth, *followups)]
     for _ in range(distractors):
         places.append(rng.randrange(len(ends)))
     inserts = sorted(zip(places, range(len(needles))))
-    ids, span, at = list(bos), None, 0
+    ids, spans, at = list(bos), {}, 0
     for boundary, n in inserts:
         for s in sentences[at:boundary]:
             ids += s
         at = max(at, boundary)
-        if n == 0:
-            span = (len(ids), len(ids) + len(needles[0]))
+        spans[n] = (len(ids), len(ids) + len(needles[n]))
         ids += needles[n]
     for s in sentences[at:]:
         ids += s
@@ -198,15 +212,26 @@ def build_prompt(tokenizer, hay: Haystack, context: int, depth: float, needle: s
     a = len(ids)
     ids += answer
     assert len(ids) == context, (len(ids), context)
-    return Prompt(tuple(ids), q, a, span, depth, context, keys[0], words[0], hay.name, documents, key_from)
+    turns, chain = [], list(ids)
+    for n, d in enumerate(followups, start=1):
+        fq = len(chain)
+        chain += encode(_question_text(needle, words[n]))
+        fa = len(chain)
+        chain += encode(" " + keys[n])
+        turns.append(Prompt(tuple(chain), fq, fa, spans[n], d, context, keys[n], words[n], hay.name, documents,
+                            key_from))
+    return Prompt(tuple(ids), q, a, spans[0], depth, context, keys[0], words[0], hay.name, documents, key_from,
+                  tuple(turns))
 
 
 def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[float], n_prompts: int,
                   needle: str | None = None, distractors: int | None = None, seed: int = 0,
-                  parameter: str = "haystack") -> list[Prompt]:
+                  parameter: str = "haystack", turns: int = 1) -> list[Prompt]:
     """`n_prompts` per context, depths taken in turn (so n_prompts / len(depths) per depth), each
     prompt's haystack starting at another document. Keys and words come from `seed`. `distractors`
-    (magic needles only; default none) adds RULER's multi-key shape: other words' numbers."""
+    (magic needles only; default none) adds RULER's multi-key shape: other words' numbers. `turns`
+    > 1 (magic needles only): each haystack carries that many needles, at the depths following the
+    first in turn (`turn_depths`), asked one after another in one conversation."""
     needle = needle or default_needle(haystack)
     checks.check_choice("needle", needle, NEEDLES)
     checks.check_int("n_prompts", n_prompts, 1, 10_000)
@@ -214,6 +239,9 @@ def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[fl
     checks.check_int("distractors", distractors, 0, len(WORDS) - 1)
     if needle == "passkey" and distractors:
         raise ValueError("distractors: the pass key has one needle; distractors are for the magic numbers")
+    checks.check_int("turns", turns, 1, len(depths))
+    if needle == "passkey" and turns > 1:
+        raise ValueError("turns: the pass key has one needle, so one question; follow-ups need the magic numbers")
     hay = Haystack(haystack, tokenizer, parameter)
     rng = random.Random(seed)
     out = []
@@ -221,9 +249,16 @@ def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[fl
         checks.check_int("context", context, MIN_CONTEXT, MAX_CONTEXT)
         for i in range(n_prompts):
             start = (i * 7) % len(hay.docs)  # a different document for each prompt, in a fixed order
-            out.append(build_prompt(tokenizer, hay, context, depths[i % len(depths)], needle, rng, start,
-                                    distractors))
+            first, *later = turn_depths(depths, i, turns)
+            out.append(build_prompt(tokenizer, hay, context, first, needle, rng, start, distractors, tuple(later)))
     return out
+
+
+def turn_depths(depths: list[float], i: int, turns: int) -> list[float]:
+    """Prompt i's needles' depths in the order they are asked: from depths[i mod len(depths)] on, in
+    turn, so that over len(depths) prompts every depth is asked first once and as each follow-up
+    once (turns <= len(depths))."""
+    return [depths[(i + t) % len(depths)] for t in range(turns)]
 
 
 def nearest_boundary(ends: list[int], target: float) -> int:

@@ -27,7 +27,7 @@ from kvutils.cache.sizes import cache_bytes
 from kvutils.core import checkpoints, compare
 from kvutils.core.haystack import Prompt
 from kvutils.models.layers import kv_shape
-from kvutils.studies.cache_approximations import frontier
+from kvutils.studies.cache_approximations import followups, frontier
 
 GATE = 0.8  # the exact cache's accuracy a (model, haystack, context) needs before methods are judged there
 # the precision rows (fixed specs), the presses swept at the press levels (kvpress's compression_ratio) and
@@ -128,7 +128,7 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
     context's exact misses are too many for the gate, its methods are no longer scored (no method
     is judged where the exact cache fails), and the longer contexts are not run at all (retrieval
     over a longer haystack is not expected to be easier; the page names what was not run)."""
-    exact, kept, not_run, failed_at = [], [], {}, None
+    exact, exact_followups, kept, not_run, failed_at = [], [], [], {}, None
     ops, refused, seconds = {}, {}, {"exact_and_methods": 0.0, "per_op": {}}
     for context in sorted({p.context for p in prompts}):
         at = [p for p in prompts if p.context == context]
@@ -141,6 +141,7 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
             return sum(not r["correct"] for r in records) > allowed
         run = score_retrieval(loaded, list(labels_by_context[context].values()), at, REGIMES, progress, hopeless)
         exact += run["exact"]
+        exact_followups += run["exact_followups"]
         kept += at
         refused.update(run["refused"])
         seconds["exact_and_methods"] += run["exact_seconds"]
@@ -162,6 +163,8 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
                 r["held_bytes"] += got["held_bytes"]
                 r["needle_kept"] += got["needle_kept"]
                 r["prompts"] += list(range(offset, offset + len(at)))
+                r.setdefault("followups", []).extend(got["followups"])
+                r.setdefault("followup_needle_kept", []).extend(got["followup_needle_kept"])
     prompts = kept
     contexts = sorted({p.context for p in prompts})
     gate = {str(c): _accuracy([r for r in exact if r["context"] == c]) >= GATE for c in contexts}
@@ -176,10 +179,11 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
     ops = fold_seeds(ops)
     full = float(np.mean([cache_bytes(loaded.config, Exact(), prefill_length(p, "agnostic"), loaded.dtype)
                           for p in prompts]))
-    return {"exact": {"per_prompt": exact, "accuracy": _accuracy(exact), "by_depth": by_depth(exact),
-                      "held_bytes": full},
-            "gate": gate, "contexts": contexts, "not_run": not_run, "prompts": [p.record() for p in prompts], "ops": ops,
-            "refused": refused, "seconds": seconds}
+    out = {"exact": {"per_prompt": exact, "accuracy": _accuracy(exact), "by_depth": by_depth(exact),
+                     "held_bytes": full},
+           "gate": gate, "contexts": contexts, "not_run": not_run, "prompts": [p.record() for p in prompts], "ops": ops,
+           "refused": refused, "seconds": seconds}
+    return followups.summarise(out, exact_followups, GATE)
 
 
 def fold_seeds(ops: dict) -> dict:
@@ -305,8 +309,12 @@ def score_model(loaded, prompts_by_haystack: dict[str, list[Prompt]], progress: 
             with torch.inference_mode():
                 result = score_haystack(loaded, prompts, labels, progress)
             result["verdicts"] = verdicts(result)
+            if "followups" in result["exact"]:
+                result["followup_verdicts"] = followups.verdicts(result)
             return result
-        key = checkpoints.digest([p.record() for p in prompts], [p.ids for p in prompts], labels)
+        key = checkpoints.digest([p.record() for p in prompts], [p.chain for p in prompts], labels) \
+            if any(p.followups for p in prompts) else \
+            checkpoints.digest([p.record() for p in prompts], [p.ids for p in prompts], labels)
         out[hay] = checkpoints.stored(f"retrieval-{loaded.name}-{hay}-{key}", compute)
     return out
 

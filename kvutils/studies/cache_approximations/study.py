@@ -30,7 +30,7 @@ from kvutils.core.article import article
 from kvutils.models.checks import check_models
 from kvutils.models.layers import kv_shape
 from kvutils.models.loading import load, load_tokenizer
-from kvutils.studies.cache_approximations import frontier, retrieval
+from kvutils.studies.cache_approximations import followups, frontier, retrieval
 from kvutils.studies.parameters.chapter4 import DEFAULT_OPS, Chapter4Parameters
 
 DECODE_TIMING_FILE = "04_decode_timing.json"  # in the results folder
@@ -165,7 +165,8 @@ def retrieval_prompts(tokenizer, p: Chapter4Parameters) -> dict[str, list]:
     depths = haystack.check_depths(p.retrieval_depths, "retrieval_depths")
     out = {p.retrieval_corpus: haystack.build_prompts(tokenizer, p.retrieval_corpus, contexts, depths,
                                                        p.retrieval_prompts, needle="magic", distractors=0,
-                                                       parameter="retrieval_corpus")}
+                                                       parameter="retrieval_corpus",
+                                                       turns=min(followups.TURNS, len(depths)))}
     if p.filler_prompts:
         out["filler"] = haystack.build_prompts(tokenizer, "filler", contexts, depths, p.filler_prompts, needle="passkey")
     return out

@@ -1,0 +1,128 @@
+"""Chapter 4's follow-up questions on the page: keys retrieved on turn 1 against the follow-ups asked
+through the same compressed cache, per method, and the paired verdicts
+(`kvutils.studies.cache_approximations.followups`)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from kvutils.core import compare
+from kvutils.report.figures import placeholder, styled
+from kvutils.report.names import human_label
+
+REGIME_TITLE = {"agnostic": "compressed before the first question (prompt cache)",
+                "aware": "compressed with the first question"}
+WORDS = {compare.A_LOWER: "loses follow-ups", compare.A_HIGHER: "follow-ups better than turn 1",
+         compare.IDENTICAL: "keeps follow-ups (identical to turn 1)"}
+
+
+def _gated(hay: dict) -> set[str]:
+    return {c for c, ok in hay.get("gate_followups", {}).items() if ok and hay["gate"].get(c)}
+
+
+def counts(retrieval_numbers: dict, regime: str = "agnostic") -> dict:
+    """{model: {label: {"turn1": (right, n), "followup": (right, n), "exact": (right, n),
+    "construction": lost follow-ups}}} over every haystack with follow-ups, gated prompts only."""
+    out: dict = {}
+    for model, per_hay in retrieval_numbers.items():
+        for hay in per_hay.values():
+            if not isinstance(hay, dict) or "followups" not in hay.get("exact", {}):
+                continue
+            gated, contexts = _gated(hay), [str(p["context"]) for p in hay["prompts"]]
+            exact = hay["exact"]["followups"]["per_prompt"]
+            for label, entry in hay["ops"].items():
+                r = entry[regime]
+                if "followups" not in r:
+                    continue
+                keep = [j for j, i in enumerate(r["prompts"]) if contexts[i] in gated]
+                row = out.setdefault(model, {}).setdefault(
+                    label, {"turn1": [0, 0], "followup": [0, 0], "exact": [0, 0], "construction": 0,
+                            "not_scored": r["followups"].get("not_scored")})
+                if row["not_scored"]:
+                    row["turn1"][0] += sum(r["per_prompt"][j]["correct"] for j in keep)
+                    row["turn1"][1] += len(keep)
+                    continue
+                for j in keep:
+                    row["turn1"][0] += r["per_prompt"][j]["correct"]
+                    row["turn1"][1] += 1
+                    pairs = (("followup", r["followups"]["per_prompt"][j]), ("exact", exact[r["prompts"][j]]))
+                    for key, records in pairs:
+                        row[key][0] += sum(x["correct"] for x in records)
+                        row[key][1] += len(records)
+                lost = {tuple(q) for q in r["followups"]["construction_losses"]["questions"]}
+                row["construction"] += sum(1 for j, _ in lost if j in set(keep))
+    return out
+
+
+def _pct(right: int, n: int) -> str:
+    return f"{100 * right / n:.0f} %" if n else "–"
+
+
+@styled
+def plot_followups(retrieval_numbers: dict):
+    """Keys retrieved (% of questions, 95 % Clopper–Pearson intervals) on turn 1 and on the
+    follow-ups, per method, one panel per model and regime."""
+    import matplotlib.pyplot as plt
+
+    per_regime = {regime: counts(retrieval_numbers, regime) for regime in REGIME_TITLE}
+    models = list(per_regime["agnostic"])
+    if not models:
+        return placeholder("Follow-up questions", "no haystack with follow-ups passed the exact cache's gate")
+    labels = {m: list(per_regime["agnostic"][m]) for m in models}
+    panels = [(model, regime) for model in models for regime in REGIME_TITLE]
+    heights = [len(labels[model]) + 1 for model, _ in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 1.0 + 0.3 * sum(heights)), squeeze=False, sharex=True,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (model, regime) in zip(axes[:, 0], panels):
+        rows = per_regime[regime].get(model, {})
+        names = [lab for lab in labels[model] if lab in rows]
+        y = np.arange(len(names))
+        for key, offset, marker, colour, text in (("turn1", -0.15, "o", "tab:blue", "turn 1"),
+                                                  ("followup", 0.15, "s", "tab:orange", "follow-ups")):
+            rates = [rows[lab][key] for lab in names]
+            mid = [100 * r / n if n else np.nan for r, n in rates]
+            ci = [compare.proportion_interval(r, n) if n else (np.nan, np.nan) for r, n in rates]
+            err = [[m - 100 * lo for m, (lo, _) in zip(mid, ci)], [100 * hi - m for m, (_, hi) in zip(mid, ci)]]
+            ax.errorbar(mid, y + offset, xerr=err, fmt=marker, color=colour, label=text, capsize=2, ms=4)
+        ax.set_yticks(y, [human_label(lab) for lab in names])
+        ax.set_xlim(-3, 103)
+        ax.invert_yaxis()
+        ax.set_title(f"{model}: {REGIME_TITLE[regime]}")
+    axes[-1, 0].set_xlabel("keys retrieved (% of questions, 95 % intervals)")
+    axes[0, 0].legend(loc="lower right")
+    fig.suptitle("Follow-up questions through one compressed cache")
+    fig.tight_layout()
+    return fig
+
+
+def _verdict(v: dict | None, lost: int, questions: int) -> str:
+    if v is None:
+        return "not judged"
+    if v["verdict"] in WORDS:
+        word = WORDS[v["verdict"]]
+    elif v["verdict"] == compare.CANNOT:
+        word = f"cannot separate at n = {v['n']}"
+    else:
+        word = f"keeps follow-ups (no detectable difference at n = {v['n']})"
+    return f"{word}; {lost} of {questions} lost by construction" if lost else word
+
+
+def followup_table(retrieval_numbers: dict, regime: str = "agnostic") -> pd.DataFrame:
+    """method | turn 1 | follow-up | exact | verdict (follow-ups against turn 1 on the same cache,
+    paired over prompts; n in the header), one row per model and method, in `regime`."""
+    rows, ns = [], set()
+    for model, per_model in counts(retrieval_numbers, regime).items():
+        found = {v["a"].removesuffix(" follow-ups"): v for hay in retrieval_numbers[model].values()
+                 if isinstance(hay, dict) for v in hay.get("followup_verdicts", [])
+                 if v["against"] == "turn1" and v["regime"] == regime and v["metric"] == "correct"}
+        for label, c in per_model.items():
+            v = found.get(label)
+            if v:
+                ns.add(v["n"])
+            rows.append({"model": model, "method": human_label(label), "turn 1": _pct(*c["turn1"]),
+                         "follow-up": _pct(*c["followup"]), "exact": _pct(*c["exact"]),
+                         "verdict": c["not_scored"] or _verdict(v, c["construction"], c["followup"][1])})
+    header = f"follow-ups vs turn 1 (McNemar-type sign test, n = {' / '.join(map(str, sorted(ns)))} prompts)"
+    table = pd.DataFrame(rows, columns=["method", "turn 1", "follow-up", "exact", "verdict", "model"])
+    table = table.rename(columns={"verdict": header})
+    return table if table["model"].nunique() > 1 else table.drop(columns="model")
