@@ -83,9 +83,9 @@ JOB_THREADS ?= 1
 # the studies that run side by side, longest first, and chapter 4's retrieval jobs (one per model),
 # from kvutils.book.jobs (the chapters come from kvutils/core/catalog.py); each read once, when a
 # rule that needs it is considered (.SECONDEXPANSION), not on every make
-STUDY_JOBS = $(eval STUDY_JOBS := $(shell $(PY) -m kvutils.book.jobs order --profile $(PROFILE) \
+STUDY_JOBS = $(eval STUDY_JOBS := $(shell test -x $(PY) && $(PY) -m kvutils.book.jobs order --profile $(PROFILE) \
                                    --results-dir $(RESULTS)))$(STUDY_JOBS)
-RETRIEVAL_JOBS = $(eval RETRIEVAL_JOBS := $(shell $(PY) -m kvutils.book.jobs retrieval --profile $(PROFILE)))$(RETRIEVAL_JOBS)
+RETRIEVAL_JOBS = $(eval RETRIEVAL_JOBS := $(shell test -x $(PY) && $(PY) -m kvutils.book.jobs retrieval --profile $(PROFILE)))$(RETRIEVAL_JOBS)
 .PHONY: jobs job-timing job-bench job-pages
 
 book:
