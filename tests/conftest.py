@@ -138,6 +138,24 @@ def text_prompts():
     return make
 
 
+def tracked_copy(root: Path) -> Path:
+    """The repository's tracked files as they are in the working tree, copied into `root` (mtimes
+    kept, so make's set-up stamp in the shared .venv stands), with that .venv: a fresh clone."""
+    import shutil
+    import subprocess
+
+    from kvutils.core.paths import REPO_ROOT
+
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        source = REPO_ROOT / name
+        if source.is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name)
+    os.symlink(REPO_ROOT / ".venv", root / ".venv")
+    return root
+
+
 @pytest.fixture(scope="session")
 def quick_chapters(tmp_path_factory):
     """Every chapter executed once on the quick profile, then the benchmark on a tiny model (quick

@@ -2,30 +2,18 @@
 an empty folder, no results and no executed page beside them. It computes the one chapter, says
 that the summary pages wait for the jobs they read, and builds the HTML of the page that exists
 (under -W); a wrong N or -p is refused in one line before any kernel starts."""
-import os
-import shutil
 import subprocess
 
 import pytest
-
-from kvutils.core.paths import REPO_ROOT
+from conftest import tracked_copy
 
 pytestmark = pytest.mark.slow  # about 70 s: chapter 2 on the quick profile, then jupyter-book
 
 
 @pytest.fixture(scope="module")
 def fresh_clone(tmp_path_factory):
-    """The tracked files as they are in the working tree (mtimes kept, so make's set-up stamp in the
-    shared .venv stands), and that .venv."""
-    root = tmp_path_factory.mktemp("clone")
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
-    for name in filter(None, tracked.decode().split("\0")):
-        source = REPO_ROOT / name
-        if source.is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, root / name)
-    os.symlink(REPO_ROOT / ".venv", root / ".venv")
-    return root
+    """The tracked files as they are in the working tree, and the shared .venv."""
+    return tracked_copy(tmp_path_factory.mktemp("clone"))
 
 
 def _make_chapter(root, *args: str) -> subprocess.CompletedProcess:

@@ -2,28 +2,20 @@
 the report layer re-renders the pages and computes no study; a comment in one cache method makes
 chapter 4's studies, the benchmark (it times presses) and the pages to compute, and no other study.
 `make status` and `make book` say the same."""
-import os
 import shutil
 import subprocess
 
 import pytest
+from conftest import tracked_copy
 
 from kvutils.book.jobs import jobs_for
-from kvutils.core.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow  # the quick book, then its pages rendered again
 
 
 @pytest.fixture
 def clone_with_results(quick_chapters, tmp_path):
-    root = tmp_path / "clone"
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
-    for name in filter(None, tracked.decode().split("\0")):
-        source = REPO_ROOT / name
-        if source.is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, root / name)
-    os.symlink(REPO_ROOT / ".venv", root / ".venv")
+    root = tracked_copy(tmp_path / "clone")
     quick, _ = quick_chapters
     shutil.copytree(quick / "results", root / "results")
     shutil.copytree(quick / "book" / "chapters", root / "book" / "chapters", dirs_exist_ok=True)
