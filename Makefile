@@ -118,11 +118,19 @@ job-pages: job-bench
 	$(JOB) pages --threads $(CORES)
 jobs: job-pages
 
+# jupyter-book quietly: its log goes to _build/jupyter-book.log, and only its last lines are shown, on a failure
+define quiet_html
+mkdir -p _build; echo "== html: jupyter-book build -W (log: _build/jupyter-book.log)"; \
+if $(VENV)/bin/jupyter-book build -W --keep-going $(1) > _build/jupyter-book.log 2>&1; \
+then echo "== html: open _build/html/index.html"; else tail -n 40 _build/jupyter-book.log; exit 1; fi
+endef
+
 # the HTML book (-W: a warning fails the build) from the executed pages there, when one of them or
 # a prose page is newer than it; make book runs it after build-jobs (no second walk of the jobs)
 html: _build/html/index.html
 _build/html/index.html: $(wildcard $(EXECUTED)/*.ipynb book/*.md book/_static/*) _config.yml _toc.yml
-	$(VENV)/bin/jupyter-book build -W --keep-going .
+	@$(call quiet_html,.)
+	@touch $@  # jupyter-book leaves an unchanged index.html as it was: make would rebuild every time
 
 # rerun one chapter with other parameters, then the summary pages (once every job they read has
 # run), and the HTML of the pages that exist: make chapter N=01 PARAMS="-p models smollm2-135m".
@@ -134,7 +142,7 @@ chapter: setup
 	$(JOB) page-$(N) --threads $(CORES) $(PARAMS)
 	$(JOB) pages --threads $(CORES) --if-ready
 	@$(PY) -m kvutils.book.toc $(CHAPTER_TOC)
-	$(VENV)/bin/jupyter-book build -W --keep-going --toc $(CHAPTER_TOC) .
+	@$(call quiet_html,--toc $(CHAPTER_TOC) .)
 
 # the notebooks live in JupyterLab, widgets included (explore attention: chapter 3's explorer):
 # make lab, then open the URL it prints. LAB_ARGS passes options on (e.g. --port=9000 --no-browser).
