@@ -5,8 +5,6 @@ import json
 import pytest
 from conftest import run_failing_chapter
 
-from kvutils.core import results
-
 
 def test_notebook_stops_in_its_first_cell_on_a_causal_encoder(tmp_path):
     error, cell = run_failing_chapter("03", tmp_path, {"encoder": "tiny-llama"})
@@ -50,8 +48,7 @@ def test_chapter3_quick_results_hold_the_identity(quick_chapters):
     assert numbers["tiny-gemma3"]["first_token"] == "<bos>"
     assert "new_position_pct" not in numbers["tiny-bert"]["probe"]
     figures = ("03_probe_accuracy", "03_attention_split", "03_attention_explorer")
-    assert sorted(record["figures"]) == sorted(figures)  # saved with the results, as one unit
+    assert record["figures"] == {}  # a study writes numbers; its page draws the figures
     for figure in figures:
         png = root / "results" / "figures" / f"{figure}.png"
         assert png.stat().st_size > 10_000
-        assert record["figures"][figure]["sha256"] == results.sha256_of(png)
