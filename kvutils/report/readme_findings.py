@@ -1,6 +1,8 @@
 """What the book found, in at most five lines for the README's opening, computed from a full build's
 results files (the committed ones in tests/data/full_build/ by default) with the conclusions page's
-own functions: the decision guide's verdicts, the speed-up, the LoRA switch and the sense probes.
+own functions: four findings (`kvutils.report.findings`, one formatter) on exactness and speed, the
+decision guide's counts, the LoRA switch and the sense probes; then the line naming the build. A
+finding names a count and its best and worst; the conclusions' guide lists every operation.
 
     python -m kvutils.report.readme_findings            # print the lines
     python -m kvutils.report.readme_findings --write    # replace the README's block between the markers
@@ -15,13 +17,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kvutils.core import compare
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.paths import REPO_ROOT
-from kvutils.report.conclusions import load_chapters, stale_against_tail
-from kvutils.report.guide import COSTLY, EXACT, NEAR, OPEN, chapter_numbers, decision_rows, shown
+from kvutils.report.cache_exactness import chapter1_findings
+from kvutils.report.conclusions import load_chapters
+from kvutils.report.conclusions_findings import rq3_finding
+from kvutils.report.findings import FORMAT, Finding
+from kvutils.report.guide import EXACTNESS, NEAR, chapter_numbers, decision_rows, shown, stale_test
 from kvutils.report.sense_probes import depth_rates, holm_above
 from kvutils.report.text import fmt
-from kvutils.report.timing import speedup_text
 
 FULL_BUILD = REPO_ROOT / "tests" / "data" / "full_build"
 README = REPO_ROOT / "README.md"
@@ -45,81 +50,88 @@ def _ops(rows: list[dict], verdict) -> list[dict]:
     return [r for r in rows if r["verdict"] is verdict]
 
 
-def _top1(r: dict) -> str:
-    ci = f" [{fmt(r['top1_ci'][0], 4)}, {fmt(r['top1_ci'][1], 4)}]" if r["top1_ci"] else ""
-    return f"{shown(r['operation'])} {fmt(r['top1'], 4)} %{ci}"
+def _pct(value: float) -> str:
+    """A top-1 agreement near 100 %: four digits, so that 99.98 is not shown as 100."""
+    return fmt(value, 4)
 
 
-def exact_line(runs: dict, rows: list[dict]) -> str:
-    """What is exact (chapters 1 and 5: theorems, within the rounding tolerance) and what the exact
-    cache buys: its decode-step speed-up at the longest context timed (chapter 4)."""
-    ch1 = chapter_numbers(runs, "01")
-    fp64 = [r["float64"]["decode"] for r in ch1.values() if "float64" in r]
-    worst = (f"fp64 largest |logit difference| {fmt(max(d['max_logit_diff'] for d in fp64), 3)}" if fp64
-             else "no fp64 run")
-    exact = "; ".join(f"{r['operation']}, n = {r['n']}" for r in _ops(rows, EXACT)) or "nothing"
+def exact_finding(runs: dict) -> Finding:
+    """Chapter 1's fp64 finding, and what the exact cache buys: its decode-step speed-up (the ratio of
+    the medians) at the longest context timed, over the models timed (chapter 4)."""
+    ch1 = chapter1_findings(runs[NOTEBOOKS["01"]]["numbers"])
+    fp64 = next((f for f in ch1.box if f.key == "fp64_decode"), ch1.box[0])
     decode = chapter_numbers(runs, "04")["decode"]
-    longest = {m: max(d["steps"], key=lambda s: s["context"]) for m, d in decode.items()}
-    speed = "; ".join(f"{m}, {s['context']} tokens: {speedup_text(s)}" for m, s in longest.items())
-    return (f"**Free, exact to rounding** ({worst} on {', '.join(ch1)}): {exact}. "
-            f"The exact cache's decode-step speed-up: {speed}.")
+    context = max(set.intersection(*({s["context"] for s in d["steps"]} for d in decode.values())))
+    speedups = [s["speedup"] for d in decode.values() for s in d["steps"] if s["context"] == context]
+    return Finding("exact", fp64.claim,
+                   fp64.sentence + " At {context} tokens a cached decode step ran {low}–{high}× faster "
+                   "({models} models).",
+                   fp64.numbers + (("context", context), ("low", min(speedups)), ("high", max(speedups)),
+                                   ("models", len(decode))))
 
 
-def near_line(rows: list[dict], model: str) -> str:
-    """The operations whose top-1 agreement a paired test over documents puts above the near-exact line."""
-    near = _ops(rows, NEAR)
-    return (f"**Near-exact** (top-1 agreement above {fmt(NEAR_EXACT_PCT)} %, paired over documents, 95 % "
-            f"interval, {model}): {len(near)} of {len(rows)} operations: "
-            + ("; ".join(f"{_top1(r)}, n = {r['n']}, {fmt(r['bytes_pct'], 3)} % of the fp32 cache's bytes"
-                         for r in near) or "none") + ".")
+def shortcuts_finding(runs: dict, rows: list[dict], model: str) -> Finding:
+    """The conclusions' count of chapter 4's approximations by verdict, the near-exact one with the
+    highest top-1 and the approximation with the lowest; the guide names the rest."""
+    rq3 = rq3_finding(rows, model, NEAR_EXACT_PCT)
+    ops = [r for r in rows if r["setting"] != EXACTNESS and r["top1"] is not None]
+    near = _ops(ops, NEAR)
+    best = max(near or ops, key=lambda r: r["top1"])
+    worst = min(ops, key=lambda r: r["top1"])
+    return Finding("shortcuts", rq3.claim,
+                   "On {model}, {near} of {n} approximations kept top-1 above {line} %, best {best} "
+                   "({best_top1} %); worst {worst}, {worst_top1} %. The conclusions' guide prices each.",
+                   (("model", model), ("near", rq3.value("near")), ("n", rq3.value("n")),
+                    ("line", NEAR_EXACT_PCT), ("best", shown(best["operation"])),
+                    ("best_top1", _pct(best["top1"])), ("worst", shown(worst["operation"])),
+                    ("worst_top1", worst["top1"])))
 
 
-def costly_line(runs: dict, rows: list[dict], model: str) -> str:
-    """The operations tested below the line or losing retrieval keys (every setting of a method, named
-    where all its settings are), and chapter 5's stale cache."""
-    costly = _ops(rows, COSTLY)
-    ops = [r for r in costly if ":" in r["operation"]]
-    below = [r for r in ops if r["test"].startswith("below")]  # the rest: costly by a retrieval loss alone
-    methods = {r["operation"].split(":")[0] for r in rows if ":" in r["operation"]}
-    whole = sorted(m for m in methods if all(r in ops for r in rows if r["operation"].split(":")[0] == m))
-    text = (f"**Costly** ({model}): {len(ops)} of {len(rows)} operations, {len(below)} tested below "
-            f"{fmt(NEAR_EXACT_PCT)} % top-1, the other {len(ops) - len(below)} losing keys in long-range "
-            "retrieval; every setting of " + ", ".join(f"`{m}`" for m in whole))
-    for m, r in chapter_numbers(runs, "05").items():
-        k = max(r["k_values"])
-        text += f". The stale cache after a LoRA switch ({m}), held-out accuracy: {stale_against_tail(r, k)}"
-    return text + "."
+def switch_finding(runs: dict) -> Finding:
+    """Chapter 5 at its deepest k: the tail patch against a full recompute, and the stale cache against
+    the tail patch on held-out examples (the paired test of the conclusions' guide)."""
+    model, r = next(iter(chapter_numbers(runs, "05").items()))
+    k = max(r["k_values"])
+    held = r["switch"]["heldout"][f"tail{k}"]
+    test = stale_test(r, k)
+    claim = ("A LoRA switch cannot reuse a stale cache." if test.verdict == compare.A_LOWER
+             else "A LoRA switch: patching the cache is exact.")
+    return Finding("switch", claim,
+                   "On {model}, patching the last {k} layers matched a full recompute (largest logit "
+                   "difference {diff}); a stale cache's held-out accuracy was {stale} % against {patch} % "
+                   "(n = {n} documents, p = {p}).",
+                   (("model", model), ("k", k),
+                    ("diff", r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]),
+                    ("patch", held["tail_patch"]["accuracy_pct"]), ("stale", held["stale"]["accuracy_pct"]),
+                    ("n", test.n), ("p", test.p)))
 
 
-def open_line(rows: list[dict], runs: dict) -> str:
-    """What the tests did not separate from the line, and where the meaning goes (chapter 3)."""
-    unsure = _ops(rows, OPEN)
-    text = (f"**Not separated** from {fmt(NEAR_EXACT_PCT)} %: "
-            + ("; ".join(f"{_top1(r)}, n = {r['n']}" for r in unsure) or "none") + ".")
+def meaning_finding(runs: dict) -> Finding:
+    """Chapter 3's sense probes on the causal models: the cached word's state, and the depths at which a
+    later copy of the word carries its sense (Holm-corrected, above chance)."""
     causal = {m: r for m, r in chapter_numbers(runs, "03").items() if r.get("family", "causal") == "causal"}
-    parts = []
-    for m, r in causal.items():
-        rates = depth_rates(r["probe"], "new")
-        parts.append(f"{m} at {len(holm_above(rates))} of {len(rates)} depths")
-    if parts:
-        at_chance = all(set(r["probe"]["old_position_pct"]) == {50.0} for r in causal.values())
-        text += (" **Where the meaning goes:** "
-                 + ("a cached word's state never changes (its sense probe sits at 50 % at every depth); "
-                    if at_chance else "")
-                 + "a later copy of the word carries the sense, above chance (Holm-corrected) on "
-                 + ", ".join(parts) + ".")
-    return text
+    rates = {m: depth_rates(r["probe"], "new") for m, r in causal.items()}
+    depths = [f"{m} at {len(holm_above(x))} of {len(x)} depths" for m, x in rates.items()]
+    if all(set(r["probe"]["old_position_pct"]) == {50.0} for r in causal.values()):
+        claim, sentence = ("A cached word never changes; a later copy carries its sense.",
+                           "A sense probe on the cached word sits at 50 %; on a later copy it beats chance "
+                           "on {depths}.")
+    else:
+        claim, sentence = ("A later copy of a word carries its sense.",
+                           "A sense probe on a later copy beats chance on {depths}.")
+    return Finding("meaning", claim, sentence, (("depths", ", ".join(depths)),))
 
 
 def findings(runs: dict) -> list[str]:
-    """The README's opening lines, every number from the results."""
+    """The README's opening lines, every number from the results: four findings and their source."""
     rows = decision_rows(runs, NEAR_EXACT_PCT)
     model = next(iter(chapter_numbers(runs, "04")["table2"]))
     commit = {str(r.get("git_commit", ""))[:7] for r in runs.values()} - {""}
     source = (f"_From the full build at {', '.join(sorted(commit))} (`tests/data/full_build`); the "
               "conclusions page has every test._")
-    lines = [exact_line(runs, rows), near_line(rows, model), costly_line(runs, rows, model),
-             open_line(rows, runs), source]
+    found = [exact_finding(runs), shortcuts_finding(runs, rows, model), switch_finding(runs),
+             meaning_finding(runs)]
+    lines = [FORMAT.bullet(f) for f in found] + [source]
     assert len(lines) <= MAX_LINES
     return [f"- {line}" for line in lines]  # a list: markdown would join bare lines into one paragraph
 

@@ -33,9 +33,20 @@ def test_the_readme_opens_with_the_findings_of_the_full_build(findings_block):
     body = findings_block.splitlines()[1:-1]
     assert 1 <= len(body) <= readme_findings.MAX_LINES
     ch4 = full_build("04_cache_approximations")  # read here directly, not through the module
-    bf16 = next(iter(ch4["numbers"]["table2"].values()))["plain"]["ops"]["cast:dtype=bfloat16"]
+    ops = next(iter(ch4["numbers"]["table2"].values()))["plain"]["ops"]
     assert ch4["git_commit"][:7] in body[-1]
-    assert f"bfloat16 cache {fmt(bf16['top1_agreement_pct'], 4)} % [" in body[1] and "Near-exact" in body[1]
+    f16, worst = ops["cast:dtype=float16"], min(o["top1_agreement_pct"] for o in ops.values())
+    assert f"best float16 cache ({fmt(f16['top1_agreement_pct'], 4)} %)" in body[1]
+    assert f"worst naive 2-bit, {fmt(worst, 3)} %" in body[1] and "guide" in body[1]
+
+
+def test_each_readme_finding_is_a_bold_claim_and_one_short_sentence(findings_block):
+    """A claim a reader can repeat, then about 25 words with its numbers: no list of methods."""
+    for line in findings_block.splitlines()[1:-2]:
+        claim, _, rest = line.removeprefix("- **").partition("**")
+        assert claim.endswith(".") and rest, line
+        assert len(rest.split()) <= 36, (len(rest.split()), line)
+        assert rest.count(";") <= 1 and rest.count(",") <= 4, line
 
 
 def test_the_chapter_times_are_the_full_builds():
