@@ -97,9 +97,9 @@ def switch_finding(runs: dict) -> Finding:
     claim = ("A LoRA switch cannot reuse a stale cache." if test.verdict == compare.A_LOWER
              else "A LoRA switch: patching the cache is exact.")
     return Finding("switch", claim,
-                   "On {model}, patching the last {k} layers matched a full recompute (largest logit "
-                   "difference {diff}); a stale cache's held-out accuracy was {stale} % against {patch} % "
-                   "(n = {n} documents, p = {p}).",
+                   "On {model}, patching the last {k} layers matched a recompute (largest logit difference "
+                   "{diff}); a stale cache scored {stale} % held-out, against {patch} % (n = {n} "
+                   "documents, p = {p}).",
                    (("model", model), ("k", k),
                     ("diff", r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]),
                     ("patch", held["tail_patch"]["accuracy_pct"]), ("stale", held["stale"]["accuracy_pct"]),
@@ -111,14 +111,14 @@ def meaning_finding(runs: dict) -> Finding:
     later copy of the word carries its sense (Holm-corrected, above chance)."""
     causal = {m: r for m, r in chapter_numbers(runs, "03").items() if r.get("family", "causal") == "causal"}
     rates = {m: depth_rates(r["probe"], "new") for m, r in causal.items()}
-    depths = [f"{m} at {len(holm_above(x))} of {len(x)} depths" for m, x in rates.items()]
+    depths = [f"{len(holm_above(x))} of {len(x)} depths ({m})" for m, x in rates.items()]
     if all(set(r["probe"]["old_position_pct"]) == {50.0} for r in causal.values()):
         claim, sentence = ("A cached word never changes; a later copy carries its sense.",
-                           "A sense probe on the cached word sits at 50 %; on a later copy it beats chance "
-                           "on {depths}.")
+                           "The cached word's sense probe stays at 50 %; a later copy's beats chance at "
+                           "{depths}.")
     else:
         claim, sentence = ("A later copy of a word carries its sense.",
-                           "A sense probe on a later copy beats chance on {depths}.")
+                           "A later copy's sense probe beats chance at {depths}.")
     return Finding("meaning", claim, sentence, (("depths", ", ".join(depths)),))
 
 
