@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog} {args.job}: {err}", file=sys.stderr)
         return 2
     chapter = job.unit.chapter if job is not None and job.kind == "study" else args.job.removeprefix("page-")
-    if overrides and chapter in NOTEBOOKS:
+    if chapter in NOTEBOOKS:  # its -p values, and room for its results, before any kernel starts
         from kvutils.book.chapters import check_overrides
 
         try:  # before any kernel starts: a wrong -p is one line (make chapter's PARAMS)

@@ -44,7 +44,7 @@ def intervals(per_document: list[dict]) -> dict:
 
 
 def exact_perplexity_interval(run: dict) -> list[float] | None:
-    per_doc = run["exact_perplexity_per_document"]
+    per_doc = run.get("exact_perplexity_per_document") or []
     if len(per_doc) < 2:
         return None
     return [math.exp(x) for x in compare.mean_interval([math.log(p) for p in per_doc])]

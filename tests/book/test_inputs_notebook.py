@@ -35,7 +35,8 @@ def test_a_misspelt_parameter_stops_the_notebook_in_its_first_cell(tmp_path, cha
     executed = failed_copy(tmp_path, name)
     code = [c for c in executed["cells"] if c["cell_type"] == "code"]
     failed = [i for i, c in enumerate(code) if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
-    assert failed == [2]  # the parameters cell, papermill's injected cell, then the validation cell
+    first = next(i for i, c in enumerate(code) if "parameters" in c["metadata"].get("tags", []))
+    assert failed == [first + 2]  # the parameters cell, papermill's injected cell, then the validation cell
     assert f"{typo}: not a parameter" in str(err.value) and f"did you mean {closest}?" in str(err.value)
     assert not list((tmp_path / "results").iterdir())
 

@@ -75,7 +75,7 @@ def test_the_timing_unit_is_reused_only_for_its_own_inputs(tmp_path, no_model_lo
     same_for_timing = Chapter4Parameters(**{**GOOD, "n_docs": 3})  # Table 2's size: not the timing's input
     assert units.inputs_hash(units.TIMING, same_for_timing, tmp_path) == expected
     path.write_text('{"edited": 1}')
-    with pytest.raises(pytest.fail.Exception, match="a model was loaded"):
+    with pytest.raises(pytest.fail.Exception, match="a model loaded"):
         units.run_unit(units.TIMING, checked, tmp_path)
 
 

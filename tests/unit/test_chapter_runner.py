@@ -307,10 +307,13 @@ def _socket_file(path: Path) -> Path:
     return path
 
 
-def test_a_start_removes_the_sockets_of_killed_runners_only(tmp_path, monkeypatch):
+def test_a_start_removes_the_sockets_of_killed_runners_only(monkeypatch):
     """A runner killed by SIGKILL leaves its kernel's socket files; the next start removes those
     whose runner is dead, and keeps a live runner's and any other file."""
+    import shutil
     import tempfile
+
+    tmp_path = Path(tempfile.mkdtemp(prefix="ks", dir="/tmp"))  # a Unix socket's path has at most 107 bytes
 
     from kvutils.book.kernel import PREFIX, IpcKernelManager
 
@@ -330,6 +333,7 @@ def test_a_start_removes_the_sockets_of_killed_runners_only(tmp_path, monkeypatc
     finally:
         alive.kill()
         alive.wait()
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def test_a_quick_page_says_so_under_its_title(tmp_path):

@@ -729,4 +729,4 @@ def test_abbreviated_flags_still_work(tmp_path, capsys):
 
     assert accept.main(["--model", "tiny-llama", "--op", "exact", "--docs", "pydoc", "--pre", "16", "--dec", "8",
                         "--n-docs", "1"]) == 0
-    assert "prefill 16, decode 8" in capsys.readouterr().out
+    assert "prefill 16 tokens, decode 8 tokens" in capsys.readouterr().out

@@ -21,7 +21,7 @@ def _write(folder: Path, name: str, value: dict) -> None:
 def compute_timing(p: Chapter4Parameters, folder: Path, unit) -> None:
     """The decode steps with and without the cache, and the bytes a real cache held."""
     alone = bool(os.environ.get(cores.JOB_ENV))  # make book runs this unit alone, on every core
-    where = "alone, as the build's first job, before the studies ran side by side" if alone else \
+    where = "alone, as the build's first job, before the chapters ran side by side" if alone else \
         "in this chapter's run"
     _write(folder, unit.outputs[0], study.decode_timings(study.plan(p), where))
 
