@@ -7,6 +7,7 @@ many of chapter 4's frontier comparisons its paired tests separated."""
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 import pandas as pd
@@ -359,6 +360,9 @@ def shown(operation: str) -> str:
         return operation
 
 
+LABEL_WIDTH = 40  # characters of an operation's label per line on the guide's chart
+
+
 @styled
 def plot_decision_guide(rows: list[dict], model: str):
     """The decision guide, one panel per setting (the rows of a panel were measured alike): every
@@ -370,7 +374,8 @@ def plot_decision_guide(rows: list[dict], model: str):
     panels = {}
     for r in rows:
         panels.setdefault(r["setting"], []).append(r)
-    heights = [len(p) + 1.2 for p in panels.values()]
+    lines = [max(textwrap.fill(shown(r["operation"]), LABEL_WIDTH).count("\n") + 1 for r in p) for p in panels.values()]
+    heights = [len(p) * n + 1.2 for p, n in zip(panels.values(), lines)]  # a wrapped label gets its room
     height = 0.32 * sum(heights) + 2.6
     fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, height), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
@@ -398,10 +403,10 @@ def _guide_panel(ax, rows: list[dict], name: str) -> None:
             ax.plot([lo, hi], [i, i], color="black", linewidth=1.2, zorder=3)
     marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
     ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=4)
-    ax.set_yticks(y, [shown(r["operation"]) for r in rows])
+    ax.set_yticks(y, [textwrap.fill(shown(r["operation"]), LABEL_WIDTH) for r in rows])  # the bars keep the width
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, 140)
     ax.set_xticks(range(0, 101, 20))  # the space right of 100% holds the size labels, not a scale
     ax.axvline(100, color="grey", linewidth=0.6)
     ax.set_ylabel("operation")
-    ax.set_title(name)
+    ax.set_title(textwrap.fill(name, 48))
