@@ -54,7 +54,7 @@ def plot_chapter2(numbers: dict):
     relative key difference, causal models against the encoder(s)."""
     import matplotlib.pyplot as plt
 
-    fig, (ax_state, ax_key) = plt.subplots(2, 1, figsize=(7.5, 8), sharey=False)
+    fig, (ax_state, ax_key) = plt.subplots(2, 1, figsize=(7.5, 8.6), sharey=False)
     for model, r in numbers.items():
         style = dict(marker="o", markersize=3, linestyle="--" if r["family"] == "causal" else "-")
         label = f"{model} ({r['family']}, {r['layers']} layers)"
@@ -70,7 +70,7 @@ def plot_chapter2(numbers: dict):
         ax.set_xlim(-0.02, 1.02)
         ax.set_ylim(bottom=-0.02)
         ax.grid(alpha=0.3)
-    ax_key.legend(loc="upper left")
+    ax_key.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1)  # below the axes, clear of every point
     fig.suptitle(f"Same word, two contexts — models: {', '.join(numbers)}")
     fig.tight_layout()
     return fig

@@ -234,69 +234,37 @@ def answer_finding(numbers: dict, box: list[Finding]) -> Finding:
 def chapter4_findings(numbers: dict) -> PageFindings:
     """Chapter 4's answer, box and section points, from the results."""
     retrieval, frontier = numbers.get("retrieval") or {}, numbers.get("frontier") or {}
-    glue, clauses = chapter4_glue(numbers), chapter4_clauses(numbers)
     decode, size = decode_finding(numbers), bytes_finding(numbers)
     table2 = table2_finding(numbers)
     verdicts = every_verdict(retrieval)
-    front, keys, tau = (
-        frontier_finding(frontier),
-        retrieval_finding(verdicts),
-        tau_finding(retrieval, frontier),
-    )
+    front, keys = frontier_finding(frontier), retrieval_finding(verdicts)
+    tau = tau_finding(retrieval, frontier)
     box = [f for f in (decode, size, table2, keys, tau) if f is not None]
-    sections = {
-        "decode": Section(
-            decode,
-            (),
-            (
-                f"Measured: {glue['decode']}.",
-                f"Memory bandwidth {glue['bandwidth']} GB/s.",
-                clauses["timing"],
-                clauses["speed_vs_analytical"],
-                clauses["speed_grows"],
-            ),
-        ),
-        "bytes": Section(
-            size,
-            (),
-            (
-                f"Our models: {glue['bytes']}.",
-                f"Formula against a filled cache: {glue['bytes_check']}.",
-                clauses["bytes_windowed"],
-            ),
-        ),
-        "table2": Section(
-            table2 or size,
-            (),
-            (
-                f"Setup: {glue['setup']}",
-                f"Headlines: {glue['table2']}.",
-                f"KIVI against naive at equal bits: {kivi_bytes(numbers['table2'])}.",
-                f"Sinks: {clauses['sinks']}",
-                f"Partial recompute: {clauses['blend']}",
-            ),
-        ),
-        "frontier": Section(
-            front or size,
-            (),
-            (
-                report_frontier.frontier_setup(frontier),
-                *report_frontier.frontier_notes(frontier),
-                report_frontier.kvpress_glue(frontier),
-            ),
-        ),
-        "retrieval": Section(
-            keys or size,
-            tuple(f for f in (margin_finding(verdicts),) if f),
-            (
-                "Setup: "
-                + report_retrieval.retrieval_setup(numbers)
-                + retrieval_ties.head_ties(retrieval, frontier),
-                *report_retrieval.needle_examples().values(),
-                "Other seeds of random eviction: " + retrieval_seeds.seeds_findings(retrieval),
-                report_retrieval.kvpress_comparison(retrieval) if retrieval else "",
-            ),
-        ),
-        "tau": Section(tau or keys or size, (), ()),
-    }
+    points = {"decode": decode, "bytes": size, "table2": table2 or size, "frontier": front or size,
+              "retrieval": keys or size, "tau": tau or keys or size}
+    more = {"retrieval": tuple(f for f in (margin_finding(verdicts),) if f)}
+    evidence = chapter4_evidence(numbers)
+    sections = {name: Section(point, more.get(name, ()), evidence.get(name, ())) for name, point in points.items()}
     return PageFindings(answer_finding(numbers, box), tuple(box), sections)
+
+
+def chapter4_evidence(numbers: dict) -> dict[str, tuple[str, ...]]:
+    """Each section's Evidence block: the sentences today's page glued, one click away."""
+    retrieval, frontier = numbers.get("retrieval") or {}, numbers.get("frontier") or {}
+    glue, clauses = chapter4_glue(numbers), chapter4_clauses(numbers)
+    return {
+        "decode": (f"Measured: {glue['decode']}.", f"Memory bandwidth {glue['bandwidth']} GB/s.", clauses["timing"],
+                   clauses["speed_vs_analytical"], clauses["speed_grows"]),
+        "bytes": (f"Our models: {glue['bytes']}.", f"Formula against a filled cache: {glue['bytes_check']}.",
+                  clauses["bytes_windowed"]),
+        "table2": (f"Setup: {glue['setup']}", f"Headlines: {glue['table2']}.",
+                   f"KIVI against naive at equal bits: {kivi_bytes(numbers['table2'])}.",
+                   f"Sinks: {clauses['sinks']}", f"Partial recompute: {clauses['blend']}"),
+        "frontier": (report_frontier.frontier_setup(frontier), *report_frontier.frontier_notes(frontier),
+                     report_frontier.kvpress_glue(frontier)),
+        "retrieval": ("Setup: " + report_retrieval.retrieval_setup(numbers)
+                      + retrieval_ties.head_ties(retrieval, frontier),
+                      *report_retrieval.needle_examples().values(),
+                      "Other seeds of random eviction: " + retrieval_seeds.seeds_findings(retrieval),
+                      report_retrieval.kvpress_comparison(retrieval) if retrieval else ""),
+    }

@@ -150,21 +150,7 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
         if _accuracy(run["exact"]) < GATE:
             failed_at = context
             continue
-        offset = len(kept) - len(at)
-        for label, spec in labels_by_context[context].items():
-            if spec not in run["ops"]:
-                continue
-            entry = ops.setdefault(label, {"specs": {}, "level": level_of(label), "family": parse_op(spec).family})
-            entry["specs"][str(context)] = spec
-            for regime in REGIMES:
-                got = run["ops"][spec][regime]
-                r = entry.setdefault(regime, {"per_prompt": [], "held_bytes": [], "needle_kept": [], "prompts": []})
-                r["per_prompt"] += got["per_prompt"]
-                r["held_bytes"] += got["held_bytes"]
-                r["needle_kept"] += got["needle_kept"]
-                r["prompts"] += list(range(offset, offset + len(at)))
-                r.setdefault("followups", []).extend(got["followups"])
-                r.setdefault("followup_needle_kept", []).extend(got["followup_needle_kept"])
+        _collect(ops, run["ops"], labels_by_context[context], context, range(len(kept) - len(at), len(kept)))
     prompts = kept
     contexts = sorted({p.context for p in prompts})
     gate = {str(c): _accuracy([r for r in exact if r["context"] == c]) >= GATE for c in contexts}
@@ -184,6 +170,24 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
            "gate": gate, "contexts": contexts, "not_run": not_run, "prompts": [p.record() for p in prompts], "ops": ops,
            "refused": refused, "seconds": seconds}
     return followups.summarise(out, exact_followups, GATE)
+
+
+def _collect(ops: dict, scored: dict, labels: dict[str, str], context: int, prompts: range) -> None:
+    """One context's scores of each method (`scored`, by spec) appended to its label's entry in `ops`."""
+    for label, spec in labels.items():
+        if spec not in scored:
+            continue
+        entry = ops.setdefault(label, {"specs": {}, "level": level_of(label), "family": parse_op(spec).family})
+        entry["specs"][str(context)] = spec
+        for regime in REGIMES:
+            got = scored[spec][regime]
+            r = entry.setdefault(regime, {"per_prompt": [], "held_bytes": [], "needle_kept": [], "prompts": []})
+            r["per_prompt"] += got["per_prompt"]
+            r["held_bytes"] += got["held_bytes"]
+            r["needle_kept"] += got["needle_kept"]
+            r["prompts"] += list(prompts)
+            r.setdefault("followups", []).extend(got["followups"])
+            r.setdefault("followup_needle_kept", []).extend(got["followup_needle_kept"])
 
 
 def fold_seeds(ops: dict) -> dict:
