@@ -98,7 +98,7 @@ def decide(run: dict, threshold_pct: float = NEAR_EXACT_PCT) -> dict:
     for the same threshold."""
     out = {**run, "threshold_pct": threshold_pct, "rule": RULE, "units": UNITS,
            "exact_perplexity_ci95": exact_perplexity_interval(run), "ops": {}}
-    for spec, o in run["ops"].items():
+    for spec, o in run.get("ops", {}).items():  # none where every operation was refused
         docs = o["per_document"]
         test = threshold_test(spec, [d["top1_agreement_pct"] for d in docs], threshold_pct)
         out["ops"][spec] = {**o, "ci95": intervals(docs),

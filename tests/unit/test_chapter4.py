@@ -12,9 +12,10 @@ from conftest import load_cached
 from kvutils.book import chapters
 from kvutils.report import cache_approximations as report_costs
 from kvutils.studies.cache_approximations import retrieval
-from kvutils.studies.cache_approximations import units as ch4_units  # noqa: F401  (imported
-# before no_model_loads patches every module's `load`: one imported later would keep the patched one)
 from kvutils.studies.cache_approximations import study as approx_study
+
+# imported before no_model_loads patches every module's `load` (one imported later keeps the patched one)
+from kvutils.studies.cache_approximations import units as ch4_units  # noqa: F401
 from kvutils.studies.parameters import Chapter4Parameters
 
 QUICK = chapters.QUICK["04_cache_approximations"]
