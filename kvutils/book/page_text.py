@@ -80,6 +80,7 @@ class _Reader(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.stack: list[tuple[str, bool, bool]] = []  # (tag, skipped, an admonition)
+        self.banner_depth: int | None = None  # inside a warning admonition (the quick book's label): not the opening
         self.blocks: list[str] = []
         self.current: list[str] = []
         self.seen_title = False
@@ -104,6 +105,8 @@ class _Reader(HTMLParser):
         skipped = (tag in SKIPPED_TAGS or bool(classes & SKIPPED_CLASSES) or "hidden" in attrs
                    or "display:none" in (attrs.get("style") or "").replace(" ", ""))
         self.stack.append((tag, skipped, "admonition-title" in classes))
+        if {"admonition", "warning"} <= classes and self.banner_depth is None:
+            self.banner_depth = len(self.stack)
         if tag == "h1":
             self.seen_title = True
 
@@ -113,13 +116,15 @@ class _Reader(HTMLParser):
         while self.stack:  # close up to the matching tag (HTML forgives a missing end tag)
             if self.stack.pop()[0] == tag:
                 break
+        if self.banner_depth is not None and len(self.stack) < self.banner_depth:
+            self.banner_depth = None
         if tag in BLOCK_TAGS:
             self.flush()
 
     def handle_data(self, data):
         text = " ".join(data.split())
         in_title = any(tag == "h1" for tag, _, _ in self.stack)
-        if text and self.seen_title and not in_title and self.first_after_title is None:
+        if text and self.seen_title and not in_title and self.first_after_title is None and self.banner_depth is None:
             self.first_after_title = (text, any(title for _, _, title in self.stack))
         if not self._skipping():
             self.current.append(data)

@@ -115,7 +115,7 @@ def plot_quality_cost(numbers: dict):
         top.xaxis.set_minor_locator(NullLocator())  # the log axis would add its own labels between the k
         top.set_xlabel("tail patch: switch time, % of a full recompute")
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8)  # below: no point hidden
         ax.set_title(f"Held-out accuracy against switch cost\n{_title_model(model, r)}")
     fig.tight_layout()
     return fig

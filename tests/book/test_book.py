@@ -97,7 +97,7 @@ def test_conclusions_page_answers_from_the_results(built_book):
         assert _text(glue[key]) in text, key
     assert text.count("article (Pythia-160M)") == 3  # the article's column beside ours for RQ1-3
     assert "article (%), Pythia" in text and "LoRA switch, tail patch (ch. 5, tiny-qwen3, k = 4)" in text
-    assert page.count('src="../../_images/') == 1  # the decision guide, drawn by the build
+    assert page.count('<img src="data:image/png;base64,') == 2  # the guide's flowchart and chart, drawn by the build
 
 
 def test_appendices_show_provenance_and_the_benchmark(built_book):
