@@ -176,7 +176,7 @@ def plot_cost_exactness(numbers: dict):
         ax_frac.set_xlabel("k / L (share of layers adapted)")
         ax_frac.set_ylabel("switch cost ÷ full recompute")
         ax_frac.grid(alpha=0.3)
-        ax_frac.legend(loc="upper left")
+        ax_frac.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, fontsize=8)  # below: no point hidden
         ax_frac.set_title(f"Tail patch cost against k/L\n{_title_model(model, r)}")
     fig.tight_layout()
     return fig
