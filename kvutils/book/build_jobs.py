@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kvutils.book import chapters
-from kvutils.book.jobs import Job, check_job, job_hash, jobs_for, sources_digest
+from kvutils.book.jobs import Job, chapter_parameters, check_job, job_hash, jobs_for, sources_digest
 from kvutils.core import cores
 from kvutils.core.jobrecords import new_record, now, read_record, stale_reason, write_record
 from kvutils.core.results import machine_load
@@ -50,8 +50,6 @@ def run_job(name: str, profile: str, results_dir: str | Path, output_dir: str | 
 
 
 def _checked(chapter: str, profile: str, overrides: dict, results: Path):
-    from kvutils.book.jobs import chapter_parameters
-
     return chapter_parameters(chapter, profile, overrides, chapters.results_dir_as_given(results))
 
 
