@@ -5,6 +5,11 @@ Two needle shapes, both from the literature:
   a random 5-digit key, asked as "What is the pass key? The pass key is";
 - `magic` (RULER's multi-key needle, Hsieh et al. 2024): "One of the special magic numbers for
   <word> is: <7 digits>.", several of them with different words, one asked for.
+A haystack asked several questions (`turns` > 1: issue 51's follow-ups) carries one needle per
+turn, each of another shape (`SHAPES`: RULER's magic number, a door code, a phone number; each a word
+and 7 digits), so that a question matches its own needle's words only. With one shape for all, a
+135M model's answers to a follow-up began with the first digit of the previous turn's answer (an
+induction copy: the questions' closing words are the same), and the exact cache fell below the gate.
 The haystack is either the classic repeated filler ("The grass is green. The sky is blue. ...") or
 real documents of a corpus (`kvutils.core.data.load_corpus`: pydoc, a folder, a .jsonl), whole
 sentences in document order. Every prompt is exactly `context` tokens:
@@ -33,7 +38,15 @@ PASSKEY_QUESTION = " What is the pass key? The pass key is"
 MAGIC_NEEDLE = " One of the special magic numbers for {word} is: {key}."
 MAGIC_QUESTION = (" What is the special magic number for {word} mentioned in the provided text? "
                   "The special magic number for {word} mentioned in the provided text is")
-KEY_DIGITS = {"passkey": 5, "magic": 7}  # the two shapes' key lengths (the pass key test's and RULER's)
+DOOR_NEEDLE = " The code to open the {word} door is {key}. Remember it. {key} opens the {word} door."
+DOOR_QUESTION = " What is the code to open the {word} door? The code to open the {word} door is"
+PHONE_NEEDLE = " The phone number of the {word} shop is {key}."
+PHONE_QUESTION = " What is the phone number of the {word} shop? The phone number of the {word} shop is"
+TEMPLATES = {"passkey": (PASSKEY_NEEDLE, PASSKEY_QUESTION), "magic": (MAGIC_NEEDLE, MAGIC_QUESTION),
+             "door": (DOOR_NEEDLE, DOOR_QUESTION), "phone": (PHONE_NEEDLE, PHONE_QUESTION)}
+# the shapes of a haystack asked several questions, one needle each: RULER's first, then two of ours
+SHAPES = ("magic", "door", "phone")
+KEY_DIGITS = {"passkey": 5, "magic": 7, "door": 7, "phone": 7}  # the pass key test's 5 digits; RULER's 7
 NEEDLES = ("passkey", "magic")
 HAYSTACKS_BUILTIN = ("filler",)  # besides a corpus name or path
 # RULER draws the keys' words from a word list; ours are everyday nouns
@@ -64,6 +77,7 @@ class Prompt:
     # the follow-up turns (`build_prompt`'s `followups`): each a Prompt over the chain so far (this prompt, then
     # each turn's question and answer), asking another needle of the same haystack; () for one question
     followups: tuple = ()
+    shape: str = ""  # the asked needle's shape (a key of TEMPLATES)
 
     @property
     def answer_length(self) -> int:
@@ -79,8 +93,10 @@ class Prompt:
         out = {"depth": self.depth, "context": self.context, "needle": list(self.needle), "key": self.key,
                "word": self.word, "haystack": self.haystack, "documents": list(self.documents)}
         if self.followups:
+            out["shape"] = self.shape
             out["followups"] = [{"depth": f.depth, "needle": list(f.needle), "key": f.key, "word": f.word,
-                                 "question": f.question, "answer": f.answer} for f in self.followups]
+                                 "shape": f.shape, "question": f.question, "answer": f.answer}
+                                for f in self.followups]
         return out
 
 
@@ -157,12 +173,22 @@ class Haystack:
         raise ValueError(f"haystack: {self.name!r} holds fewer than {tokens} tokens of text")
 
 
-def _needle_text(needle: str, key: str, word: str | None) -> str:
-    return (PASSKEY_NEEDLE if needle == "passkey" else MAGIC_NEEDLE).format(key=key, word=word)
+def _needle_text(shape: str, key: str, word: str | None) -> str:
+    return TEMPLATES[shape][0].format(key=key, word=word)
 
 
-def _question_text(needle: str, word: str | None) -> str:
-    return PASSKEY_QUESTION if needle == "passkey" else MAGIC_QUESTION.format(word=word)
+def _question_text(shape: str, word: str | None) -> str:
+    return TEMPLATES[shape][1].format(word=word)
+
+
+def turn_shapes(i: int, turns: int) -> list[str]:
+    """Prompt i's needles' shapes in the order they are asked (turns > 1): SHAPES from
+    SHAPES[(i // len(SHAPES)) mod len(SHAPES)] on, so that with the depths' rotation
+    (`turn_depths`, which cycles with i) every depth meets every shape first over 9 prompts."""
+    if turns == 1:
+        return ["magic"]
+    start = (i // len(SHAPES)) % len(SHAPES)
+    return [SHAPES[(start + t) % len(SHAPES)] for t in range(turns)]
 
 
 def _key(rng: random.Random, digits: int) -> str:
@@ -170,20 +196,25 @@ def _key(rng: random.Random, digits: int) -> str:
 
 
 def build_prompt(tokenizer, hay: Haystack, context: int, depth: float, needle: str, rng: random.Random,
-                 start_doc: int, distractors: int = 0, followups: tuple[float, ...] = ()) -> Prompt:
+                 start_doc: int, distractors: int = 0, followups: tuple[float, ...] = (),
+                 shapes: tuple[str, ...] = ()) -> Prompt:
     """One prompt of exactly `context` tokens: the asked needle at `depth` of the haystack (at the
     sentence boundary nearest it), one more magic needle (another word and number) at each depth of
     `followups`, `distractors` more at random boundaries, then the question and the key as the
     answer. Each follow-up needle's question and answer then extend the chain in turn (beyond
-    `context`: `Prompt.followups`)."""
-    digits = KEY_DIGITS[needle]
+    `context`: `Prompt.followups`). `shapes`: the asked needles' shapes, one per question (default:
+    `needle` for all); distractors take `needle`'s."""
     extra = len(followups)
+    shapes = tuple(shapes) or (needle,) * (1 + extra)
+    if len(shapes) != 1 + extra:
+        raise ValueError(f"shapes: {len(shapes)} given for {1 + extra} questions")
+    shapes += (needle,) * distractors
     words = rng.sample(WORDS, 1 + extra + distractors) if needle == "magic" else [None] * (1 + distractors)
-    keys = [_key(rng, digits) for _ in words]
+    keys = [_key(rng, KEY_DIGITS[shape]) for shape in shapes]
     encode = lambda text: tokenizer(text, add_special_tokens=False).input_ids  # noqa: E731
     bos = tokenizer("", add_special_tokens=True).input_ids  # the BOS token where the model has one
-    needles = [encode(_needle_text(needle, k, w)) for k, w in zip(keys, words)]
-    question, answer = encode(_question_text(needle, words[0])), encode(" " + keys[0])
+    needles = [encode(_needle_text(shape, k, w)) for shape, k, w in zip(shapes, keys, words)]
+    question, answer = encode(_question_text(shapes[0], words[0])), encode(" " + keys[0])
     space = encode(" ")
     key_from = len(space) if space and answer[:len(space)] == space and len(answer) > len(space) else 0
     fill = context - len(bos) - sum(map(len, needles)) - len(question) - len(answer)
@@ -215,13 +246,13 @@ def build_prompt(tokenizer, hay: Haystack, context: int, depth: float, needle: s
     turns, chain = [], list(ids)
     for n, d in enumerate(followups, start=1):
         fq = len(chain)
-        chain += encode(_question_text(needle, words[n]))
+        chain += encode(_question_text(shapes[n], words[n]))
         fa = len(chain)
         chain += encode(" " + keys[n])
         turns.append(Prompt(tuple(chain), fq, fa, spans[n], d, context, keys[n], words[n], hay.name, documents,
-                            key_from))
+                            key_from, shape=shapes[n]))
     return Prompt(tuple(ids), q, a, spans[0], depth, context, keys[0], words[0], hay.name, documents, key_from,
-                  tuple(turns))
+                  tuple(turns), shapes[0])
 
 
 def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[float], n_prompts: int,
@@ -231,7 +262,8 @@ def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[fl
     prompt's haystack starting at another document. Keys and words come from `seed`. `distractors`
     (magic needles only; default none) adds RULER's multi-key shape: other words' numbers. `turns`
     > 1 (magic needles only): each haystack carries that many needles, at the depths following the
-    first in turn (`turn_depths`), asked one after another in one conversation."""
+    first in turn (`turn_depths`), each of another shape (`turn_shapes`), asked one after another in
+    one conversation."""
     needle = needle or default_needle(haystack)
     checks.check_choice("needle", needle, NEEDLES)
     checks.check_int("n_prompts", n_prompts, 1, 10_000)
@@ -239,7 +271,7 @@ def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[fl
     checks.check_int("distractors", distractors, 0, len(WORDS) - 1)
     if needle == "passkey" and distractors:
         raise ValueError("distractors: the pass key has one needle; distractors are for the magic numbers")
-    checks.check_int("turns", turns, 1, len(depths))
+    checks.check_int("turns", turns, 1, min(len(depths), len(SHAPES)))
     if needle == "passkey" and turns > 1:
         raise ValueError("turns: the pass key has one needle, so one question; follow-ups need the magic numbers")
     hay = Haystack(haystack, tokenizer, parameter)
@@ -250,7 +282,9 @@ def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[fl
         for i in range(n_prompts):
             start = (i * 7) % len(hay.docs)  # a different document for each prompt, in a fixed order
             first, *later = turn_depths(depths, i, turns)
-            out.append(build_prompt(tokenizer, hay, context, first, needle, rng, start, distractors, tuple(later)))
+            shapes = tuple(turn_shapes(i, turns)) if turns > 1 else ()
+            out.append(build_prompt(tokenizer, hay, context, first, needle, rng, start, distractors, tuple(later),
+                                    shapes))
     return out
 
 

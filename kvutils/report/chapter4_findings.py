@@ -4,6 +4,8 @@ is the computed text of `chapter4_glue`, `frontier` and `retrieval`, shown as it
 
 from __future__ import annotations
 
+from kvutils.core import compare
+from kvutils.report import followups as report_followups
 from kvutils.report import frontier as report_frontier
 from kvutils.report import retrieval as report_retrieval
 from kvutils.report import retrieval_seeds, retrieval_ties
@@ -206,6 +208,40 @@ def tau_finding(retrieval: dict, frontier: dict) -> Finding | None:
     )
 
 
+def _followup_tests(retrieval: dict, against: str) -> list[dict]:
+    """Every paired follow-up verdict of `against` ("turn1", "exact" or "regime") on keys retrieved."""
+    return [v for per_model in retrieval.values() for hay in per_model.values() if isinstance(hay, dict)
+            for v in hay.get("followup_verdicts", []) if v["against"] == against and v["metric"] == "correct"]
+
+
+def followup_finding(retrieval: dict) -> Finding | None:
+    """Compress once, ask again (issue 51): follow-ups against turn 1 through the same cache."""
+    tests = _followup_tests(retrieval, "turn1")
+    if not tests:
+        return None
+    lower = sum(v["verdict"] == compare.A_LOWER for v in tests)
+    identical = sum(v["verdict"] == compare.IDENTICAL for v in tests)
+    claim = (
+        "Compressed once, most caches answer the next question worse than the first."
+        if 2 * lower > len(tests)
+        else "No compressed cache answered the next question detectably worse than the first."
+        if lower == 0
+        else "Compressed once, some caches answer the next question worse than the first."
+    )
+    regime = _followup_tests(retrieval, "regime")
+    return Finding(
+        "followups",
+        claim,
+        "Follow-ups were detectably worse than turn 1 in {lower} of {n} method–regime tests and identical in "
+        "{identical}. The prompt cache answered follow-ups worse than the question-aware cache for {worse} of "
+        "{methods} methods.",
+        (("lower", lower), ("n", len(tests)), ("identical", identical),
+         ("worse", sum(v["verdict"] == compare.A_LOWER for v in regime)), ("methods", len(regime))),
+        Test("sign test of each prompt's follow-ups right against its turn 1", max(v["n"] for v in tests),
+             "prompts at most"),
+    )
+
+
 def answer_finding(numbers: dict, box: list[Finding]) -> Finding:
     fastest = round(max(s["speedup"] for _, s in _longest_steps(numbers["decode"])))
     keys = {f.key: f for f in box}.get("retrieval")
@@ -241,7 +277,8 @@ def chapter4_findings(numbers: dict) -> PageFindings:
     tau = tau_finding(retrieval, frontier)
     box = [f for f in (decode, size, table2, keys, tau) if f is not None]
     points = {"decode": decode, "bytes": size, "table2": table2 or size, "frontier": front or size,
-              "retrieval": keys or size, "tau": tau or keys or size}
+              "retrieval": keys or size, "followups": followup_finding(retrieval) or keys or size,
+              "tau": tau or keys or size}
     more = {"retrieval": tuple(f for f in (margin_finding(verdicts),) if f)}
     evidence = chapter4_evidence(numbers)
     sections = {name: Section(point, more.get(name, ()), evidence.get(name, ())) for name, point in points.items()}
@@ -267,4 +304,5 @@ def chapter4_evidence(numbers: dict) -> dict[str, tuple[str, ...]]:
                       *report_retrieval.needle_examples().values(),
                       "Other seeds of random eviction: " + retrieval_seeds.seeds_findings(retrieval),
                       report_retrieval.kvpress_comparison(retrieval) if retrieval else ""),
+        "followups": report_followups.exact_followups(retrieval),
     }

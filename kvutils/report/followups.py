@@ -54,6 +54,22 @@ def counts(retrieval_numbers: dict, regime: str = "agnostic") -> dict:
     return out
 
 
+def exact_followups(retrieval_numbers: dict) -> tuple[str, ...]:
+    """Per model and haystack with follow-ups, the exact cache's own turn 1 and follow-ups (the gate)."""
+    out = []
+    for model, per_hay in retrieval_numbers.items():
+        for name, hay in per_hay.items():
+            if not isinstance(hay, dict) or "followups" not in hay.get("exact", {}):
+                continue
+            turn1 = hay["exact"]["per_prompt"]
+            later = [r for rs in hay["exact"]["followups"]["per_prompt"] for r in rs]
+            passed = [c for c, ok in hay.get("gate_followups", {}).items() if ok]
+            out.append(f"{model}, {name}: the exact cache answered turn 1 on {sum(r['correct'] for r in turn1)} of "
+                       f"{len(turn1)} prompts and {sum(r['correct'] for r in later)} of {len(later)} follow-ups; "
+                       f"contexts passing the gate on follow-ups: {', '.join(passed) or 'none'}.")
+    return tuple(out)
+
+
 def _pct(right: int, n: int) -> str:
     return f"{100 * right / n:.0f} %" if n else "–"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from kvutils.core import compare
 from kvutils.report.figures import styled
 from kvutils.report.guide import COSTLY, EXACT, NEAR, OPEN, decision_rows
 from kvutils.report.names import human
@@ -66,6 +67,7 @@ class GuideRow:
     top1: tuple[str, ...]
     retrieval: tuple[str, ...]
     time: str
+    followup: tuple[str, ...] = ()  # per model: keys on follow-up questions through the prompt cache
 
 
 def _top1(r: dict | None) -> str:
@@ -84,6 +86,16 @@ def _retrieval(r: dict | None, haystack: str = "pydoc") -> str:
     aware, agnostic = axis["aware"], axis["agnostic"]
     mark = "✗" if aware["lost"] or agnostic["lost"] else "✓"
     return f"{aware['accuracy_pct']:.0f} / {agnostic['accuracy_pct']:.0f} {mark}"
+
+
+def _followup(r: dict | None, haystack: str = "pydoc") -> str:
+    """Keys retrieved on the follow-up questions through the prompt cache (compressed before any
+    question), ✗ where detectably below the exact cache's own follow-ups."""
+    axis = ((r or {}).get("retrieval") or {}).get(haystack)
+    f = axis and axis["agnostic"].get("followup")
+    if not f:
+        return "—"
+    return f"{f['accuracy_pct']:.0f} {'✗' if f['against_exact'] == compare.A_LOWER else '✓'}"
 
 
 STORED_SMALLER = (
@@ -146,6 +158,7 @@ def compact_rows(runs: dict, models: list[str], near_exact_pct: float) -> list[G
                     tuple(_top1(f) for f in found),
                     tuple(_retrieval(f) for f in found),
                     _time(found[0] or shown),
+                    tuple(_followup(f) for f in found),
                 )
             )
     if len(rows) > MAX_ROWS:
@@ -164,7 +177,10 @@ class CompactGuide:
     def _repr_html_(self) -> str:
         head = ["family", "method and its <code>--op</code> spec", "memory vs bf16"]
         head += [f"top-1 % [95 % CI], {html.escape(m)}" for m in self.models]
-        head += [f"keys % with / before the question, {html.escape(m)}" for m in self.models] + ["time"]
+        head += [f"keys % with / before the question, {html.escape(m)}" for m in self.models]
+        follow = any(c != "—" for r in self.rows for c in r.followup)
+        head += [f"keys % on a follow-up question ({' / '.join(map(html.escape, self.models))})"] if follow else []
+        head += ["time"]
         out = [
             '<table class="compact-guide" style="font-size:0.85em">',
             f"<caption>{html.escape(self.caption)}</caption><thead><tr>"
@@ -180,7 +196,9 @@ class CompactGuide:
                 f"{html.escape(r.name)}<br><code style=\"word-break:break-all\">{html.escape(r.spec)}</code>",
                 html.escape(r.memory),
             ]
-            cells += [html.escape(c) for c in r.top1 + r.retrieval] + [html.escape(r.time)]
+            cells += [html.escape(c) for c in r.top1 + r.retrieval]
+            cells += [html.escape(" / ".join(r.followup or ("—",) * len(self.models)))] if follow else []
+            cells += [html.escape(r.time)]
             out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         return "\n".join(out + ["</tbody></table>"])
 
@@ -195,8 +213,10 @@ def compact_guide(runs: dict, near_exact_pct: float) -> CompactGuide:
     caption = (
         f"Top-1: agreement with exact decoding, 95 % interval over documents, sign test against "
         f"{fmt(near_exact_pct)} %; Table 2's setting where it ran, else the frontier's. "
-        "Keys: passkey retrieval "
-        f"on pydoc haystacks, McNemar against the exact cache. Time: scoring over the exact decode (median). "
+        "Keys: a 7-digit key hidden "
+        "in pydoc haystacks, McNemar against the exact cache; a follow-up asks another key through the cache "
+        "compressed before the first question (the prompt cache), against the exact cache's follow-ups. "
+        "Time: scoring over the exact decode (median). "
         "Memory: bytes against a bf16 cache of the same model. Chapter 5's rows: top-1 against the "
         f"recompute, held-out accuracy and AUC. {MARKS_TEXT}"
     )

@@ -70,8 +70,27 @@ def _axis(retrieval: dict, model: str, label_in) -> dict | None:
                                 "mcnemar": correct.verdict if correct else None,
                                 "key_logprob": logprob.verdict if logprob else None,
                                 "construction_losses": len(built["prompts"]), "construction_wrong": wrong,
-                                "lost": lost}
+                                "lost": lost, "followup": _followup(r, label, regime)}
     return out or None
+
+
+def _followup(result: dict, label: str, regime: str) -> dict | None:
+    """The follow-up questions asked through the same cache (issue 51): keys retrieved over the prompts
+    that pass both gates, and the paired verdict against the exact cache's own follow-ups; None where
+    the haystack had no follow-ups (one question per prompt) or no prompt passed both gates."""
+    tests = {v["against"]: v for v in result.get("followup_verdicts", [])
+             if v["a"] == f"{label} follow-ups" and v["regime"] == regime and v["metric"] == "correct"}
+    if "exact" not in tests:
+        return None
+    gated = {c for c, ok in result.get("gate_followups", {}).items() if ok and result["gate"].get(c)}
+    contexts = [str(p["context"]) for p in result["prompts"]]
+    entry = result["ops"][label][regime]
+    records = [x for j, i in enumerate(entry["prompts"]) if contexts[i] in gated
+               for x in entry["followups"]["per_prompt"][j]]
+    right = sum(bool(x["correct"]) for x in records)
+    return {"correct": right, "n": len(records), "accuracy_pct": 100 * right / len(records),
+            "against_exact": tests["exact"]["verdict"],
+            "against_turn1": tests["turn1"]["verdict"] if "turn1" in tests else None}
 
 
 def loses_keys(axis: dict | None) -> list[str]:

@@ -168,4 +168,4 @@ def test_the_page_opens_with_its_findings_and_glues_nothing():
     code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
     assert "chapter4_findings(numbers)" in code and "findings_box.update(page.show_box())" in code
     shown = {m for m in re.findall(r'page\.show\("(\w+)"', code)}
-    assert shown == {"decode", "bytes", "table2", "frontier", "retrieval", "tau"}
+    assert shown == {"decode", "bytes", "table2", "frontier", "retrieval", "followups", "tau"}

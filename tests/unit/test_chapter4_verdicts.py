@@ -88,6 +88,19 @@ def test_one_procedure_the_verdict_is_the_interval_shown():
         assert t.separated == (t.interval[0] > 0 or t.interval[1] < 0)
 
 
+def test_the_frontier_runs_on_enough_documents_for_seven_in_eight_to_decide():
+    """Issue 50: at n = 8 a method below random on 7 documents of 8 is not separated (above); the
+    frontier runs on 16 documents (as Table 2), where the same share, 14 of 16, is a verdict."""
+    from kvutils.studies.parameters import Chapter4Parameters
+
+    n = Chapter4Parameters().frontier_docs
+    assert n >= 16
+    random_kl = np.full(n, 0.12)
+    lower = n - n // 8  # 7 in 8
+    t = sign_verdict([0.02] * lower + [0.15] * (n - lower), random_kl)
+    assert t.verdict == compare.A_LOWER and t.interval[1] < 0
+
+
 def test_identical_methods_are_left_out_after_the_first():
     kept, dropped = rules.deduplicated(
         ["snapkv@0.5", "adakv@0.5", "tova@0.5", "pyramidkv@0.5"],

@@ -41,6 +41,17 @@ def test_needle_rotation_balances_depths():
             assert loaded.tokenizer.decode(list(t.ids[t.answer:])).strip() == t.key
             assert t.ids == p.chain[:len(t.ids)] and t.word in loaded.tokenizer.decode(list(t.ids[t.question:t.answer]))
     assert all(counts == {0.1: 2, 0.5: 2, 0.9: 2} for counts in by_turn.values()), by_turn
+    # each needle of a haystack has its own shape, its question that shape's words; over 9 prompts every
+    # depth meets every shape on turn 1 once
+    nine = _prompts(loaded, n=9, context=256)
+    firsts = collections.Counter((p.depth, p.shape) for p in nine)
+    assert firsts == {(d, s): 1 for d in (0.1, 0.5, 0.9) for s in haystack.SHAPES}, firsts
+    for p in nine:
+        turns = (p, *p.followups)
+        assert sorted(t.shape for t in turns) == sorted(haystack.SHAPES)
+        for t in turns:
+            asked = loaded.tokenizer.decode(list(t.ids[t.question:t.answer]))
+            assert asked == haystack.TEMPLATES[t.shape][1].format(word=t.word)
     # turn 1 is today's prompt shape; one turn gives exactly today's prompts
     one = _prompts(loaded, n=6, context=256, turns=1)
     assert one == haystack.build_prompts(loaded.tokenizer, "pydoc", [256], [0.1, 0.5, 0.9], 6, needle="magic")
@@ -181,20 +192,22 @@ def test_the_followup_figure_and_table():
     assert tova["turn 1"] == "100 %" and tova["follow-up"] == "–" and tova.iloc[-1] == "step path"
 
 
-def test_the_book_asks_follow_ups_when_turns_is_raised(monkeypatch):
-    """The study's switch: TURNS needles per real-text haystack, the filler's pass key left alone."""
+def test_the_book_asks_follow_ups(monkeypatch):
+    """The study's switch: TURNS needles per real-text haystack, the filler's pass key left alone;
+    TURNS = 1 gives one question per haystack."""
     from kvutils.book import chapters
     from kvutils.studies.cache_approximations import study as approx_study
     from kvutils.studies.parameters import Chapter4Parameters
 
     p = Chapter4Parameters(**dict(chapters.QUICK["04_cache_approximations"], corpus="pydoc", device="cpu"))
     tok = load_cached("tiny-llama", "float32").tokenizer
-    assert not any(q.followups for qs in approx_study.retrieval_prompts(tok, p).values() for q in qs)
-    monkeypatch.setattr(followups, "TURNS", 3)
+    assert followups.TURNS == 3
     prompts = approx_study.retrieval_prompts(tok, p)
     turns = min(3, len(haystack.check_depths(p.retrieval_depths)))
     assert turns > 1 and all(len(q.followups) == turns - 1 for q in prompts[p.retrieval_corpus])
     assert not any(q.followups for q in prompts.get("filler", []))
+    monkeypatch.setattr(followups, "TURNS", 1)
+    assert not any(q.followups for qs in approx_study.retrieval_prompts(tok, p).values() for q in qs)
 
 
 def test_the_acceptance_cli_asks_follow_ups(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """Chapter 4's follow-up questions (issue 51, SCBench's multi-turn setting): compress once, ask again.
 
-A real-text haystack carries TURNS magic needles (`kvutils.core.haystack.build_prompts(turns=...)`),
+A real-text haystack carries TURNS needles of different shapes (`kvutils.core.haystack.build_prompts(turns=...)`),
 asked in turn in one conversation; which needle comes first rotates, so every depth is asked first
 and as each follow-up equally often. Each method compresses the cache once per regime (before the
 first question: the prompt cache; with it: the question-aware cache) and every later question and
@@ -22,12 +22,11 @@ import numpy as np
 from kvutils.cache.retrieval import REGIMES, STEP_FOLLOWUPS, lost_by_construction
 from kvutils.core import compare
 
-# needles per real-text haystack in make book: turn 1 and TURNS - 1 follow-ups (one per depth, rotated). Kept at 1
-# (today's single-needle prompts, results unchanged): measured on smollm2-135m at 1,024 tokens, 24 pydoc haystacks,
-# the exact cache alone, more needles sink the exact cache below the gate: 3 needles, turn 1 19/24 (79 %) and
-# follow-ups 24/48; 2 needles, 16/24 and 14/24 (one needle: 24/24). Set 3 where a model passes the gate with them
-# (the cost per prompt is unchanged: 46.2 s with one question, 46.6 s with three, both on one busy core)
-TURNS = 1
+# needles per real-text haystack in make book: turn 1 and TURNS - 1 follow-ups (one per depth and shape, rotated:
+# `kvutils.core.haystack.turn_depths`, `turn_shapes`). With RULER's one shape for every needle the exact cache of
+# smollm2-135m fell below the gate (1,024 tokens, 24 pydoc haystacks: turn 1 19/24, follow-ups 24/48; a follow-up's
+# first digit copied the previous answer's); with three shapes, 24/24 and 45/48 (2,048: 23/24, 42/48)
+TURNS = 3
 
 
 def _mean(values) -> float:

@@ -75,9 +75,10 @@ class Chapter4Parameters(Declared):
                               'tova and a 4-sink window at matched budgets) or specs separated by ";"',
                               meaning="methods on the frontier", note=FRONTIER_OPS,
                               allowed="specs separated by `;` (no chunk operations)")
-    frontier_docs: int = param(8,
-                               "documents scored on the frontier: the first with frontier_prefill + "
-                               "frontier_decode + 1 tokens (shorter ones are skipped)",
+    frontier_docs: int = param(16,
+                               "documents scored on the frontier (16, as Table 2: at n = 16 an interval wholly "
+                               "below the line is a verdict): the first with frontier_prefill + frontier_decode + "
+                               "1 tokens (shorter ones are skipped)",
                                meaning="documents scored on the frontier (the first of `corpus` with "
                                        "`frontier_prefill` + `frontier_decode` + 1 tokens; shorter ones are "
                                        "skipped)", allowed="≥ 1 (pydoc has 22 long enough at the defaults)",
