@@ -4,13 +4,15 @@ For a guide row's cache operation, on the guide's model, per haystack whose exac
 gate and per regime: keys retrieved, n, and the two paired verdicts against the exact cache that
 chapter 4 computed (McNemar on right/wrong, the paired bootstrap on the key's log-probability), and
 the prompts on which the operation's cache held none of the needle's entries (a loss by
-construction). An operation is free only where both axes say so: a retrieval loss makes a
+construction). An operation is free only where both axes say so: a retrieval loss (chapter 4's
+rule: fewer keys by McNemar, or the key's log-probability down by more than the margin) makes a
 near-exact row costly.
 """
 from __future__ import annotations
 
 from kvutils.cache.registry import parse_op
 from kvutils.core import compare
+from kvutils.report.chapter4_verdicts import LOSES, retrieval_verdict
 from kvutils.report.retrieval import haystacks, short
 from kvutils.studies.cache_approximations.retrieval import frontier_label
 
@@ -64,13 +66,17 @@ def _axis(retrieval: dict, model: str, label_in) -> dict | None:
             built = r["ops"][label][regime].get("construction_losses") or {"prompts": [], "correct": 0}
             wrong = len(built["prompts"]) - built["correct"]
             correct, logprob = tests.get("correct"), tests.get("key_logprob")
-            lost = wrong > 0 or any(t is not None and t.verdict == compare.A_LOWER for t in (correct, logprob))
+            # chapter 4's rule, so the guide and the page agree: fewer keys (McNemar), or the key's
+            # log-probability below the exact cache's by more than the margin (`chapter4_verdicts`)
+            verdict = retrieval_verdict([r["exact"]["per_prompt"][i] for i in r["ops"][label][regime]["prompts"]],
+                                        records, built=len(built["prompts"]))
+            lost = verdict.mark.split()[0] == LOSES
             out[hay][regime] = {"correct": sum(bool(x["correct"]) for x in records), "n": len(records),
                                 "accuracy_pct": 100 * sum(bool(x["correct"]) for x in records) / len(records),
                                 "mcnemar": correct.verdict if correct else None,
                                 "key_logprob": logprob.verdict if logprob else None,
                                 "construction_losses": len(built["prompts"]), "construction_wrong": wrong,
-                                "lost": lost, "followup": _followup(r, label, regime)}
+                                "verdict": verdict.words, "lost": lost, "followup": _followup(r, label, regime)}
     return out or None
 
 
@@ -119,11 +125,7 @@ def loss_clause(axis: dict) -> str:
         for regime, v in regimes.items():
             if not v["lost"]:
                 continue
-            found = [name for name, verdict in (("McNemar", v["mcnemar"]), ("key log-probability", v["key_logprob"]))
-                     if verdict == compare.A_LOWER]
-            if v["construction_wrong"]:
-                found.append(f"needle not held on {v['construction_losses']} of {v['n']} prompts")
-            out.append(f"{hay} {REGIME_SHORT[regime]}, {v['correct']} of {v['n']} keys ({', '.join(found)})")
+            out.append(f"{hay} {REGIME_SHORT[regime]}, {v['correct']} of {v['n']} keys ({v['verdict']})")
     return "retrieval loses keys: " + "; ".join(out)
 
 
