@@ -102,10 +102,10 @@ def _passkey_flags(parser: argparse.ArgumentParser) -> None:
                        "is in the compressed prefill (SnapKV's setting) (default: %(default)s)")
     group.add_argument("--seed", type=int, default=0, help="keys, words and documents (default: %(default)s)")
     group.add_argument("--turns", type=int, default=1,
-                       help="questions per haystack: each haystack carries that many magic needles (at the depths, "
-                       "rotated), the cache is compressed once and each needle is asked in turn, turn 1's question "
-                       "and answer extending the cache (follow-up questions; at most the number of depths; "
-                       "default: %(default)s)")
+                       help="questions per haystack: each haystack carries that many needles of different shapes "
+                       "(RULER's magic number, a door code, a phone number; at the depths, rotated), the cache is "
+                       "compressed once and each needle is asked in turn, turn 1's question and answer extending "
+                       "the cache (follow-up questions; at most the number of depths, and 3; default: %(default)s)")
 
 
 def _check_passkey(args: argparse.Namespace) -> None:
@@ -124,7 +124,9 @@ def _check_passkey(args: argparse.Namespace) -> None:
     args.needle = haystack.default_needle(args.haystack) if args.needle == "auto" else args.needle
     if args.needle == "passkey" and args.distractors:
         raise ValueError("--distractors: the pass key has one needle; distractors are for --needle magic")
-    checks.check_int("--turns", args.turns, 1, len(args.depths), "each turn asks about a needle at another of --depths")
+    checks.check_int("--turns", args.turns, 1, min(len(args.depths), len(haystack.SHAPES)),
+                     f"each turn asks about a needle at another of --depths, each of another of the "
+                     f"{len(haystack.SHAPES)} needle shapes")
     if args.needle == "passkey" and args.turns > 1:
         raise ValueError("--turns: the pass key has one needle, so one question; follow-ups need --needle magic "
                          "(the default in real text)")

@@ -74,40 +74,46 @@ def _pct(right: int, n: int) -> str:
     return f"{100 * right / n:.0f} %" if n else "–"
 
 
+SERIES = (("agnostic", "turn1", "o", "tab:blue", "turn 1, prompt cache"),
+          ("agnostic", "followup", "s", "tab:orange", "follow-ups, prompt cache"),
+          ("aware", "followup", "^", "tab:green", "follow-ups, compressed with turn 1's question"))
+
+
 @styled
 def plot_followups(retrieval_numbers: dict):
-    """Keys retrieved (% of questions, 95 % Clopper–Pearson intervals) on turn 1 and on the
-    follow-ups, per method, one panel per model and regime."""
+    """Keys retrieved (% of questions, 95 % Clopper–Pearson intervals) per method: turn 1 and the
+    follow-ups through the prompt cache, and the follow-ups through the cache compressed with turn 1's
+    question; one panel per model, the exact cache's follow-ups as a dashed line."""
     import matplotlib.pyplot as plt
 
     per_regime = {regime: counts(retrieval_numbers, regime) for regime in REGIME_TITLE}
     models = list(per_regime["agnostic"])
     if not models:
         return placeholder("Follow-up questions", "no haystack with follow-ups passed the exact cache's gate")
-    labels = {m: list(per_regime["agnostic"][m]) for m in models}
-    panels = [(model, regime) for model in models for regime in REGIME_TITLE]
-    heights = [len(labels[model]) + 1 for model, _ in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 1.0 + 0.3 * sum(heights)), squeeze=False, sharex=True,
-                             gridspec_kw={"height_ratios": heights})
-    for ax, (model, regime) in zip(axes[:, 0], panels):
-        rows = per_regime[regime].get(model, {})
-        names = [lab for lab in labels[model] if lab in rows]
-        y = np.arange(len(names))
-        for key, offset, marker, colour, text in (("turn1", -0.15, "o", "tab:blue", "turn 1"),
-                                                  ("followup", 0.15, "s", "tab:orange", "follow-ups")):
-            rates = [rows[lab][key] for lab in names]
-            mid = [100 * r / n if n else np.nan for r, n in rates]
+    names = list(dict.fromkeys(lab for m in models for lab in per_regime["agnostic"][m]))
+    y = np.arange(len(names))
+    fig, axes = plt.subplots(1, len(models), figsize=(7.5, 1.6 + 0.3 * len(names)), squeeze=False, sharey=True)
+    for ax, model in zip(axes[0], models):
+        for (regime, key, marker, colour, text), offset in zip(SERIES, (-0.25, 0.0, 0.25)):
+            rows = per_regime[regime].get(model, {})
+            rates = [tuple(rows[lab][key]) if lab in rows else (0, 0) for lab in names]
+            mid = np.array([100 * r / n if n else np.nan for r, n in rates])
             ci = [compare.proportion_interval(r, n) if n else (np.nan, np.nan) for r, n in rates]
             err = [[m - 100 * lo for m, (lo, _) in zip(mid, ci)], [100 * hi - m for m, (_, hi) in zip(mid, ci)]]
-            ax.errorbar(mid, y + offset, xerr=err, fmt=marker, color=colour, label=text, capsize=2, ms=4)
-        ax.set_yticks(y, [human_label(lab) for lab in names])
+            ax.errorbar(mid, y + offset, xerr=err, fmt=marker, color=colour, label=text, capsize=2, ms=4,
+                        elinewidth=0.8)
+        exact = next(iter(per_regime["agnostic"][model].values()))["exact"]
+        if exact[1]:
+            ax.axvline(100 * exact[0] / exact[1], color="grey", ls="--", lw=1, label="exact cache, follow-ups")
         ax.set_xlim(-3, 103)
-        ax.invert_yaxis()
-        ax.set_title(f"{model}: {REGIME_TITLE[regime]}")
-    axes[-1, 0].set_xlabel("keys retrieved (% of questions, 95 % intervals)")
-    axes[0, 0].legend(loc="lower right")
-    fig.suptitle("Follow-up questions through one compressed cache")
-    fig.tight_layout()
+        ax.set_title(model)
+    axes[0, 0].set_yticks(y, [human_label(lab) for lab in names])
+    axes[0, 0].invert_yaxis()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.supxlabel("keys retrieved (% of questions)", y=0.42 / (1.6 + 0.3 * len(names)), va="bottom")
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.suptitle("Follow-up questions through one compressed cache (95 % intervals)")
+    fig.tight_layout(rect=(0, 0.62 / (1.6 + 0.3 * len(names)), 1, 1))
     return fig
 
 

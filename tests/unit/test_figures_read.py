@@ -78,6 +78,26 @@ def test_a_legend_over_a_curve_is_caught(plt):
     plt.close(fig)
 
 
+def _with_followups(retrieval: dict) -> dict:
+    """The full build's retrieval with two follow-ups per real-text prompt, each a copy of the prompt's
+    turn 1 record: the follow-up figure's shape at the full build's size (21 methods, 2 models), for
+    its layout (the full build in tests/data predates the follow-ups)."""
+    import copy
+
+    out = copy.deepcopy(retrieval)
+    for per_hay in out.values():
+        hay = per_hay.get("pydoc")
+        if not isinstance(hay, dict):
+            continue
+        hay["gate_followups"] = dict(hay["gate"])
+        hay["exact"]["followups"] = {"per_prompt": [[r, r] for r in hay["exact"]["per_prompt"]]}
+        for entry in hay["ops"].values():
+            for regime in ("aware", "agnostic"):
+                entry[regime]["followups"] = {"per_prompt": [[r, r] for r in entry[regime]["per_prompt"]],
+                                              "construction_losses": {"questions": [], "correct": 0}}
+    return out
+
+
 def _book_figures(runs: dict) -> dict:
     """Every figure the notebooks draw, from the full build's results (as the notebooks call them)."""
     from kvutils.report import (
@@ -86,6 +106,7 @@ def _book_figures(runs: dict) -> dict:
         cache_approximations,
         cache_exactness,
         conclusions,
+        followups,
         frontier,
         qwen3_switch,
         retrieval,
@@ -106,6 +127,7 @@ def _book_figures(runs: dict) -> dict:
             "chapter 4 frontier": lambda: frontier.plot_frontier(ch4["frontier"]),
             "chapter 4 retrieval": lambda: retrieval.plot_retrieval(ch4["retrieval"]),
             "chapter 4 needle": lambda: retrieval.plot_needle(ch4["retrieval"]),
+            "chapter 4 follow-ups": lambda: followups.plot_followups(_with_followups(ch4["retrieval"])),
             "chapter 4 KL vs retrieval": lambda: retrieval.plot_kl_vs_retrieval(ch4["retrieval"],
                                                                                 ch4["frontier"]),
             "chapter 5 losses": lambda: qwen3_switch.plot_losses(n["05"]),
@@ -118,7 +140,8 @@ def _book_figures(runs: dict) -> dict:
 
 FIGURES = ["chapter 1", "chapter 2", "chapter 3 probe", "chapter 3 attention", "chapter 4 decode",
            "chapter 4 bytes", "chapter 4 approximations", "chapter 4 blend", "chapter 4 frontier",
-           "chapter 4 retrieval", "chapter 4 needle", "chapter 4 KL vs retrieval", "chapter 5 losses",
+           "chapter 4 retrieval", "chapter 4 needle", "chapter 4 follow-ups", "chapter 4 KL vs retrieval",
+           "chapter 5 losses",
            "chapter 5 quality vs cost", "chapter 5 cost vs exactness", "chapter 5 patching map",
            "decision guide", "benchmark"]
 
