@@ -71,7 +71,7 @@ def safe_name(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "--", model)
 
 
-CH4 = "kvutils.studies.cache_approximations.units"
+CH4 = "kvutils.studies.cache_approximations"  # each part's unit in a module of its own
 TIMING_PARAMETERS = ("models", "contexts", "timing_repeats", "corpus", "device")
 RETRIEVAL_PARAMETERS = ("retrieval_corpus", "retrieval_contexts", "retrieval_prompts", "filler_prompts",
                         "retrieval_depths", "device")
@@ -84,13 +84,13 @@ CHAPTER_UNITS = {
     "03": Unit("03", "03", (f"{NOTEBOOKS['03']}.json",), "kvutils.studies.sense_probes.study:compute_probes"),
     "05": Unit("05", "05", (f"{NOTEBOOKS['05']}.json",), "kvutils.studies.qwen3_switch.run:compute"),
 }
-TIMING = Unit("timing", "04", ("04_decode_timing.json",), f"{CH4}:compute_timing", TIMING_PARAMETERS)
-COSTS = Unit("costs", "04", ("04_costs.json",), f"{CH4}:compute_costs", COSTS_PARAMETERS)
+TIMING = Unit("timing", "04", ("04_decode_timing.json",), f"{CH4}.timing:compute", TIMING_PARAMETERS)
+COSTS = Unit("costs", "04", ("04_costs.json",), f"{CH4}.table2:compute", COSTS_PARAMETERS)
 
 
 def retrieval_unit(model: str) -> Unit:
     return Unit(RETRIEVAL + safe_name(model), "04", (f"04_retrieval.{safe_name(model)}.json",),
-                f"{CH4}:compute_retrieval", RETRIEVAL_PARAMETERS, model=model)
+                f"{CH4}.retrieval_unit:compute", RETRIEVAL_PARAMETERS, model=model)
 
 
 def retrieval_models(p) -> list[str]:
@@ -106,7 +106,7 @@ def retrieval_models(p) -> list[str]:
 def chapter4_units(models: list[str]) -> list[Unit]:
     """Chapter 4's units: the timing, one retrieval unit per model, the costs, then the one relating them."""
     parts = [TIMING, *map(retrieval_unit, models), COSTS]
-    relate = Unit("04", "04", ("04_retrieval.json", f"{NOTEBOOKS['04']}.json"), f"{CH4}:relate",
+    relate = Unit("04", "04", ("04_retrieval.json", f"{NOTEBOOKS['04']}.json"), f"{CH4}.units:relate",
                   reads=tuple(out for unit in parts for out in unit.outputs))
     return [*parts, relate]
 

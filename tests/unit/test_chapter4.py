@@ -13,9 +13,6 @@ from kvutils.book import chapters
 from kvutils.report import cache_approximations as report_costs
 from kvutils.studies.cache_approximations import retrieval
 from kvutils.studies.cache_approximations import study as approx_study
-
-# imported before no_model_loads patches every module's `load` (one imported later keeps the patched one)
-from kvutils.studies.cache_approximations import units as ch4_units  # noqa: F401
 from kvutils.studies.parameters import Chapter4Parameters
 
 QUICK = chapters.QUICK["04_cache_approximations"]
@@ -94,7 +91,7 @@ def test_retrieval_by_model_then_related_is_what_the_chapter_scores_by_itself(tm
     models scores (a tiny model, two prompts per haystack)."""
     from kvutils.core import checkpoints
     from kvutils.studies import units
-    from kvutils.studies.cache_approximations import units as ch4
+    from kvutils.studies.cache_approximations import retrieval_unit as ch4
 
     small = {**GOOD, "models": "tiny-llama,tiny-gemma3", "retrieval_models": "tiny-llama,tiny-gemma3",
              "retrieval_contexts": "128", "retrieval_prompts": 2, "filler_prompts": 2}
@@ -103,7 +100,7 @@ def test_retrieval_by_model_then_related_is_what_the_chapter_scores_by_itself(tm
     monkeypatch.setenv(checkpoints.ENV, str(tmp_path / "units"))
     for model in ("tiny-llama", "tiny-gemma3"):
         unit = units.retrieval_unit(model)
-        ch4.compute_retrieval(checked, tmp_path, unit)
+        ch4.compute(checked, tmp_path, unit)
         assert (tmp_path / unit.outputs[0]).is_file()
     assert sorted(u.name.split("-")[1] for u in (tmp_path / "units").iterdir()) == ["tiny"] * 4  # one per haystack
     monkeypatch.delenv(checkpoints.ENV)

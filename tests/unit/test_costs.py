@@ -142,7 +142,7 @@ def test_chapter4_setup_names_the_weights():
 def test_table1_gives_a_windowed_models_128k_bytes_as_held(name):
     """Table 1's held figure per 128K tokens: every layer's 131,072 positions at 16 bits, but a
     sliding-window layer only the window − 1 entries it keeps (Gemma 3: 15 of 18 layers)."""
-    from kvutils.studies.cache_approximations.study import bytes_rows
+    from kvutils.studies.cache_approximations.table2 import bytes_rows
 
     config = load_cached(name, "float32").config
     row = bytes_rows({name: config}, 8)[-1]

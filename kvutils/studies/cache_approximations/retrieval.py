@@ -302,7 +302,7 @@ def frontier_label(spec: str, level) -> str | None:
 
 def score_model(loaded, prompts_by_haystack: dict[str, list[Prompt]], progress: bool = True) -> dict:
     """Per haystack {exact, ops, prompts, gate, contexts, verdicts}: what the retrieval test computes
-    on one model (make book runs it as one job per model: `units.compute_retrieval`). Each haystack is
+    on one model (make book runs it as one job per model: `retrieval_unit.compute`). Each haystack is
     a checkpoint unit (`kvutils.core.checkpoints`), keyed by the model, the prompts and the methods."""
     out = {}
     for hay, prompts in prompts_by_haystack.items():
