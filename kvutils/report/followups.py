@@ -117,6 +117,17 @@ def plot_followups(retrieval_numbers: dict):
     return fig
 
 
+EFFECT = "follow-ups − turn 1, per prompt (points; sign test p)"
+
+
+def _effect(v: dict | None) -> str:
+    """The paired effect the verdict tests: the mean over prompts of (share of follow-ups right −
+    turn 1 right), in points, with the sign test's p."""
+    if v is None:
+        return "–"
+    return f"{100 * v['effect']:+.0f} (p = {v['p']:.2g})".replace("-", "−")
+
+
 def _verdict(v: dict | None, lost: int, questions: int) -> str:
     if v is None:
         return "not judged"
@@ -124,8 +135,8 @@ def _verdict(v: dict | None, lost: int, questions: int) -> str:
         word = WORDS[v["verdict"]]
     elif v["verdict"] == compare.CANNOT:
         word = f"cannot separate at n = {v['n']}"
-    else:
-        word = f"keeps follow-ups (no detectable difference at n = {v['n']})"
+    else:  # the sign test did not separate: no claim either way
+        word = f"no detectable difference at n = {v['n']}"
     return f"{word}; {lost} of {questions} lost by construction" if lost else word
 
 
@@ -142,9 +153,9 @@ def followup_table(retrieval_numbers: dict, regime: str = "agnostic") -> pd.Data
             if v:
                 ns.add(v["n"])
             rows.append({"model": model, "method": human_label(label), "turn 1": _pct(*c["turn1"]),
-                         "follow-up": _pct(*c["followup"]), "exact": _pct(*c["exact"]),
+                         "follow-up": _pct(*c["followup"]), "exact": _pct(*c["exact"]), EFFECT: _effect(v),
                          "verdict": c["not_scored"] or _verdict(v, c["construction"], c["followup"][1])})
     header = f"follow-ups vs turn 1 (McNemar-type sign test, n = {' / '.join(map(str, sorted(ns)))} prompts)"
-    table = pd.DataFrame(rows, columns=["method", "turn 1", "follow-up", "exact", "verdict", "model"])
+    table = pd.DataFrame(rows, columns=["method", "turn 1", "follow-up", "exact", EFFECT, "verdict", "model"])
     table = table.rename(columns={"verdict": header})
     return table if table["model"].nunique() > 1 else table.drop(columns="model")
