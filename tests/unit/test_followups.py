@@ -201,7 +201,7 @@ def test_the_book_asks_follow_ups(monkeypatch):
 
     p = Chapter4Parameters(**dict(chapters.QUICK["04_cache_approximations"], corpus="pydoc", device="cpu"))
     tok = load_cached("tiny-llama", "float32").tokenizer
-    assert followups.TURNS == 3
+    assert followups.TURNS == 2
     prompts = approx_study.retrieval_prompts(tok, p)
     turns = min(3, len(haystack.check_depths(p.retrieval_depths)))
     assert turns > 1 and all(len(q.followups) == turns - 1 for q in prompts[p.retrieval_corpus])

@@ -98,7 +98,7 @@ class Chapter4Parameters(Declared):
                                  allowed="≥ 1", check=tokens())
     retrieval_models: str = param("gemma3-270m,smollm2-135m",
                                   'models on the long-range retrieval test (a subset of models; "" for none; '
-                                  "at 1,024 and 2,048 tokens, 24 + 12 prompts each, 17 to 21 minutes of one "
+                                  "at 1,024 and 2,048 tokens, 18 + 12 prompts each, 19 to 28 minutes of one "
                                   "core each)", meaning="models on the long-range retrieval test",
                                   allowed='a subset of `models`; `""` for none', check=model_subset)
     retrieval_corpus: str = param("pydoc",
@@ -110,8 +110,9 @@ class Chapter4Parameters(Declared):
                                           meaning="retrieval prompt lengths (tokens)",
                                           allowed="integers ≥ 128 separated by commas, within the model's "
                                                   "context", check=integers)
-    retrieval_prompts: int = param(24, "real-text questions per context (depths taken in turn: 8 per depth)",
-                                   meaning="real-text questions per context", allowed="≥ 1",
+    retrieval_prompts: int = param(18, "real-text haystacks per context (depths taken in turn: 6 per depth; "
+                                   "a multiple of 9 asks every depth first with every shape)",
+                                   meaning="real-text haystacks per context", allowed="≥ 1",
                                    check=at_least(1))
     filler_prompts: int = param(12,
                                 "pass-key questions per context in the repeated filler (the easy control; 0: "
