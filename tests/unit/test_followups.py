@@ -203,7 +203,7 @@ def test_the_book_asks_follow_ups(monkeypatch):
     tok = load_cached("tiny-llama", "float32").tokenizer
     assert followups.TURNS == 2
     prompts = approx_study.retrieval_prompts(tok, p)
-    turns = min(3, len(haystack.check_depths(p.retrieval_depths)))
+    turns = min(followups.TURNS, len(haystack.check_depths(p.retrieval_depths)))
     assert turns > 1 and all(len(q.followups) == turns - 1 for q in prompts[p.retrieval_corpus])
     assert not any(q.followups for q in prompts.get("filler", []))
     monkeypatch.setattr(followups, "TURNS", 1)

@@ -84,6 +84,15 @@ def test_defaults_are_immutable_and_pass_their_own_checks(cls):
         cls().results_dir = "elsewhere"
 
 
+def test_a_comment_papermill_cannot_read_is_refused():
+    """papermill reads `name = value  # comment` and skips, with a warning only, a line holding a
+    second "=" (stop 54's CI: `at n = 16` in chapter 4's frontier_docs)."""
+    with pytest.raises(ValueError, match="may not hold '='"):
+        param(16, "documents (at n = 16 a verdict)")
+    for cls in declared.DECLARED.values():
+        assert all("=" not in f.metadata["doc"] for f in dataclasses.fields(cls)), cls.NOTEBOOK
+
+
 def test_a_mutable_default_is_refused():
     with pytest.raises(TypeError, match="must be one of"):
         param([1, 2], "a list")
