@@ -117,15 +117,18 @@ def plot_followups(retrieval_numbers: dict):
     return fig
 
 
-EFFECT = "follow-ups − turn 1, per prompt (points; sign test p)"
+EFFECT = "follow-ups − turn 1 (points, 95 % interval; sign test p)"
 
 
 def _effect(v: dict | None) -> str:
-    """The paired effect the verdict tests: the mean over prompts of (share of follow-ups right −
-    turn 1 right), in points, with the sign test's p."""
+    """The paired effect the verdict is drawn from: the mean over prompts of (share of follow-ups
+    right − turn 1 right), in points, its bootstrap interval and the sign test's p (McNemar's exact
+    test where a prompt has one follow-up). The verdict separates where both do."""
     if v is None:
         return "–"
-    return f"{100 * v['effect']:+.0f} (p = {v['p']:.2g})".replace("-", "−")
+    ci = v.get("ci95")
+    interval = f" [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}]" if ci else ""
+    return f"{100 * v['effect']:+.0f}{interval}; p = {v['p']:.2g}".replace("-", "−")
 
 
 def _verdict(v: dict | None, lost: int, questions: int) -> str:
