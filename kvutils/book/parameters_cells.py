@@ -41,8 +41,18 @@ def stale_cells(root: Path | None = None) -> list[str]:
             if "".join(parameters_cell(_read(notebook_path(notebook, root)))["source"]) != declared.cell_source()]
 
 
+def unreadable_lines(source: str) -> list[str]:
+    """The lines of a parameters cell that papermill cannot read: it takes `name = value  # comment`
+    and skips, with a warning only, a line holding a second "=" (so `-p name ...` would not find it)."""
+    return [line for line in source.splitlines() if line.strip() and not line.startswith("#") and line.count("=") != 1]
+
+
 def write_cells(root: Path | None = None) -> list[str]:
-    """Rewrite each stale parameters cell (and nothing else of its notebook); return their notebooks."""
+    """Rewrite each stale parameters cell (and nothing else of its notebook); return their notebooks.
+    A declaration whose cell papermill could not read is refused, naming its lines."""
+    for notebook, declared in DECLARED.items():
+        if bad := unreadable_lines(declared.cell_source()):
+            raise ValueError(f"{notebook}: papermill cannot read these parameter lines (one '=' each): {bad}")
     stale = stale_cells(root)
     for notebook in stale:
         path = notebook_path(notebook, root)

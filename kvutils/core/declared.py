@@ -47,8 +47,6 @@ def param(default, doc: str, *, meaning: str = "", allowed: str = "", note: str 
     row's default cell, its literals and notes), and the check of a value given for it."""
     if not isinstance(default, SIMPLE):
         raise TypeError(f"a parameter's default must be one of {[t.__name__ for t in SIMPLE]}, got {default!r}")
-    if "=" in doc:  # papermill's parameter parser gives up on a line holding a second "=" (and warns only)
-        raise ValueError(f"a parameter's comment may not hold '=' (papermill cannot read its line): {doc!r}")
     return field(default=default, metadata={"doc": doc, "meaning": meaning, "allowed": allowed, "note": note,
                                             "shown": shown, "row": row, "check": check})
 
