@@ -15,7 +15,7 @@ from kvutils.core.catalog import NOTEBOOKS
 FULL_BUILD = Path(__file__).parents[1] / "data" / "full_build"
 # every results file of make book (job: jobs/<job>.json)
 WRITTEN = [*NOTEBOOKS.values(), "04_decode_timing", "04_retrieval", "job", "bench"]
-SNAPSHOT = [name for name in WRITTEN if name != "job"]  # the full build in tests/data predates the job records
+SNAPSHOT = [name for name in WRITTEN if name != "job"]  # the job records are under jobs/ (one file per job)
 
 
 def full_build(name: str) -> dict:
@@ -33,6 +33,13 @@ def test_every_results_file_a_build_writes_has_a_valid_schema():
 @pytest.mark.parametrize("name", SNAPSHOT)
 def test_a_full_builds_results_follow_their_format(name):
     assert schema.problems(full_build(name), name) == []
+
+
+def test_the_full_builds_job_records_follow_their_format():
+    records = sorted((FULL_BUILD / "jobs").glob("*.json.gz"))
+    assert {"timing", "costs", "05", "bench", "page-04"} <= {p.name.split(".")[0] for p in records}
+    for p in records:
+        assert schema.problems(json.loads(gzip.decompress(p.read_bytes())), "job") == [], p.name
 
 
 @pytest.mark.parametrize("name", SNAPSHOT)
