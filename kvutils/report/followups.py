@@ -9,6 +9,7 @@ import pandas as pd
 from kvutils.core import compare
 from kvutils.report.figures import placeholder, styled
 from kvutils.report.names import human_label
+from kvutils.report.tables import page_table
 
 REGIME_TITLE = {"agnostic": "compressed before the first question (prompt cache)",
                 "aware": "compressed with the first question"}
@@ -144,7 +145,7 @@ def _verdict(v: dict | None, lost: int, questions: int) -> str:
 
 
 def followup_table(retrieval_numbers: dict, regime: str = "agnostic") -> pd.DataFrame:
-    """method | turn 1 | follow-up | exact | verdict (follow-ups against turn 1 on the same cache,
+    """(rows: method) turn 1 | follow-up | exact | effect | verdict (follow-ups against turn 1 on the same cache,
     paired over prompts; n in the header), one row per model and method, in `regime`."""
     rows, ns = [], set()
     for model, per_model in counts(retrieval_numbers, regime).items():
@@ -160,5 +161,5 @@ def followup_table(retrieval_numbers: dict, regime: str = "agnostic") -> pd.Data
                          "verdict": c["not_scored"] or _verdict(v, c["construction"], c["followup"][1])})
     header = f"follow-ups vs turn 1 (McNemar-type sign test, n = {' / '.join(map(str, sorted(ns)))} prompts)"
     table = pd.DataFrame(rows, columns=["method", "turn 1", "follow-up", "exact", EFFECT, "verdict", "model"])
-    table = table.rename(columns={"verdict": header})
-    return table if table["model"].nunique() > 1 else table.drop(columns="model")
+    table = table.rename(columns={"verdict": header}).set_index("method")
+    return page_table(table if table["model"].nunique() > 1 else table.drop(columns="model"))

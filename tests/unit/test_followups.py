@@ -183,7 +183,8 @@ def test_the_followup_figure_and_table():
     texts = " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
     assert "smollm2-135m" in texts and "keys retrieved" in texts.lower() and figures.illegible_text(fig) == []
     table = page.followup_table(numbers)
-    assert list(table.columns)[:4] == ["method", "turn 1", "follow-up", "exact"]
+    assert table.index.name == "method" and list(table.columns)[:3] == ["turn 1", "follow-up", "exact"]
+    assert 'class="dataframe kvutils-table"' in table._repr_html_()  # rows headed by their method, not 0, 1, 2
     assert any("n = 30" in c for c in table.columns)
     row, bf16 = table.iloc[0], table.iloc[1]  # the methods in the results' order
     assert row["turn 1"] == "100 %" and row["follow-up"] == "0 %" and "loses" in row.iloc[-1]
