@@ -136,13 +136,15 @@ def findings(runs: dict) -> list[str]:
     return [f"- {line}" for line in lines]  # a list: markdown would join bare lines into one paragraph
 
 
-def _chapter4_parts(folder: Path, record: dict) -> str:
-    """Chapter 4's jobs of their own, from the build's job records (jobs/<job>.json.gz) where it kept
-    them: Table 2 and the frontier, retrieval per model, the decode timing."""
-    jobs = {p.name.split(".")[0]: json.loads(gzip.decompress(p.read_bytes())) for p in (folder / "jobs").glob("*.gz")}
-    if "costs" not in jobs:  # a build from before the job records
-        return (f"its long-range retrieval, {record['04_retrieval']['wall_time_s']:,.0f} s, and decode timing, "
-                f"{record['04_decode_timing']['wall_time_s']:,.0f} s, ran as jobs of their own")
+def _records(folder: Path) -> dict[str, dict]:
+    """{name: record} of the gzip-compressed JSON files in `folder` ("04_retrieval", "costs", ...)."""
+    return {p.name.split(".")[0]: json.loads(gzip.decompress(p.read_bytes())) for p in folder.glob("*.gz")}
+
+
+def _chapter4_parts(folder: Path) -> str:
+    """Chapter 4's jobs of their own, from the build's job records (jobs/<job>.json.gz): Table 2 and
+    the frontier, retrieval per model, the decode timing."""
+    jobs = _records(folder / "jobs")
     retrieval = " + ".join(f"{j['wall_s']:,.0f} s {name.removeprefix('retrieval-')}"
                            for name, j in sorted(jobs.items()) if name.startswith("retrieval-"))
     return (f"Table 2 and the frontier, {jobs['costs']['wall_s']:,.0f} s, retrieval, {retrieval}, and decode "
@@ -152,7 +154,7 @@ def _chapter4_parts(folder: Path, record: dict) -> str:
 def chapter_times(folder: str | Path = FULL_BUILD) -> list[str]:
     """Each chapter's compute time in the full build (its results file's wall_time_s), as a table."""
     folder = Path(folder)
-    record = {p.name.split(".")[0]: json.loads(gzip.decompress(p.read_bytes())) for p in folder.glob("*.gz")}
+    record = _records(folder)
     bench = record["bench"]
 
     def secs(r: dict) -> str:
@@ -164,7 +166,7 @@ def chapter_times(folder: str | Path = FULL_BUILD) -> list[str]:
         r = record[name]
         extra = ""
         if number == "04":
-            extra = f" (relating its parts; {_chapter4_parts(folder, record)})"
+            extra = f" (relating its parts; {_chapter4_parts(folder)})"
         lines.append(f"| `make chapter N={number}` ({name}) | {secs(r)}{extra} | "
                      f"{r['machine']['cores']}, {r['machine']['torch_threads']}, {r['git_commit'][:7]} |")
     lines.append(f"| `make bench` | {secs(bench)} | {bench['machine']['cores']}, "

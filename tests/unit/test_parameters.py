@@ -93,6 +93,17 @@ def test_every_parameters_cell_is_one_papermill_can_read():
         assert parameters_cells.unreadable_lines(cls.cell_source()) == [], notebook
 
 
+def test_the_write_command_refuses_a_cell_papermill_cannot_read(monkeypatch, tmp_path):
+    class Unreadable:
+        @staticmethod
+        def cell_source():
+            return "# Parameters\nfrontier_docs = 16  # at n = 16 a verdict"
+
+    monkeypatch.setattr(parameters_cells, "DECLARED", {"04_cache_approximations": Unreadable})
+    with pytest.raises(ValueError, match="04_cache_approximations: papermill cannot read.*n = 16"):
+        parameters_cells.write_cells(tmp_path)
+
+
 def test_a_mutable_default_is_refused():
     with pytest.raises(TypeError, match="must be one of"):
         param([1, 2], "a list")
