@@ -1,6 +1,7 @@
 """`python -m kvutils.rerun`: papermill's own command line, every flag as papermill takes it, for a
 rerun beside the book; a failed cell ends in one line (the notebook, the cell, the error) instead of
-papermill's traceback of its own internals. A refused parameter or model is said first, by the
+papermill's traceback of its own internals. The kernel runs over IPC, as the book's does
+(kvutils.book.kernel), so ipykernel's warning about TCP without encryption is not printed. A refused parameter or model is said first, by the
 notebook's first cell (kvutils.core.declared.say_first), so a refusal takes a few lines in all:
 
     python -m kvutils.rerun notebooks/01_cache_exactness.ipynb runs/01_smollm2.ipynb --log-output \\
@@ -20,11 +21,19 @@ def _no_cell_ends(record) -> bool:
 def main(argv: list[str] | None = None) -> int:
     import logging
 
+    import functools
+
     import click
-    from papermill.cli import papermill as papermill_cli
+    import papermill.cli
     from papermill.exceptions import PapermillExecutionError
 
+    from kvutils.book.kernel import IpcKernelManager
+
     logging.getLogger("papermill").addFilter(_no_cell_ends)
+    papermill_cli = papermill.cli.papermill
+    # the command line calls the module's execute_notebook; every other keyword stays papermill's
+    papermill.cli.execute_notebook = functools.partial(papermill.cli.execute_notebook,
+                                                       kernel_manager_class=IpcKernelManager)
     try:
         papermill_cli.main(args=argv, prog_name="python -m kvutils.rerun", standalone_mode=False)
     except PapermillExecutionError as err:
