@@ -114,7 +114,7 @@ class Chapter4Parameters(Declared):
                                    "a multiple of 9 asks every depth first with every shape)",
                                    meaning="real-text haystacks per context", allowed="≥ 1",
                                    check=at_least(1))
-    filler_prompts: int = param(12,
+    filler_prompts: int = param(6,
                                 "pass-key questions per context in the repeated filler (the easy control; 0: "
                                 "none)", meaning="pass-key questions per context in the filler (0: none)",
                                 allowed="≥ 0", check=at_least(0))
