@@ -54,9 +54,10 @@ browser: setup
 	else echo "chromium is not installed, and installing it needs root and apt-get (apt-get install chromium)" \
 	  > $(BROWSER_NOTE); fi
 
-# both cores: pytest-xdist, the tests that share the quick book kept on one worker (tests/conftest.py)
+# both cores: pytest-xdist, the tests that share the quick book kept on one worker (tests/conftest.py);
+# the 25 slowest tests and fixtures are listed at the end (the 8-minute target: where the time goes)
 test: setup browser
-	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 lint: setup
 	$(VENV)/bin/ruff check kvutils tests

@@ -1,8 +1,9 @@
 """`python -m kvutils.rerun`: papermill's own command line, every flag as papermill takes it, for a
 rerun beside the book; a failed cell ends in one line (the notebook, the cell, the error) instead of
 papermill's traceback of its own internals. The kernel runs over IPC, as the book's does
-(kvutils.book.kernel), so ipykernel's warning about TCP without encryption is not printed. A refused parameter or model is said first, by the
-notebook's first cell (kvutils.core.declared.say_first), so a refusal takes a few lines in all:
+(kvutils.book.kernel), so ipykernel's warning about TCP without encryption is not printed. A
+refused parameter or model is said first, by the notebook's first cell
+(kvutils.core.declared.say_first), so a refusal takes a few lines in all:
 
     python -m kvutils.rerun notebooks/01_cache_exactness.ipynb runs/01_smollm2.ipynb --log-output \\
         -p models smollm2-135m -p n_prompts 8
@@ -19,9 +20,8 @@ def _no_cell_ends(record) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import logging
-
     import functools
+    import logging
 
     import click
     import papermill.cli

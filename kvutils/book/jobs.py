@@ -32,11 +32,11 @@ from kvutils.studies import units as study_units
 
 PINS = study_units.PINS
 SOURCES = ("*.py", "*.json", "*.js")  # kvutils' files a page's rendering may read
-# seconds of one core each job took in the last full build (tests/data/full_build/jobs; chapter 5 as measured
-# at 845dede, its record at 0f783fd ran beside a make test), for the order of a build with no records of its
-# own: the longest starts first
-ESTIMATED_S = {"retrieval-gemma3-270m": 1685, "05": 1672, "costs": 1638, "retrieval-smollm2-135m": 1302,
-               "01": 430, "02": 26, "03": 25}
+# seconds each job took in the last full build (tests/data/full_build/jobs, at 9bafce1, fresh clone, alone; chapter 5
+# took 1,672 s at b2482e2 on another machine of this kind), for the order of a build with no records of its own:
+# the longest starts first
+ESTIMATED_S = {"05": 2588, "costs": 1585, "retrieval-gemma3-270m": 1468, "retrieval-smollm2-135m": 1067,
+               "01": 446, "02": 26, "03": 26}
 
 
 @dataclass(frozen=True)

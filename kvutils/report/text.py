@@ -1,10 +1,11 @@
 """Numbers and sentences as the book prints them: `fmt` and `fraction` for every number in the prose
-(formatted from a results dict, never typed by hand), and what a page glues: plain texts, Markdown,
-and findings with their key numbers in bold (`glue_page`, `glue_findings`)."""
+(formatted from a results dict, never typed by hand), and what a page glues: plain texts and
+Markdown (`glue_page`, `glue_markdown`)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from kvutils.report.findings import escaped
 
 
 def fmt(value, digits: int = 6) -> str:
@@ -37,45 +38,6 @@ def listed(items, noun: str, plural: str | None = None) -> str:
     return f"{noun if len(words) == 1 else plural or noun + 's'} {joined}"
 
 
-_NUMBER = re.compile(r"(?<![\w.\-−])[-−]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?(?:/\d+)?%?×?(?![\w])")
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
-
-
-_CLAUSE_END = re.compile(r"[;:.](?:\s|$)")
-
-
-def clauses(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each clause of the text; a clause ends at ';', ':' or '.' before a space."""
-    ends = [m.end() for m in _CLAUSE_END.finditer(text) if m.end() < len(text)] + [len(text)]
-    return list(zip([0] + ends[:-1], ends))
-
-
-def key_numbers(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each clause's key number: its first number outside parentheses. A clause
-    whose numbers are all in parentheses (the details of a measurement) has none."""
-    spans = []
-    for start, end in clauses(text):
-        clause = text[start:end]
-        for m in _NUMBER.finditer(clause):
-            before = clause[:m.start()]
-            if before.count("(") == before.count(")"):
-                spans.append((start + m.start(), start + m.end()))
-                break
-    return spans
-
-
-def bold_numbers(text: str) -> str:
-    """A glued finding as inline Markdown (for `{glue:md}`): the text escaped, and only each
-    clause's key number (`key_numbers`) in bold, so that the page marks the measurement a sentence
-    is about, not every number of a paragraph."""
-    escaped = _MARKDOWN_SPECIAL.sub(r"\\\1", text)
-    out, done = [], 0
-    for start, end in key_numbers(escaped):
-        out += [escaped[done:start], f"**{escaped[start:end]}**"]
-        done = end
-    return "".join(out) + escaped[done:]
-
-
 @dataclass(frozen=True)
 class Markdown:
     """A glued text that is Markdown as it is (e.g. method names already in bold)."""
@@ -83,25 +45,17 @@ class Markdown:
     text: str
 
 
-@dataclass(frozen=True)
-class Finding:
-    """A glued finding: Markdown with its key numbers put in bold (`bold_numbers`)."""
-
-    text: str
-
-
 def glue_page(prefix: str, page: dict) -> None:
     """Glue every text of a page's `glue_page(numbers)` under `prefix` + its key: a plain string as
-    text (`{glue}`), a `Markdown` as it is and a `Finding` with its numbers in bold (`{glue:md}`)."""
+    text (`{glue}`), a `Markdown` as it is (`{glue:md}`)."""
     from IPython.display import Markdown as Shown
     from myst_nb import glue
 
     for key, value in page.items():
-        shown = (Shown(bold_numbers(value.text)) if isinstance(value, Finding) else
-                 Shown(value.text) if isinstance(value, Markdown) else value)
-        glue(f"{prefix}{key}", shown, display=False)
+        glue(f"{prefix}{key}", Shown(value.text) if isinstance(value, Markdown) else value, display=False)
 
 
-def glue_findings(prefix: str, texts: dict[str, str]) -> None:
-    """Glue each text as a `Finding`: Markdown with its key numbers in bold (`{glue:md}`)."""
-    glue_page(prefix, {key: Finding(text) for key, text in texts.items()})
+def glue_markdown(prefix: str, texts: dict[str, str]) -> None:
+    """Glue each sentence as Markdown that shows it literally (`{glue:md}`): the appendices' notes.
+    Nothing in them is bold; a page's bold is its findings' claims (kvutils.report.findings)."""
+    glue_page(prefix, {key: Markdown(escaped(text)) for key, text in texts.items()})

@@ -237,23 +237,18 @@ def test_wide_tables_scroll_in_their_own_box(built_book):
     assert "_static/custom.css" in page
 
 
-def test_findings_are_glued_with_their_numbers_in_bold(built_book):
-    """Bold marks the measurements, not whole sentences: a glued finding renders as text with its
-    numbers in <strong>, and no <strong> holds a whole sentence of words."""
+def test_appendix_notes_render_as_text_with_no_bold_number(built_book):
+    """The appendices glue their sentences as Markdown shown literally (kvutils.report.text.glue_markdown):
+    they render as text, not as "Markdown object", and no number in them is bold. The chapters and
+    the conclusions bold their findings' claims (kvutils/report/findings.py, tests/unit/test_findings.py)."""
     import re
 
-    from kvutils.report.text import bold_numbers
-
-    assert bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
-        "**24/24** identical on gemma3-270m (max 0.0470581, 99.5% top-1)")  # the key number only (issue 19)
-    assert bold_numbers("token '<bos>' a_b") == "token '\\<bos\\>' a\\_b"  # Markdown-escaped
     _, html = built_book
-    # the appendices still glue their numbers in bold; the chapters and the conclusions bold their
-    # findings' claims (kvutils/report/findings.py), which tests/unit/test_findings.py checks
     for name in ("appendix_a_reproducibility", "appendix_b_performance"):
         page = (html / "book" / "chapters" / f"{name}.html").read_text()
         strong = re.findall(r"<strong>(.*?)</strong>", page)
-        assert any(re.fullmatch(r"[-−\d.,/e%×+]+", s) for s in strong), name
+        assert not any(re.fullmatch(r"[-−\d.,/e%×+]+", s) for s in strong), name
+        assert "Markdown object" not in page, name
     for name in [*NOTEBOOKS.values(), "06_conclusions"]:
         assert "Markdown object" not in (html / "book" / "chapters" / f"{name}.html").read_text(), name
 

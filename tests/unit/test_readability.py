@@ -60,15 +60,17 @@ def test_chapter_tables_are_page_tables():
     assert isinstance(tables.rows_table({"r": {"c": "1"}}), tables.PageTable)
 
 
-def test_only_each_clauses_key_number_is_bold():
-    """Before: every number of a glued finding was bold, so a paragraph of measurements read as one
-    bold block. Now the first number outside parentheses of each clause; the details stay plain."""
-    assert text.bold_numbers("24/24 identical on gemma3-270m (max 0.0470581, 99.5% top-1)") == (
-        "**24/24** identical on gemma3-270m (max 0.0470581, 99.5% top-1)")
-    assert text.bold_numbers("tiny-llama: 50% at all 3 depths; tiny-gemma3: 75% at 7 depths. Done (2 runs).") == (
-        "tiny-llama: **50%** at all 3 depths; tiny-gemma3: **75%** at 7 depths. Done (2 runs).")
-    assert text.bold_numbers("token '<bos>' a_b") == "token '\\<bos\\>' a\\_b"  # Markdown-escaped
-    assert text.bold_numbers("no number (but 3 in brackets)") == "no number (but 3 in brackets)"
+def test_appendix_notes_are_glued_as_written_with_nothing_bold(monkeypatch):
+    """The appendices' sentences go to the page as Markdown that shows them literally: no number is
+    picked out in bold by a pattern (a page's bold is its findings' claims, kvutils.report.findings)."""
+    import myst_nb
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.__setitem__(name, value.data))
+    text.glue_markdown("rep_", {"runs": "24/24 identical on gemma3-270m (max 0.0470581)", "tok": "token '<bos>' a_b"})
+    assert glued == {"rep_runs": "24/24 identical on gemma3-270m (max 0.0470581)",
+                     "rep_tok": "token '\\<bos\\>' a\\_b"}  # Markdown-escaped
+    assert not hasattr(text, "bold_numbers")
 
 
 def _bytes_rows(values: dict[str, float]) -> list[dict]:
