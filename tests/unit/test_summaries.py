@@ -218,7 +218,7 @@ def test_appendix_b_sets_the_benchmark_step_beside_chapter_4():
     text = ra.step_agreement(bench, runs)
     assert "per repeat pair 48–51×, n = 3" in text and "per repeat pair 42–46×, n = 3" in text
     assert "The two ranges of repeat-pair speed-ups do not overlap" in text
-    assert "after the chapters, alone on 2 cores and 2 torch thread(s)" in text
+    assert "after the chapters. It ran alone on 2 cores and 2 torch thread(s)." in text
     assert "alone, as the build's first job, before the chapters ran side by side, on 2 torch thread(s) of 2 cores" in text
     ch4["decode"]["smollm2-135m"]["steps"][0]["speedups"] = [45.0, 49.0, 50.0]
     assert "ranges of repeat-pair speed-ups overlap" in ra.step_agreement(bench, runs)
@@ -315,7 +315,7 @@ def test_what_the_chapters_qwen_would_cost_where_it_did_not_run_is_computed():
     extra_min = 600.0 * qwen / smol / 60
     assert table.loc["01_cache_exactness", "with the Qwen: estimated extra (min)"] == f"{extra_min:.3g}"
     assert table.loc["05_qwen3_switch", "with the Qwen: estimated extra (min)"] == f"{900.0 * qwen / smol / 60:.3g}"
-    assert glue["qwen_left_out"].startswith(f"qwen2.5-0.5b is left out of 01_cache_exactness, 05_qwen3_switch: adding "
+    assert glue["qwen_left_out"].startswith(f"qwen2.5-0.5b is left out of 01_cache_exactness, 05_qwen3_switch. Adding "
                                             f"it would take an estimated {1500.0 * qwen / smol / 60:.3g} more minutes")
     assert "GB for its weights in fp64" in glue["qwen_left_out"]
     assert ra.qwen_left_out({})[1] == {"qwen_left_out": "every chapter that could run qwen2.5-0.5b ran it"}
