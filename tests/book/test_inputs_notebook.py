@@ -57,6 +57,7 @@ def test_a_refusal_through_papermills_command_line_is_said_in_a_few_lines(tmp_pa
     lines = [line for line in (run.stdout + run.stderr).replace("\r", "\n").splitlines()
              if line.strip() and not line.startswith("Executing:")]  # the progress bar's redraws
     reason = [i for i, line in enumerate(lines) if "n_prompts must be >= 1, got 0" in line]
-    assert run.returncode == 1 and reason, lines
-    assert not any("Traceback" in line for line in lines), lines
-    assert len(lines) <= (14 if log_output else 8), lines
+    shown = "\n".join(lines)  # whole in a failure's message (a list's repr is cut short)
+    assert run.returncode == 1 and reason, shown
+    assert not any("Traceback" in line for line in lines), shown
+    assert len(lines) <= (14 if log_output else 8), shown
