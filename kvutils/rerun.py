@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
                                                        kernel_manager_class=IpcKernelManager)
     try:
         papermill_cli.main(args=argv, prog_name="python -m kvutils.rerun", standalone_mode=False)
-        return 0
     except PapermillExecutionError as err:
         cell = next((line for line in err.source.splitlines() if line.strip()), "")
         print(f"{err.ename}: {err.evalue} (in cell In [{err.exec_count}], {cell!r}; the output notebook "
@@ -47,14 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Abort:
         return 130
-    finally:  # the kernel is shut down by now: objects the interpreter's teardown collects late (the
-        # kernel client's sockets, an event loop) may report "Exception ignored in ...: Traceback",
-        # which says nothing about the run. A run's own errors are said above.
-        sys.unraisablehook = _quiet_teardown
-
-
-def _quiet_teardown(unraisable) -> None:
-    """sys.unraisablehook after the run: an object finalised at exit with an error says nothing."""
+    return 0
 
 
 if __name__ == "__main__":

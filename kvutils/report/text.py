@@ -1,9 +1,7 @@
 """Numbers and sentences as the book prints them: `fmt` and `fraction` for every number in the prose
-(formatted from a results dict, never typed by hand), and what a page glues: plain texts and
-Markdown (`glue_page`, `glue_markdown`)."""
+(formatted from a results dict, never typed by hand), and the appendices' notes glued as
+literal Markdown (`glue_markdown`)."""
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from kvutils.report.findings import escaped
 
@@ -38,24 +36,12 @@ def listed(items, noun: str, plural: str | None = None) -> str:
     return f"{noun if len(words) == 1 else plural or noun + 's'} {joined}"
 
 
-@dataclass(frozen=True)
-class Markdown:
-    """A glued text that is Markdown as it is (e.g. method names already in bold)."""
-
-    text: str
-
-
-def glue_page(prefix: str, page: dict) -> None:
-    """Glue every text of a page's `glue_page(numbers)` under `prefix` + its key: a plain string as
-    text (`{glue}`), a `Markdown` as it is (`{glue:md}`)."""
-    from IPython.display import Markdown as Shown
+def glue_markdown(prefix: str, texts: dict[str, str]) -> None:
+    """Glue each sentence under `prefix` + its key as Markdown that shows it literally (`{glue:md}`):
+    the appendices' notes. Nothing in them is bold; a page's bold is its findings' claims
+    (kvutils.report.findings)."""
+    from IPython.display import Markdown
     from myst_nb import glue
 
-    for key, value in page.items():
-        glue(f"{prefix}{key}", Shown(value.text) if isinstance(value, Markdown) else value, display=False)
-
-
-def glue_markdown(prefix: str, texts: dict[str, str]) -> None:
-    """Glue each sentence as Markdown that shows it literally (`{glue:md}`): the appendices' notes.
-    Nothing in them is bold; a page's bold is its findings' claims (kvutils.report.findings)."""
-    glue_page(prefix, {key: Markdown(escaped(text)) for key, text in texts.items()})
+    for key, text in texts.items():
+        glue(f"{prefix}{key}", Markdown(escaped(text)), display=False)

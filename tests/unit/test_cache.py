@@ -373,7 +373,7 @@ def _expected_attention_float64(press, view):
 
 
 def test_expected_attention_in_float32_scores_as_float64_does(views):
-    """The press scores in float32 (3x faster than float64 on a 2,048-token prefill): each layer's
+    """The press scores in float32 (2.2x faster than float64 on Gemma's 2,040-token prefill): each layer's
     scores are float64's to 1e-5 of their largest, and the entries it keeps at 50 % are float64's."""
     press = ExpectedAttentionPress(0.5, future=64, sinks=2)
     for view in views:

@@ -1,7 +1,7 @@
 """What makes the book's tables, charts and findings readable in a narrow column (issue 19, item 6),
 checked without a browser: tables whose row labels wrap (a short label with the full one as a
 tooltip where asked), interactive charts laid out for the column, log ticks that do not overlap,
-bold only for each clause's key number. tests/book/test_browser.py checks the built pages themselves."""
+nothing bold but a finding's claim. tests/book/test_browser.py checks the built pages themselves."""
 import re
 
 import pandas as pd
