@@ -71,7 +71,8 @@ lint: setup
 # re-renders pages. Chapter 4's decode steps are timed first and the benchmark after every study,
 # each alone on every core; the studies run side by side in between, one job per core (JOBS, default
 # nproc; `make -j8 book` or `make book JOBS=8`), longest first as the records measured them
-# (`python -m kvutils.book.jobs order`), one torch thread each; then the stale pages, side by side.
+# (`python -m kvutils.book.jobs order`), one torch thread each, and each chapter's page as soon as its
+# study is done; then the summary pages, side by side.
 # The HTML is rebuilt only when an executed page or a prose page is newer than it.
 JOBS ?= $(shell nproc)
 PROFILE ?= full
@@ -87,6 +88,7 @@ JOB_THREADS ?= 1
 STUDY_JOBS = $(eval STUDY_JOBS := $(shell test -x $(PY) && $(PY) -m kvutils.book.jobs order --profile $(PROFILE) \
                                    --results-dir $(RESULTS)))$(STUDY_JOBS)
 RETRIEVAL_JOBS = $(eval RETRIEVAL_JOBS := $(shell test -x $(PY) && $(PY) -m kvutils.book.jobs retrieval --profile $(PROFILE)))$(RETRIEVAL_JOBS)
+CHAPTER_PAGES = $(eval CHAPTER_PAGES := $(shell test -x $(PY) && $(PY) -m kvutils.book.jobs chapter-pages))$(CHAPTER_PAGES)
 .PHONY: jobs job-timing job-bench job-pages
 
 book:
@@ -113,7 +115,11 @@ job-%: job-timing
 # chapter 4's results relate its timing, its retrieval jobs and its costs: seconds, once they are done
 job-04: job-costs $$(addprefix job-,$$(RETRIEVAL_JOBS))
 	$(JOB) 04 --threads $(JOB_THREADS)
-job-bench: $$(addprefix job-,$$(STUDY_JOBS)) job-04
+# a chapter's page, once its study is done: listed after every study, make starts it only in a slot
+# that no study waits for (the tail of the studies); the shorter stem wins over job-%
+job-page-%: job-$$*
+	$(JOB) page-$* --threads $(JOB_THREADS)
+job-bench: $$(addprefix job-,$$(STUDY_JOBS)) job-04 $$(addprefix job-,$$(CHAPTER_PAGES))
 	$(JOB) bench --threads $(CORES)
 job-pages: job-bench
 	$(JOB) pages --threads $(CORES)

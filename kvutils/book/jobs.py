@@ -5,9 +5,11 @@
     costs               chapter 4's Table 2, frontier and bytes
     01 02 03 05         the chapters' studies
     04                  chapter 4's results, related from timing, retrieval and costs (seconds)
-    bench               the benchmark, alone on every core, after the studies
-    pages               every page that is stale: the chapters' notebooks, which read their studies'
-                        results, and the summary pages; side by side, one per core
+    page-01 … page-05   a chapter's page, from its study's results, as soon as that study is done
+                        (in a slot the studies no longer need)
+    bench               the benchmark, alone on every core, after the studies and their pages
+    pages               every page still stale: the summary pages (they read the benchmark too);
+                        side by side, one per core
 
 A study job is reused while its unit's inputs hash stands (`kvutils.studies.units`: its parameters,
 its import closure, its data, the pins, the files it reads). A page's inputs are its notebook, every
@@ -32,10 +34,10 @@ from kvutils.studies import units as study_units
 
 PINS = study_units.PINS
 SOURCES = ("*.py", "*.json", "*.js")  # kvutils' files a page's rendering may read
-# seconds each job took in the last full build (tests/data/full_build/jobs, at 9bafce1, fresh clone, alone; chapter 5
-# took 1,672 s at b2482e2 on another machine of this kind), for the order of a build with no records of its own:
-# the longest starts first
-ESTIMATED_S = {"05": 2588, "costs": 1585, "retrieval-gemma3-270m": 1468, "retrieval-smollm2-135m": 1067,
+# seconds each job took in the last full build (tests/data/full_build/jobs, at 9bafce1, fresh clone, alone), less
+# what stop 56 cut (chapter 5 without k = 8 and 24 patching pairs, the frontier without 0.75, two random seeds,
+# two CacheBlend fractions), for the order of a build with no records of its own: the longest starts first
+ESTIMATED_S = {"05": 2030, "costs": 1360, "retrieval-gemma3-270m": 1340, "retrieval-smollm2-135m": 980,
                "01": 446, "02": 26, "03": 26}
 
 
@@ -160,18 +162,22 @@ def order(profile: str, results_dir: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m kvutils.book.jobs order --profile P --results-dir R`: the side-by-side jobs, longest
-    first, one line (the Makefile's list); `retrieval --profile P`: chapter 4's retrieval jobs."""
+    first, one line (the Makefile's list); `retrieval --profile P`: chapter 4's retrieval jobs;
+    `chapter-pages`: the chapters' pages, each rendered once its study is done (the summary pages
+    wait for the benchmark)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m kvutils.book.jobs")
-    parser.add_argument("what", choices=["order", "retrieval"])
+    parser.add_argument("what", choices=["order", "retrieval", "chapter-pages"])
     parser.add_argument("--profile", default="full", choices=["full", "quick"])
     parser.add_argument("--results-dir", default="results")
     args = parser.parse_args(argv)
     if args.what == "order":
         print(" ".join(order(args.profile, Path(args.results_dir))))
-    else:
+    elif args.what == "retrieval":
         print(" ".join(n for n in jobs_for(args.profile) if n.startswith(study_units.RETRIEVAL)))
+    else:
+        print(" ".join(f"page-{number}" for number in NOTEBOOKS))
     return 0
 
 

@@ -50,8 +50,7 @@ ARTICLE_OPS = ("exact", "cast:dtype=float16", "cast:dtype=bfloat16", "quantize_n
 # the rows this book adds: outlier-aware quantisation, re-indexed windows, partial recompute
 EXTRA_OPS = ("quantize_kivi:bits=8", "quantize_kivi:bits=4", "quantize_kivi:bits=2",
              "window:size=128,sinks=4,reindex=true", "window:size=64,sinks=4,reindex=true",
-             "chunk_blend:recompute_fraction=0.05", "chunk_blend:recompute_fraction=0.15",
-             "chunk_blend:recompute_fraction=0.3", "chunk_blend:recompute_fraction=0.5")
+             "chunk_blend:recompute_fraction=0.15", "chunk_blend:recompute_fraction=0.5")
 
 # what each registered class states itself (an inherited one would name, colour or place it as its parent)
 OWN = ("name", "examples", "display", "colour", "place", "frontier", "retrieval")

@@ -17,7 +17,7 @@ from kvutils.studies.parameters.values import (
 )
 
 DEFAULT_OPS = "default"  # the article's twelve rows and this book's additions (cache.ARTICLE_OPS + EXTRA_OPS)
-FRONTIER_OPS = ("cast, KIVI-4/2, window 128, fp8 QuantizedCache, 6 presses at compression 0.25/0.5/0.75; h2o "
+FRONTIER_OPS = ("cast, KIVI-4/2, window 128, fp8 QuantizedCache, 6 presses at compression 0.25/0.5; h2o "
                 "at 0.5, tova at 0.25 and 0.5 and a 4-sink window at each press level, with the fixed budget "
                 "that equals a press's mean held entries over the decode: 576 = 512 + 128/2 at 0.5")
 
@@ -71,7 +71,7 @@ class Chapter4Parameters(Declared):
                                  meaning="models on the bytes-vs-fidelity frontier",
                                  allowed='a subset of `models`; `""` for none', check=model_subset)
     frontier_ops: str = param(DEFAULT_OPS,
-                              '"default" (the deployed methods: presses at compression 0.25/0.5/0.75; h2o, '
+                              '"default" (the deployed methods: presses at compression 0.25/0.5; h2o, '
                               'tova and a 4-sink window at matched budgets) or specs separated by ";"',
                               meaning="methods on the frontier", note=FRONTIER_OPS,
                               allowed="specs separated by `;` (no chunk operations)")

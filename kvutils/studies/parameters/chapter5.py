@@ -48,7 +48,7 @@ class Chapter5Parameters(Declared):
                       "ambiguous word)", meaning="what the adapters learn after the marker",
                       allowed="`continuation` (does passage B continue passage A?), `senses` (name the sense "
                               "of an ambiguous word)", check=one_of(TASKS))
-    k_values: str | int = param("4,8,12",
+    k_values: str | int = param("4,12",
                                 "depths of the LoRA tails (and activated adapters) to train: adapted layers "
                                 'at the top, "L" for every layer',
                                 meaning="depths of the LoRA tails and of the activated adapters (one of each "
@@ -134,7 +134,7 @@ class Chapter5Parameters(Declared):
                                        "the pairs the unpatched adapter answers right); columns of the map",
                                allowed="one of `k_values`; ≥ 1 (at most the pairs the task gives: half the "
                                        "held-out examples for `continuation`); 1…L", check=tail_depth)
-    patch_pairs: int = param(48,
+    patch_pairs: int = param(24,
                              "pairs of contexts in the patching map (each cell's n: those the clean adapter "
                              "answers right)", row="patch_k", check=at_least(1))
     patch_layer_groups: int = param(4,
