@@ -157,15 +157,24 @@ def _longest_context(runs: dict) -> int:
     return max(contexts, default=0)
 
 
+def _own_parameters(run: dict, model: dict) -> int:
+    """A model's own parameters: chapter 5 records its model with the LoRA adapters it added (their
+    trainable parameters are in its training record), so those are taken off."""
+    numbers = (run.get("numbers") or {}).get(model["name"])
+    adapters = numbers.get("training", {}).get("adapters", {}) if isinstance(numbers, dict) else {}
+    return (model.get("parameters") or 0) - sum(a.get("trainable_parameters", 0) for a in adapters.values())
+
+
 THEOREM, MEASURED, NOT_SAID = "theorem: any causal model", "measured here", "not said by this book"
 
 
 def serving_table(runs: dict) -> PageTable:
     """What carries over to serving: theorems, what was measured here (and on what), what the book
     cannot say; each row with what it rests on, counted from the results."""
-    models = {m["name"]: m for run in runs.values() for m in run.get("models") or []}
+    models = {m["name"]: {**m, "parameters": _own_parameters(run, m)}
+              for run in runs.values() for m in run.get("models") or []}
     causal = [m for m in models.values() if m.get("family") == "causal"]
-    largest = max(causal, key=lambda m: m.get("parameters") or 0)
+    largest = max(causal, key=lambda m: m["parameters"])
     size = f"{fmt(largest['parameters'] / 1e6, 3)} M parameters"
     devices = ", ".join(sorted({run.get("parameters", {}).get("device", "cpu") for run in runs.values()}))
     dtypes = ", ".join(sorted({m.get("dtype") for m in causal if m.get("dtype")}))

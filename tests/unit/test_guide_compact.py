@@ -75,7 +75,8 @@ def test_what_carries_over_separates_theorems_measurements_and_limits(runs):
     kinds = table["kind"].tolist()
     assert kinds.count(cf.THEOREM) == 3 and kinds.count(cf.MEASURED) == 2 and kinds.count(cf.NOT_SAID) == 3
     assert "contexts up to 2,048 tokens" in table.loc["costs: time, memory, FLOPs", "rests on"]
-    assert table.loc["8B models", "rests on"] == "largest model here: 648 M parameters"
+    # the Qwen without the LoRA adapters chapter 5 added before recording it (641.9 M with them)
+    assert table.loc["8B models", "rests on"] == "largest model here: 630 M parameters"
 
 
 def test_the_conclusions_box_holds_one_finding_per_question(runs):
