@@ -59,7 +59,8 @@ def qwen_left_out(runs: dict, model: str = CHAPTER5_QWEN) -> tuple[pd.DataFrame,
     counts: dict[str, dict] = {}
 
     def w(name: str) -> int:
-        counts.setdefault(name, per_token_weights(name))
+        if name not in counts:  # not setdefault: its default would build the skeleton on every call
+            counts[name] = per_token_weights(name)
         return counts[name]["layers"] + counts[name]["head"]
     share_col = "FLOPs per token: the Qwen's ÷ theirs"
     rows, extra = [], {}

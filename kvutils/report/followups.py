@@ -14,7 +14,7 @@ from kvutils.report.tables import page_table
 REGIME_TITLE = {"agnostic": "compressed before the first question (prompt cache)",
                 "aware": "compressed with the first question"}
 WORDS = {compare.A_LOWER: "loses follow-ups", compare.A_HIGHER: "follow-ups better than turn 1",
-         compare.IDENTICAL: "keeps follow-ups (identical to turn 1)"}
+         compare.IDENTICAL: "same as turn 1 on every prompt"}  # right or wrong alike: 0 % twice is no keeping
 
 
 def _gated(hay: dict) -> set[str]:

@@ -259,7 +259,8 @@ def threshold_clause(test: compare.Paired, near_exact_pct: float) -> str:
         return f"below {at} (p = {test.p:.2g})"
     if test.verdict == compare.CANNOT:
         return f"no verdict possible at n = {test.n} ({test.withheld()})"
-    return f"no detectable difference from {at} (p = {test.p:.2g}{'; ' + test.withheld() if test.withheld() else ''})"
+    withheld = f"; {test.withheld()}" if test.withheld() else ""
+    return f"no detectable difference from {at} (p = {test.p:.2g}{withheld})"
 
 
 def _frontier_only(table2_run: dict, frontier_run: dict | None) -> dict:

@@ -95,7 +95,8 @@ def _followup(r: dict | None, haystack: str = "pydoc") -> str:
     f = axis and axis["agnostic"].get("followup")
     if not f:
         return "—"
-    return f"{f['accuracy_pct']:.0f} {'✗' if f['against_exact'] == compare.A_LOWER else '✓'}"
+    mark = "✗" if f["against_exact"] == compare.A_LOWER else "✓"
+    return f"{f['accuracy_pct']:.0f} {mark}"
 
 
 STORED_SMALLER = (

@@ -23,7 +23,7 @@ def human(spec: str) -> str:
     if op.setting("compression_ratio") is not None:
         return f"{name} (evicts {_pct(op.compression_ratio)})"
     named = {
-        "window": lambda: f"window of {op.size} ({op.sinks} sinks{', re-indexed' if op.reindex else ''})",
+        "window": lambda: f"window of {op.size} ({op.sinks} sinks" + (", re-indexed)" if op.reindex else ")"),
         "quantize_kivi": lambda: f"KIVI {op.bits}-bit, residual {op.residual}",
         "quantize_naive": lambda: f"naive {op.bits}-bit",
         "cast": lambda: f"{op.dtype} cache",

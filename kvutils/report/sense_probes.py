@@ -210,7 +210,8 @@ def holm_above(rates: list[compare.Rate]) -> list[int]:
 
 
 def _depths(depths: list[int]) -> str:
-    return ", ".join(map(str, depths))
+    """'depth 3', 'depths 3, 4, 5'."""
+    return ("depth " if len(depths) == 1 else "depths ") + ", ".join(map(str, depths))
 
 
 def _above_chance(rates: list[compare.Rate], subject: str) -> str:
@@ -221,8 +222,10 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
     if start is not None:
         weakest = min(rates[start:], key=lambda r: (r.successes, -r.p))
         earlier = [d for d in holm_above(rates) if d < start]  # a depth singled out: judged after Holm
-        also = (f"; before that, depth{'s' if len(earlier) > 1 else ''} {_depths(earlier)} above chance too after Holm's "
-                "correction, but not every depth between" if earlier else "")
+        also = ""
+        if earlier:
+            also = (f"; before that, {_depths(earlier)} above chance too after Holm's correction, but not every "
+                    "depth between")
         return (f"from depth {start} on {subject} (every depth from {start} is above chance at n = {n} items; the "
                 f"weakest: {weakest.sentence()}{also}; tested from the last depth back, stopping at the first that "
                 "is not, so no correction for the number of depths is owed)")
@@ -230,11 +233,12 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
     adjusted = compare.holm([r.p for r in rates])
     if above:
         held = holm_above(rates)
-        return (f"it is above chance at depth{'s' if len(above) > 1 else ''} {_depths(above)} but not at every later "
-                f"depth, so this run does not show it from one depth on (n = {n} items per depth); corrected for "
-                f"testing {len(rates)} depths (Holm), "
-                + (f"depth{'s' if len(held) > 1 else ''} {_depths(held)} stay{'' if len(held) > 1 else 's'} above"
-                   if held else "none stays above"))
+        corrected = "none stays above"
+        if held:
+            corrected = f"{_depths(held)} " + ("stays above" if len(held) == 1 else "stay above")
+        return (f"it is above chance at {_depths(above)} but not at every later depth, so this run does not show it "
+                f"from one depth on (n = {n} items per depth); corrected for testing {len(rates)} depths (Holm), "
+                + corrected)
     return (f"no depth shows a detectable difference from chance at n = {n} items (the most: depth {best}, "
             f"{rates[best].sentence()}; picked as the best of {len(rates)} depths, its Holm-adjusted p is "
             f"{adjusted[best]:.2g})")
@@ -272,8 +276,8 @@ def layer_count(tests: list[compare.Paired], than: str) -> str:
     lower = sum(t.verdict == compare.A_LOWER for t in tests)
     rest = n - higher - lower
     items = tests[0].n if tests else 0
-    text = (f"takes detectably more than {than} in {'every one' if higher == n else higher} of {n} layers"
-            if higher else f"takes detectably more than {than} in none of {n} layers")
+    how_many = "none" if not higher else "every one" if higher == n else str(higher)
+    text = f"takes detectably more than {than} in {how_many} of {n} layers"
     if lower:
         text += f", detectably less in {lower}"
     if rest:

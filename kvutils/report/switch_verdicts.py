@@ -63,9 +63,10 @@ def zero_shot(model: str, r: dict) -> str:
     p = sv.auc_vs_chance(z, labels, "its AUC")
     lo, hi = (0.5 + x for x in p.ci95) if p.ci95 is not None else (z["auc"], z["auc"])
     where = f"AUC {fmt(z['auc'], 3)}, 95 % interval {fmt(lo, 3)}–{fmt(hi, 3)}, n = {p.n}, p = {p.p:.2g}"
-    test = (f"its AUC is {'above' if p.verdict == compare.A_HIGHER else 'below'} chance (0.5; {where})"
-            if p.separated else f"no detectable difference of its AUC from chance (0.5) at n = {p.n} ({where}"
-            + (f"; {p.withheld()})" if p.withheld() else ")"))
+    side = "above" if p.verdict == compare.A_HIGHER else "below"
+    withheld = f"; {p.withheld()}" if p.withheld() else ""
+    test = (f"its AUC is {side} chance (0.5; {where})" if p.separated
+            else f"no detectable difference of its AUC from chance (0.5) at n = {p.n} ({where}{withheld})")
     return (f"{model}: {measures(z)}; it answers {answer} on {first} of {len(labels)} examples; "
             + test)
 
@@ -96,9 +97,9 @@ def knee(model: str, r: dict) -> str:
         head = f"k = {best}: {top}, and every smaller k is detectably below it"
         deeper = [x for x, d in k["vs_best"].items() if int(x) > best and d["verdict"] == compare.A_LOWER]
         if deeper:  # the curve falls again past the best k: depth alone does not order the tails here
-            head += (f"; the deeper {' and '.join(f'k = {x}' for x in deeper)} {'is' if len(deeper) == 1 else 'are'} "
-                     "detectably below it too, so accuracy does not rise with depth in this run (the training "
-                     "losses below show whether each tail learned)")
+            these = " and ".join(f"k = {x}" for x in deeper) + (" is" if len(deeper) == 1 else " are")
+            head += (f"; the deeper {these} detectably below it too, so accuracy does not rise with depth in this "
+                     "run (the training losses below show whether each tail learned)")
         if best == max(ks):  # the curve still rises at its end: the sweep bounds the knee from below
             head += (f"; k = {best} is also the deepest tail trained, so quality had not levelled off within the "
                      f"sweep and the knee lies at k = {best} or deeper")

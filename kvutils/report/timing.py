@@ -46,7 +46,8 @@ def against_published(step: dict, published: float, published_context: int, who:
         return f"{who}'s {fmt(published, 4)}× cannot be placed against a spread: this run kept no repeats"
     lo, hi = min(pairs), max(pairs)
     if len(pairs) == 1:
-        where = f"{'below' if published < lo else 'above' if published > lo else 'level with'} our one repeat's {fmt(lo, 3)}×"
+        side = "below" if published < lo else "above" if published > lo else "level with"
+        where = f"{side} our one repeat's {fmt(lo, 3)}×"
     else:
         where = ("below every one" if published < lo else "above every one" if published > hi else "within the range"
                  ) + f" of our {len(pairs)} repeat pairs' speed-ups ({fmt(lo, 3)}–{fmt(hi, 3)}×)"

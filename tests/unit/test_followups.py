@@ -188,7 +188,7 @@ def test_the_followup_figure_and_table():
     assert any("n = 30" in c for c in table.columns)
     row, bf16 = table.iloc[0], table.iloc[1]  # the methods in the results' order
     assert row["turn 1"] == "100 %" and row["follow-up"] == "0 %" and "loses" in row.iloc[-1]
-    assert "keeps" in bf16.iloc[-1]
+    assert "same as turn 1 on every prompt" in bf16.iloc[-1]  # not "keeps": 0 % twice is identical too
     tova = table.iloc[2]  # a step-path policy: turn 1 only, its follow-ups named not scored
     assert tova["turn 1"] == "100 %" and tova["follow-up"] == "–" and tova.iloc[-1] == "step path"
 
