@@ -34,9 +34,9 @@ from kvutils.studies import units as study_units
 
 PINS = study_units.PINS
 SOURCES = ("*.py", "*.json", "*.js")  # kvutils' files a page's rendering may read
-# seconds each job took in the last full build (tests/data/full_build/jobs, at 0a7f163, fresh clone, alone; chapter 5
-# took 2,588 s at 9bafce1 with k = 8 and 48 patching pairs more), for the order of a build with no records of its
-# own: the longest starts first
+# seconds each job took in the last full build (tests/data/full_build/jobs, at 0a7f163, fresh clone, alone;
+# chapter 5 took 2,588 s at 9bafce1 with k = 8 and 48 patching pairs more), for the order of a build with no
+# records of its own: the longest starts first
 ESTIMATED_S = {"05": 1761, "costs": 1368, "retrieval-gemma3-270m": 1281, "retrieval-smollm2-135m": 1005,
                "01": 450, "02": 27, "03": 30}
 

@@ -81,8 +81,8 @@ def qwen_left_out(runs: dict, model: str = CHAPTER5_QWEN) -> tuple[pd.DataFrame,
     fp64_gb = w(model) and counts[model]["parameters"] * 8 / 1e9
     return table, {"qwen_left_out": (
         f"{model} is left out of {', '.join(extra)}. Adding it would take an estimated "
-        f"{fmt(sum(extra.values()) / 60, 3)} more minutes of one thread in all, and {fmt(fp64_gb, 2)} GB for its "
-        "weights in fp64 in chapter 1")}
+        f"{fmt(sum(extra.values()) / 60, 3)} more minutes of one thread in all, and {fmt(fp64_gb, 2)} GB for "
+        "its weights in fp64 in chapter 1")}
 
 
 def available_runs(results_dir) -> dict[str, dict]:
@@ -250,8 +250,8 @@ def step_agreement(bench: dict, runs: dict) -> str:
     threads = s.get("threads", bench["machine"]["torch_threads"])
     art = article()["e4_decode_time"]["ctx_2000"]["speedup"]
     published = against_published(s, art, ARTICLE_CONTEXT, "the article")
-    ours = (f"The benchmark timed the decode step at {s['context']} tokens on {bench['model']}, after the chapters. "
-            f"It ran alone on {bench['machine']['cores']} cores and {threads} torch thread(s). "
+    ours = (f"The benchmark timed the decode step at {s['context']} tokens on {bench['model']}, after the "
+            f"chapters. It ran alone on {bench['machine']['cores']} cores and {threads} torch thread(s). "
             f"Speed-up: {speedup_text(s)}. {published[:1].upper()}{published[1:]}.")
     ch4 = runs.get(NOTEBOOKS["04"], {}).get("numbers", {})
     step = next((x for x in ch4.get("decode", {}).get(bench["model"], {}).get("steps", []) if x["context"] == s["context"]),
@@ -270,9 +270,9 @@ def step_agreement(bench: dict, runs: dict) -> str:
     else:
         relation = "one of the two kept no repeats, so their spreads cannot be set side by side"
     return (ours + f" Chapter 4 timed the same step {where}. Speed-up: {speedup_text(step)}. "
-            f"{relation.capitalize()}. They are separate measurements, taken at different moments of the build. "
-            "The machine's state at each (other work, memory bandwidth, frequency) enters each. Neither is the "
-            "book's one speed-up")
+            f"{relation.capitalize()}. They are separate measurements, taken at different moments of the "
+            "build. The machine's state at each (other work, memory bandwidth, frequency) enters each. "
+            "Neither is the book's one speed-up")
 
 
 def performance_table(bench: dict) -> pd.DataFrame:

@@ -209,11 +209,6 @@ def holm_above(rates: list[compare.Rate]) -> list[int]:
     return [d for d, (r, p) in enumerate(zip(rates, adjusted)) if p < compare.ALPHA and r.rate > r.chance]
 
 
-def _depths(depths: list[int]) -> str:
-    """'depth 3', 'depths 3, 4, 5'."""
-    return ("depth " if len(depths) == 1 else "depths ") + ", ".join(map(str, depths))
-
-
 def _above_chance(rates: list[compare.Rate], subject: str) -> str:
     """Where the probe reads above chance, in the words the tests support."""
     n = rates[0].n
@@ -224,8 +219,8 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
         earlier = [d for d in holm_above(rates) if d < start]  # a depth singled out: judged after Holm
         also = ""
         if earlier:
-            also = (f"; before that, {_depths(earlier)} above chance too after Holm's correction, but not every "
-                    "depth between")
+            also = (f"; before that, {listed(earlier, 'depth')} above chance too after Holm's correction, "
+                    "but not every depth between")
         return (f"from depth {start} on {subject} (every depth from {start} is above chance at n = {n} items; the "
                 f"weakest: {weakest.sentence()}{also}; tested from the last depth back, stopping at the first that "
                 "is not, so no correction for the number of depths is owed)")
@@ -235,10 +230,10 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
         held = holm_above(rates)
         corrected = "none stays above"
         if held:
-            corrected = f"{_depths(held)} " + ("stays above" if len(held) == 1 else "stay above")
-        return (f"it is above chance at {_depths(above)} but not at every later depth, so this run does not show it "
-                f"from one depth on (n = {n} items per depth); corrected for testing {len(rates)} depths (Holm), "
-                + corrected)
+            corrected = f"{listed(held, 'depth')} " + ("stays above" if len(held) == 1 else "stay above")
+        return (f"it is above chance at {listed(above, 'depth')} but not at every later depth, so this run "
+                f"does not show it from one depth on (n = {n} items per depth); corrected for testing "
+                f"{len(rates)} depths (Holm), " + corrected)
     return (f"no depth shows a detectable difference from chance at n = {n} items (the most: depth {best}, "
             f"{rates[best].sentence()}; picked as the best of {len(rates)} depths, its Holm-adjusted p is "
             f"{adjusted[best]:.2g})")

@@ -98,8 +98,8 @@ def knee(model: str, r: dict) -> str:
         deeper = [x for x, d in k["vs_best"].items() if int(x) > best and d["verdict"] == compare.A_LOWER]
         if deeper:  # the curve falls again past the best k: depth alone does not order the tails here
             these = " and ".join(f"k = {x}" for x in deeper) + (" is" if len(deeper) == 1 else " are")
-            head += (f"; the deeper {these} detectably below it too, so accuracy does not rise with depth in this "
-                     "run (the training losses below show whether each tail learned)")
+            head += (f"; the deeper {these} detectably below it too, so accuracy does not rise with depth in "
+                     "this run (the training losses below show whether each tail learned)")
         if best == max(ks):  # the curve still rises at its end: the sweep bounds the knee from below
             head += (f"; k = {best} is also the deepest tail trained, so quality had not levelled off within the "
                      f"sweep and the knee lies at k = {best} or deeper")

@@ -66,8 +66,10 @@ def test_appendix_notes_are_glued_as_written_with_nothing_bold(monkeypatch):
     import myst_nb
 
     glued = {}
-    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.__setitem__(name, value.data))
-    text.glue_markdown("rep_", {"runs": "24/24 identical on gemma3-270m (max 0.0470581)", "tok": "token '<bos>' a_b"})
+    monkeypatch.setattr(myst_nb, "glue",
+                        lambda name, value, display=True: glued.__setitem__(name, value.data))
+    text.glue_markdown("rep_", {"runs": "24/24 identical on gemma3-270m (max 0.0470581)",
+                                "tok": "token '<bos>' a_b"})
     assert glued == {"rep_runs": "24/24 identical on gemma3-270m (max 0.0470581)",
                      "rep_tok": "token '\\<bos\\>' a\\_b"}  # Markdown-escaped
     assert not hasattr(text, "bold_numbers")

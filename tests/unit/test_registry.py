@@ -29,7 +29,7 @@ from kvutils.report import names
 from kvutils.studies.cache_approximations import frontier
 from kvutils.studies.cache_approximations import retrieval as retrieval_study
 
-# ------------------------------------------- the lists as b2482e2 wrote them (the frontier without 0.75 since stop 56)
+# ------------------------------ the lists as b2482e2 wrote them (the frontier without 0.75 since stop 56)
 
 OPS_THEN = ["exact", "cast", "quantize_naive", "quantize_kivi", "window", "chunk_reuse", "chunk_blend",
             "random", "knorm", "snapkv", "pyramidkv", "expected_attention", "adakv", "h2o", "tova",

@@ -385,5 +385,6 @@ def test_a_decode_time_policy_joins_each_level_at_the_matched_budget():
         P, D = 1000, 1024 - 1 - 1000
         assert kept_per_head(P, tova.compression_ratio) == frontier.matched_budget(P, D, level)
         assert study.frontier_label(tova.spec, level) == f"tova@{level:g}"
-        assert specs[f"{study.SEED_LABEL}1@{level:g}"] == parse_op(f"random:compression_ratio={level},seed=1").spec
+        second_seed = parse_op(f"random:compression_ratio={level},seed=1").spec
+        assert specs[f"{study.SEED_LABEL}1@{level:g}"] == second_seed
     assert study.frontier_label("h2o:compression_ratio=0.5", 0.5) is None  # not scored on retrieval

@@ -315,7 +315,8 @@ def test_what_the_chapters_qwen_would_cost_where_it_did_not_run_is_computed():
     extra_min = 600.0 * qwen / smol / 60
     assert table.loc["01_cache_exactness", "with the Qwen: estimated extra (min)"] == f"{extra_min:.3g}"
     assert table.loc["05_qwen3_switch", "with the Qwen: estimated extra (min)"] == f"{900.0 * qwen / smol / 60:.3g}"
-    assert glue["qwen_left_out"].startswith(f"qwen2.5-0.5b is left out of 01_cache_exactness, 05_qwen3_switch. Adding "
-                                            f"it would take an estimated {1500.0 * qwen / smol / 60:.3g} more minutes")
+    assert glue["qwen_left_out"].startswith(
+        f"qwen2.5-0.5b is left out of 01_cache_exactness, 05_qwen3_switch. Adding it would take an estimated "
+        f"{1500.0 * qwen / smol / 60:.3g} more minutes")
     assert "GB for its weights in fp64" in glue["qwen_left_out"]
     assert ra.qwen_left_out({})[1] == {"qwen_left_out": "every chapter that could run qwen2.5-0.5b ran it"}
