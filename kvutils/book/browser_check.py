@@ -55,7 +55,8 @@ MIN_PLOT_SHARE = 0.5  # of a chart's width, for the plot itself (the rest: legen
 # Runs in the page: how wide its tables and charts are laid out in the text column (after every
 # Plotly chart has been resized to the window, as Plotly's responsive mode does on a resize).
 _LAYOUT_STATE = """async () => {
-  const column = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const column = document.querySelector('article.bd-article') || document.querySelector('main')
+    || document.body;
   const plots = [...column.querySelectorAll('.js-plotly-plot')];
   if (window.Plotly) { await Promise.all(plots.map(p => Plotly.Plots.resize(p))); }
   const style = getComputedStyle(column);
@@ -66,7 +67,8 @@ _LAYOUT_STATE = """async () => {
   const overflow = el => {  // el or a box around it, up to the column, whose content is wider than it
     const out = [];
     for (let e = el; e; e = e.parentElement) {
-      if (e.scrollWidth > e.clientWidth + 1) out.push(`${name(e)}: ${e.scrollWidth} px of content in ${e.clientWidth} px`);
+      if (e.scrollWidth > e.clientWidth + 1)
+        out.push(`${name(e)}: ${e.scrollWidth} px of content in ${e.clientWidth} px`);
       if (e === column) break;
     }
     const r = el.getBoundingClientRect();
@@ -75,21 +77,25 @@ _LAYOUT_STATE = """async () => {
                `the column ${Math.round(left)}-${Math.round(right)} px`);
     return out;
   };
-  const outside = (inner, outer) => inner.width > 0 && (inner.left < outer.left - 1 || inner.right > outer.right + 1 ||
-                                                        inner.top < outer.top - 1 || inner.bottom > outer.bottom + 1);
+  const outside = (inner, outer) => inner.width > 0 && (
+    inner.left < outer.left - 1 || inner.right > outer.right + 1 ||
+    inner.top < outer.top - 1 || inner.bottom > outer.bottom + 1);
   return {
     column: Math.round(right - left),
     tables: [...column.querySelectorAll('table')].map(t => ({
-      label: [...t.querySelectorAll('th')].slice(0, 3).map(h => h.textContent.trim()).join(' | ').slice(0, 80),
+      label: [...t.querySelectorAll('th')].slice(0, 3).map(h => h.textContent.trim()).join(' | ')
+        .slice(0, 80),
       overflow: overflow(t)})),
     charts: plots.map(p => {
       const svg = p.querySelector('.main-svg').getBoundingClientRect();
       const texts = [...p.querySelectorAll('.infolayer text[class$="title"], .legend')];
       return {
-        id: p.id || (p.closest('[id]') || {}).id || 'chart', width: Math.round(p.getBoundingClientRect().width),
+        id: p.id || (p.closest('[id]') || {}).id || 'chart',
+        width: Math.round(p.getBoundingClientRect().width),
         plot: p._fullLayout ? Math.round(p._fullLayout._size.w) : 0, overflow: overflow(p),
         cut: texts.filter(t => outside(t.getBoundingClientRect(), svg)).map(t =>
-          `${t.classList.contains('legend') ? 'legend' : t.getAttribute('class')} "${t.textContent.slice(0, 50)}"`)};
+          `${t.classList.contains('legend') ? 'legend' : t.getAttribute('class')} `
+          + `"${t.textContent.slice(0, 50)}"`)};
     }),
   };
 }"""
@@ -98,8 +104,9 @@ _LAYOUT_STATE = """async () => {
 def layout_problems(layout: dict, width: int) -> list[str]:
     """What a reader at a window `width` px wide cannot read whole, from `_LAYOUT_STATE`'s report."""
     at = f"at {width} px"
-    problems = [f"{at}: table [{t['label']}] is wider than the {layout['column']}-px column, its numbers need a "
-                f"sideways scroll ({'; '.join(t['overflow'])})" for t in layout["tables"] if t["overflow"]]
+    problems = [f"{at}: table [{t['label']}] is wider than the {layout['column']}-px column, its numbers "
+                f"need a sideways scroll ({'; '.join(t['overflow'])})"
+                for t in layout["tables"] if t["overflow"]]
     for c in layout["charts"]:
         if c["overflow"]:
             problems.append(f"{at}: chart {c['id']} is wider than the column ({'; '.join(c['overflow'])})")
@@ -199,7 +206,8 @@ _PAGE_STATE = """async () => {
     typeset: maths.filter(m => m.querySelector('mjx-container')).length,
     mathErrors: document.querySelectorAll('mjx-merror').length,
     tables: document.querySelectorAll('article table, main table').length,
-    truncated: [...document.querySelectorAll('td')].filter(td => td.textContent.trim().endsWith('...')).length,
+    truncated: [...document.querySelectorAll('td')]
+      .filter(td => td.textContent.trim().endsWith('...')).length,
     hrefs: [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href')),
     charts: [...document.querySelectorAll('.kvutils-plotly[id^="kvutils-chart-"]')].map(c => ({
       id: c.id, points: c.querySelectorAll('.scatterlayer .point').length})),
@@ -207,7 +215,8 @@ _PAGE_STATE = """async () => {
 }"""
 
 
-def check_site(html_dir: str | Path, chapter_dir: str = "book/chapters/", scheme: str = "http") -> dict[str, PageCheck]:
+def check_site(html_dir: str | Path, chapter_dir: str = "book/chapters/",
+               scheme: str = "http") -> dict[str, PageCheck]:
     """Open every page of the built site in headless Chromium, then run a search; return what was
     seen on each (the search under the key 'search.html?q=cache'). scheme "http" serves the folder
     on 127.0.0.1; "file" opens the files directly, as a reader who double-clicks index.html."""
@@ -256,7 +265,8 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
     """(what one page showed, the page finally shown (index.html redirects), its links' hrefs)."""
     problems: list[str] = []
     page = context.new_page()
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("console",
+            lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(f"uncaught exception: {e}"))
     page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
     page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
@@ -278,7 +288,8 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
         page.close()
     problems += [f"image not loaded or zero-sized: {i['src']}" for i in state["images"] if not i["ok"]]
     if state["typeset"] < state["maths"]:
-        problems.append(f"{state['maths'] - state['typeset']} of {state['maths']} formulas not typeset by MathJax")
+        problems.append(f"{state['maths'] - state['typeset']} of {state['maths']} formulas not typeset by "
+                        "MathJax")
     if state["mathErrors"]:
         problems.append(f"{state['mathErrors']} MathJax errors")
     if state["truncated"]:
@@ -311,7 +322,8 @@ def _wait_until_quiet(page, in_flight: set, quiet_ms: int = 500, limit_ms: int =
 def _check_search(context, base: str) -> list[str]:
     page = context.new_page()
     problems: list[str] = []
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("console",
+            lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     try:
         page.goto(f"{base}search.html?q={SEARCH_TERM}", wait_until="load")
         try:
@@ -384,7 +396,8 @@ def check_explorer(html_dir: str | Path, page: str = EXPLORER_PAGE, scheme: str 
             context = browser.new_context()
             tab = context.new_page()
             tab.on("request", functools.partial(_leaving, base, problems))
-            tab.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            tab.on("console",
+                   lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
             tab.on("pageerror", lambda e: problems.append(f"uncaught exception: {e}"))
             tab.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
             tab.goto(base + page, wait_until="load")
@@ -428,8 +441,8 @@ def main(argv: list[str] | None = None) -> None:
     check_flags(parser, argv)
     args = parser.parse_args(argv)
     if not Path(args.html_dir).expanduser().is_dir():  # before Chromium starts
-        parser.error(f"html_dir: {args.html_dir} is not a folder; build the book first (make book), or give the "
-                     "folder of its HTML")
+        parser.error(f"html_dir: {args.html_dir} is not a folder; build the book first (make book), or give "
+                     "the folder of its HTML")
     report = check_site(args.html_dir, scheme=args.scheme)
     for page, check in report.items():
         print(f"{page}: {check.images} images, {check.formulas} formulas, {check.tables} tables")

@@ -61,7 +61,8 @@ def _bench(job: Job, profile: str, results: Path, executed: Path) -> dict:
     record = read_record(results, job.name)
     why = stale_reason(record, expected, outputs)
     if why is None:
-        print(f"== bench: reused, computed at commit {record['commit'][:12]} on {record['finished']}", flush=True)
+        print(f"== bench: reused, computed at commit {record['commit'][:12]} on {record['finished']}",
+              flush=True)
         return record
     print(f"== bench: computing: {why}", flush=True)
     started, began = time.time(), now()
@@ -98,7 +99,8 @@ def run_pages(profile: str, results: Path, executed: Path, threads: int, only: l
 
     jobs = jobs_for(profile)
     stale = stale_pages(profile, results, executed, only)
-    for name in [n for n, j in jobs.items() if j.kind == "page" and (not only or n in only) and n not in stale]:
+    for name in [n for n,
+                 j in jobs.items() if j.kind == "page" and (not only or n in only) and n not in stale]:
         print(f"== {name}: reused; its notebook, kvutils and the results it reads are unchanged", flush=True)
 
     def render(name: str) -> None:
@@ -107,8 +109,10 @@ def run_pages(profile: str, results: Path, executed: Path, threads: int, only: l
         started, began = time.time(), now()
         number = name.removeprefix("page-")
         chapters.run_chapter(number, profile, results, executed, overrides if only else None)
-        expected = job_hash(job, jobs, profile, results)  # after: a page run by make chapter computed its study
-        write_record(results, name, new_record(name, "pages", expected, profile, {}, job.outputs(results, executed),
+        # after: a page run by make chapter computed its study
+        expected = job_hash(job, jobs, profile, results)
+        write_record(results, name, new_record(name, "pages", expected, profile, {}, job.outputs(results,
+                                                                                                 executed),
                                                time.time() - started, began, 0))
 
     workers = max(1, min(len(stale) or 1, threads, len(os.sched_getaffinity(0))))
@@ -161,7 +165,8 @@ def status(profile: str, results_dir: str | Path, output_dir: str | Path | None)
         if upstream:
             stale[name] = f"it reads {', '.join(upstream)}, to compute"
         else:
-            why = stale_reason(read_record(results, name), job_hash(job, jobs, profile, results, sources=sources),
+            why = stale_reason(read_record(results, name), job_hash(job, jobs, profile, results,
+                                                                    sources=sources),
                                job.outputs(results, executed))
             if why:
                 stale[name] = why

@@ -25,7 +25,8 @@ QUICK = {
     "03_sense_probes": dict(models="tiny-llama,tiny-gemma3", encoder="tiny-bert"),
     "04_cache_approximations": dict(
         models="tiny-llama,tiny-gemma3", table2_models="tiny-llama,tiny-gemma3", n_docs=2, prefill=64,
-        decode=32, chunk_decode=16, contexts=[32, 128], timing_repeats=2,  # a list, as papermill's API passes one
+        # a list, as papermill's API passes one
+        decode=32, chunk_decode=16, contexts=[32, 128], timing_repeats=2,
         ops=("exact; cast:dtype=bfloat16; quantize_naive:bits=4; quantize_kivi:bits=4,group=16,residual=16; "
              "window:size=16,sinks=4; window:size=16,sinks=0; window:size=16,sinks=4,reindex=true; "
              "chunk_reuse:positions=reindexed,chunk=32; chunk_reuse:positions=original,chunk=32; "
@@ -35,10 +36,12 @@ QUICK = {
         frontier_ops=("exact; quantize_kivi:bits=2,group=16,residual=16; window:size=48,sinks=4; "
                       "random:compression_ratio=0.5; snapkv:compression_ratio=0.25,window=8; "
                       "snapkv:compression_ratio=0.5,window=8; adakv:compression_ratio=0.5,window=8; "
-                      "pyramidkv:compression_ratio=0.5,window=8; expected_attention:compression_ratio=0.5,future=64; "
-                      "h2o:compression_ratio=0.25; tova:compression_ratio=0.25; hf_quantized:backend=fp8"),
+                      "pyramidkv:compression_ratio=0.5,window=8; "
+                      "expected_attention:compression_ratio=0.5,future=64; h2o:compression_ratio=0.25; "
+                      "tova:compression_ratio=0.25; hf_quantized:backend=fp8"),
         retrieval_models="tiny-llama", retrieval_contexts="128,160", retrieval_prompts=3, filler_prompts=3),
-    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", patch_k=2, rank=4, alpha=8, steps=3, lr=0.003,
+    "05_qwen3_switch": dict(models="tiny-qwen3", k_values="1,2,L", patch_k=2, rank=4, alpha=8, steps=3,
+                            lr=0.003,
                             batch_size=8, n_train=16, n_heldout=8, passage_tokens=16, candidate_tokens=8,
                             patch_pairs=2, exact_examples=4, patch_layer_groups=2, bench_tokens=32,
                             timing_repeats=1),
@@ -66,7 +69,8 @@ def page_dir(results_dir: str | Path, output_dir: str | Path | None = None) -> P
     return out
 
 
-UNFINISHED = ".unfinished"  # beside the executed copies: ones being written, and failed ones (the book skips it)
+# beside the executed copies: ones being written, and failed ones (the book skips it)
+UNFINISHED = ".unfinished"
 
 
 def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "results",
@@ -129,7 +133,8 @@ def _remove_orphans(unfinished: Path) -> None:
             copy.unlink(missing_ok=True)
 
 
-SHOWN_OR_GONE = ("remove-cell", "remove-input", "hide-input", "hide-cell", "show-input")  # a cell's own choice
+# a cell's own choice
+SHOWN_OR_GONE = ("remove-cell", "remove-input", "hide-input", "hide-cell", "show-input")
 
 
 # the warning at the top of every page the quick profile builds (after the page's title)
@@ -198,8 +203,8 @@ def _check_pages_inputs(results_dir: str, running: list[str]) -> None:
                if n not in running and not results_path(results_dir, name).is_file()]
     missing += [] if (Path(results_dir) / "bench.json").is_file() else ["bench.json"]
     if missing:
-        raise ValueError(f"--results-dir: the summary pages need {', '.join(missing)} in {results_dir}, which "
-                         "this run does not write; run make book first, or pass --no-pages")
+        raise ValueError(f"--results-dir: the summary pages need {', '.join(missing)} in {results_dir}, "
+                         "which this run does not write; run make book first, or pass --no-pages")
 
 
 def check_overrides(chapter: str, profile: str, overrides: dict, results_dir: str) -> None:
@@ -255,8 +260,8 @@ def main(argv: list[str] | None = None) -> None:
             check_overrides(chapter, args.profile, overrides, args.results_dir)
         results.check_folder(args.output_dir, "--output-dir")  # after --results-dir, which it may lie in
         if not chapters and not (args.results_dir.strip() and Path(args.results_dir).is_dir()):
-            raise ValueError(f"--results-dir: {args.results_dir!r} is not a folder; the summary pages read the "
-                             "chapters' results from it (make book writes them to results/)")
+            raise ValueError(f"--results-dir: {args.results_dir!r} is not a folder; the summary pages read "
+                             "the chapters' results from it (make book writes them to results/)")
         if not args.no_pages:
             _check_pages_inputs(args.results_dir, chapters)
     except ValueError as err:

@@ -61,7 +61,8 @@ class Job:
         return [Path(executed_dir) / f"{self.page}.ipynb"]
 
 
-def chapter_parameters(chapter: str, profile: str, overrides: dict | None = None, results_dir: str = "results"):
+def chapter_parameters(chapter: str, profile: str, overrides: dict | None = None,
+                       results_dir: str = "results"):
     """A chapter's checked declaration at the profile's values (the quick one's sizes, or the
     notebook's defaults) and `overrides`."""
     from kvutils.book.chapters import QUICK
@@ -84,7 +85,8 @@ def jobs_for(profile: str) -> dict[str, Job]:
         reads = tuple(u.name for u in ch4) if number == "04" else (number,)
         out[f"page-{number}"] = Job(f"page-{number}", "page", page=name, reads=reads)
     for number, name in PAGES.items():
-        out[f"page-{number}"] = Job(f"page-{number}", "page", page=name, reads=(*(u.name for u in units), "bench"))
+        out[f"page-{number}"] = Job(f"page-{number}", "page", page=name, reads=(*(u.name for u in units),
+                                                                                "bench"))
     return out
 
 
@@ -101,7 +103,8 @@ def check_job(name: str, profile: str) -> Job:
 def sources_digest(root: Path = REPO_ROOT) -> str:
     """One sha256 over kvutils' source files, data/ (chapter 3's explorer reads the senses file on its
     page) and the pins: their paths and bytes."""
-    files = sorted({p for pattern in SOURCES for p in (root / "kvutils").rglob(pattern) if "__pycache__" not in p.parts})
+    files = sorted({p for pattern in SOURCES for p in (root / "kvutils").rglob(
+        pattern) if "__pycache__" not in p.parts})
     data = sorted(p for p in (root / "data").rglob("*") if p.is_file())
     return digest_files([*files, *data, *(root / pin for pin in PINS)], root)
 

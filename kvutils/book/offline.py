@@ -19,7 +19,8 @@ from pathlib import Path
 
 MATHJAX_VERSION = "3.2.2"
 # `npm view mathjax@3.2.2 dist.integrity`
-MATHJAX_INTEGRITY = "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw=="
+MATHJAX_INTEGRITY = (
+    "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==")
 MATHJAX_SCRIPT = "tex-mml-chtml.js"
 # what a page needs: the combined component and the CHTML fonts it loads relative to itself
 MATHJAX_FILES = ("es5/tex-mml-chtml.js", "es5/output/chtml/fonts/woff-v2/")
@@ -75,7 +76,8 @@ def _drop_thebe(app, pagename, templatename, context, doctree) -> None:
         s for s in scripts
         if "thebe" not in str(getattr(s, "filename", s) or "")
         and "THEBE" not in str(getattr(s, "attributes", {}).get("body", ""))]
-    context["css_files"] = [c for c in context.get("css_files", []) if "thebe" not in str(getattr(c, "filename", c))]
+    context["css_files"] = [c for c in context.get("css_files",
+                                                   []) if "thebe" not in str(getattr(c, "filename", c))]
 
 
 def _drop_thebe_config(app, doctree, docname) -> None:

@@ -15,7 +15,8 @@ import re
 import statistics
 from pathlib import Path
 
-_FENCE = re.compile(r"^:::\{(dropdown|admonition)\}[ \t]*(.*?)\n((?::class:.*\n)?)(.*?)^:::[ \t]*$", re.M | re.S)
+_FENCE = re.compile(r"^:::\{(dropdown|admonition)\}[ \t]*(.*?)\n((?::class:.*\n)?)(.*?)^:::[ \t]*$",
+                    re.M | re.S)
 _DETAILS = re.compile(r"<details\b.*?</details>", re.S)
 _HTML_TABLE = re.compile(r"<table\b.*?</table>", re.S)
 _SCRIPT = re.compile(r"<(script|style)\b.*?</\1>", re.S)
@@ -93,7 +94,8 @@ def to_html(notebook_path: str | Path, output: str | Path | None = None) -> Path
 
     source = Path(notebook_path)
     if not source.is_file():
-        raise FileNotFoundError(f"notebook: {source} does not exist; give an executed .ipynb (e.g. runs/x.ipynb)")
+        raise FileNotFoundError(f"notebook: {source} does not exist; give an executed .ipynb (e.g. "
+                                "runs/x.ipynb)")
     notebook = nbformat.read(source, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "markdown":

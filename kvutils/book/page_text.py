@@ -80,7 +80,8 @@ class _Reader(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.stack: list[tuple[str, bool, bool]] = []  # (tag, skipped, an admonition)
-        self.banner_depth: int | None = None  # inside a warning admonition (the quick book's label): not the opening
+        # inside a warning admonition (the quick book's label): not the opening
+        self.banner_depth: int | None = None
         self.blocks: list[str] = []
         self.current: list[str] = []
         self.seen_title = False
@@ -124,7 +125,8 @@ class _Reader(HTMLParser):
     def handle_data(self, data):
         text = " ".join(data.split())
         in_title = any(tag == "h1" for tag, _, _ in self.stack)
-        if text and self.seen_title and not in_title and self.first_after_title is None and self.banner_depth is None:
+        first = self.first_after_title is None and self.banner_depth is None
+        if text and self.seen_title and not in_title and first:
             self.first_after_title = (text, any(title for _, _, title in self.stack))
         if not self._skipping():
             self.current.append(data)

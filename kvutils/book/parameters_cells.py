@@ -1,7 +1,9 @@
-"""The notebooks' `parameters` cells and the parameter table of CONTRIBUTING.md (the README links to it), written from the one
+"""The notebooks' `parameters` cells and the parameter table of CONTRIBUTING.md (the README links to it),
+written from the one
 declaration of each notebook's parameters (kvutils.studies.parameters).
 
-    python -m kvutils.book.parameters_cells           # list what differs from the declarations (exit 1 if any)
+    python -m kvutils.book.parameters_cells           # list what differs from the declarations (exit 1 if
+any)
     python -m kvutils.book.parameters_cells --write   # rewrite those cells and the parameter table
 
 tests/test_parameters.py fails while a cell or the table differs.
@@ -18,7 +20,8 @@ from kvutils.core.declared import ReadmeRow
 from kvutils.core.paths import repo_root
 from kvutils.studies.parameters import DECLARED
 
-START = "<!-- parameters:start: written from kvutils/studies/parameters.py by python -m kvutils.book.parameters_cells --write -->"
+START = ("<!-- parameters:start: written from kvutils/studies/parameters.py by python -m "
+         "kvutils.book.parameters_cells --write -->")
 END = "<!-- parameters:end -->"
 HEADER = ("| notebook | name | meaning | default (full profile) | allowed |\n"
           "|---|---|---|---|---|")
@@ -38,13 +41,15 @@ def parameters_cell(nb: dict) -> dict:
 def stale_cells(root: Path | None = None) -> list[str]:
     """The notebooks whose parameters cell is not their declaration's `cell_source()`."""
     return [notebook for notebook, declared in DECLARED.items()
-            if "".join(parameters_cell(_read(notebook_path(notebook, root)))["source"]) != declared.cell_source()]
+            if "".join(parameters_cell(_read(notebook_path(notebook,
+                                                           root)))["source"]) != declared.cell_source()]
 
 
 def unreadable_lines(source: str) -> list[str]:
     """The lines of a parameters cell that papermill cannot read: it takes `name = value  # comment`
     and skips, with a warning only, a line holding a second "=" (so `-p name ...` would not find it)."""
-    return [line for line in source.splitlines() if line.strip() and not line.startswith("#") and line.count("=") != 1]
+    return [line for line in source.splitlines() if line.strip() and not line.startswith("#") and line.count(
+        "=") != 1]
 
 
 def write_cells(root: Path | None = None) -> list[str]:
@@ -68,7 +73,8 @@ def _read(path: Path) -> dict:
 
 # --------------------------------------------------------------------------- the parameter table
 
-TABLE_FILE = "CONTRIBUTING.md"  # the reference the README links to: the table stands there between its markers
+# the reference the README links to: the table stands there between its markers
+TABLE_FILE = "CONTRIBUTING.md"
 
 
 def _label(notebook: str) -> str:
@@ -85,16 +91,18 @@ def readme_table() -> str:
         for row in declared.readme_rows():
             notebooks_of.setdefault(row, []).append(notebook)
     chapters = list(NOTEBOOKS.values())
-    ordered = sorted(notebooks_of.items(), key=lambda item: item[1] != chapters)  # stable: else the book's order
-    lines = [f"| {'all' if notebooks == chapters else ', '.join(map(_label, notebooks))} | {row.names} | {row.meaning} "
-             f"| {row.default} | {row.allowed} |" for row, notebooks in ordered]
+    # stable: else the book's order
+    ordered = sorted(notebooks_of.items(), key=lambda item: item[1] != chapters)
+    lines = [f"| {'all' if notebooks == chapters else ', '.join(map(_label, notebooks))} | {row.names} | "
+             f"{row.meaning} | {row.default} | {row.allowed} |" for row, notebooks in ordered]
     return "\n".join([HEADER, *lines])
 
 
 def with_table(readme: str) -> str:
     """The text of TABLE_FILE with the generated table between its two markers."""
     if readme.count(START) != 1 or readme.count(END) != 1 or readme.index(START) > readme.index(END):
-        raise ValueError(f"{TABLE_FILE}: the parameter table must stand between one {START!r} and one {END!r}")
+        raise ValueError(
+            f"{TABLE_FILE}: the parameter table must stand between one {START!r} and one {END!r}")
     before, rest = readme.split(START)
     _, after = rest.split(END)
     return f"{before}{START}\n{readme_table()}\n{END}{after}"
@@ -111,12 +119,15 @@ def write_readme(root: Path | None = None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvutils.book.parameters_cells", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="rewrite the stale cells and the parameter table")
+    parser = argparse.ArgumentParser(prog="python -m kvutils.book.parameters_cells",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true",
+                        help="rewrite the stale cells and the parameter table")
     args = parser.parse_args(argv)
     if args.write:
         written = write_cells() + ([TABLE_FILE] if write_readme() else [])
-        print("rewrote " + ", ".join(written) if written else "every cell and the parameter table match the declarations")
+        print("rewrote " + ", ".join(written) if written else "every cell and the parameter table match the "
+                                                              "declarations")
         return 0
     readme = (repo_root() / TABLE_FILE).read_text(encoding="utf-8")
     stale = stale_cells() + ([TABLE_FILE] if with_table(readme) != readme else [])

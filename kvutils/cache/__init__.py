@@ -14,6 +14,7 @@ step_path     one token per forward, one document
 step_batched  one token per forward, several documents at once (presses, policies, cache objects)
 sizes         every byte count: formulas per token and per configuration, and bytes actually held
 costs         compute and time of a decode step, memory bandwidth
-accept        the acceptance test (`python -m kvutils.accept`): KL, top-1 and perplexity against the exact cache
+accept        the acceptance test (`python -m kvutils.accept`): KL, top-1 and perplexity against the exact
+cache
 accept_args   its command line's arguments, each checked before torch loads (a task registry: score)
 """

@@ -72,8 +72,8 @@ def tokenize_documents(tokenizer, docs: list[data.Document], length: int, n_docs
     if short and not skip_short:
         cut = {d.id: data.cut_note(d) for d in docs}
         named = ", ".join(f"{i} ({n} tokens{cut.get(i, '')})" for i, n in short)
-        raise ValueError(f"{parameter}: documents shorter than prefill + decode + 1 = {length} tokens: {named} "
-                         "(skip_short / --skip-short leaves them out)")
+        raise ValueError(f"{parameter}: documents shorter than prefill + decode + 1 = {length} tokens: "
+                         f"{named} (skip_short / --skip-short leaves them out)")
     if not used or (n_docs is not None and len(used) < n_docs):
         raise ValueError(f"{parameter}: n_docs={n_docs or 1} asked for, but only {len(used)} of {len(docs)} "
                          f"documents have {length} tokens")
@@ -148,7 +148,8 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     torch_dtype = models.as_dtype(dtype)
     for op in ops:
         op.check_lengths(prefill, decode)
-    loaded, used, skipped = _load_for(model, _documents(docs), prefill + decode + 1, torch_dtype, device, n_docs,
+    loaded, used, skipped = _load_for(model, _documents(docs), prefill + decode + 1, torch_dtype, device,
+                                      n_docs,
                                       skip_short, progress)
     refused = {op.spec: why for op in ops if op.kind == CACHE_OBJECT and (why := refusal(loaded.config, op))}
     for spec, why in refused.items():
@@ -165,9 +166,11 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
             _score_or_resume(loaded, tally, used, group, prefill, decode, path, bar)
     nll = torch.cat(tally.exact_nll)
     return {
-        "model": loaded.describe(), "prefill": prefill, "decode": decode, "dtype": str(loaded.dtype).replace("torch.", ""),
+        "model": loaded.describe(), "prefill": prefill, "decode": decode,
+        "dtype": str(loaded.dtype).replace("torch.", ""),
         "device": str(loaded.device), "path": path,
-        "documents": [doc.id for doc, _ in used], "skipped_short": [{"id": i, "tokens": n} for i, n in skipped],
+        "documents": [doc.id for doc, _ in used], "skipped_short": [{"id": i, "tokens": n} for i,
+                                                                    n in skipped],
         "exact_perplexity": math.exp(nll.mean().item()),
         "exact_perplexity_per_document": [math.exp(x.mean().item()) for x in tally.exact_nll],
         "exact_cache_bytes": cache_bytes(loaded.config, Exact(), prefill, loaded.dtype),
@@ -178,7 +181,8 @@ def accept_many(model, ops, docs, prefill: int = 256, decode: int = 256, dtype: 
     }
 
 
-def _load_for(model, documents: list, needed: int, torch_dtype, device: str, n_docs: int | None, skip_short: bool,
+def _load_for(model, documents: list, needed: int, torch_dtype, device: str, n_docs: int | None,
+              skip_short: bool,
               progress: bool) -> tuple:
     """(loaded, used documents, skipped ones): the model's family and context checked, and the
     documents tokenized, before the weights load."""
@@ -191,7 +195,8 @@ def _load_for(model, documents: list, needed: int, torch_dtype, device: str, n_d
             raise ValueError(f"prefill + decode + 1 = {needed} exceeds {model}'s context {resolved.context}")
         loaded, tokenizer = None, models.load_tokenizer(model)
     if family != "causal":
-        raise ValueError(f"model: {getattr(model, 'name', model)} is an {family} model; the cache test needs a causal one")
+        raise ValueError(f"model: {getattr(model, 'name', model)} is an {family} model; the cache test needs "
+                         "a causal one")
     used, skipped = tokenize_documents(tokenizer, documents, needed, n_docs, skip_short)
     if skipped and progress:  # named now, and in the numbers' "skipped_short"
         print(f"docs: left out {len(skipped)} document(s) shorter than prefill + decode + 1 = {needed} "
@@ -212,7 +217,8 @@ class _Tally:
         self.seconds = {op.spec: 0.0 for op in scored}
         self.stats = {op.spec: [{} for _ in range(n)] for op in scored}
         self.exact_nll, self.exact_seconds = [], 0.0
-        # per document: the exact decode pass, and each one-document operation's scoring (the time column's pairs)
+        # per document: the exact decode pass, and each one-document operation's scoring (the time column's
+        # pairs)
         self.decode_seconds = [None] * n
         self.doc_seconds = {op.spec: [None] * n for op in scored if op not in self.batched}
 
@@ -245,7 +251,8 @@ class _Tally:
         self.exact_seconds += state["exact_seconds"]
 
 
-def _score_or_resume(loaded: Loaded, tally: _Tally, used: list, group: int, prefill: int, decode: int, path: str,
+def _score_or_resume(loaded: Loaded, tally: _Tally, used: list, group: int, prefill: int, decode: int,
+                     path: str,
                      bar) -> None:
     """`_score_group`, stored as a checkpoint's unit in `make book` (`kvutils.core.checkpoints`):
     a build interrupted mid-chapter reads the groups it finished back instead of scoring them again."""
@@ -272,7 +279,8 @@ def _score_group(loaded: Loaded, tally: _Tally, used: list, group: int, prefill:
     references, starts = {}, {op.spec: [] for op in tally.batched}
     for d, (_, ids) in enumerate(used[group:group + STEP_BATCH], start=group):
         t0 = time.perf_counter()
-        prefilled = exact_prefill(loaded, ids[None, :prefill], views=tally.views)  # shared by every op that starts from it
+        # shared by every op that starts from it
+        prefilled = exact_prefill(loaded, ids[None, :prefill], views=tally.views)
         t1 = time.perf_counter()
         reference = PATHS["fast"](loaded, exact_op, ids, prefill, decode, prefilled)
         tally.exact_seconds += time.perf_counter() - t0
@@ -283,7 +291,8 @@ def _score_group(loaded: Loaded, tally: _Tally, used: list, group: int, prefill:
         for op in tally.scored:
             t0 = time.perf_counter()
             if op in tally.batched:
-                starts[op.spec].append(step_start(loaded, op, ids, prefill, prefilled, tally.stats[op.spec][d]))
+                starts[op.spec].append(step_start(loaded, op, ids, prefill, prefilled,
+                                                  tally.stats[op.spec][d]))
             else:
                 logits = (reference if op == exact_op and path == "fast" else
                           PATHS[tally.op_path[op.spec]](loaded, op, ids, prefill, decode, prefilled,
@@ -294,10 +303,12 @@ def _score_group(loaded: Loaded, tally: _Tally, used: list, group: int, prefill:
         tally.exact_nll.append(held.nll)
         del prefilled, held
         bar.update()
-    ids_group = torch.stack([ids for _, ids in used[group:group + STEP_BATCH]])  # (docs, prefill + decode + 1)
+    # (docs, prefill + decode + 1)
+    ids_group = torch.stack([ids for _, ids in used[group:group + STEP_BATCH]])
     for op in tally.batched:
         t0 = time.perf_counter()
-        logits = score_step_many(loaded, op, ids_group, prefill, decode, starts.pop(op.spec))  # (docs, decode, vocab)
+        # (docs, decode, vocab)
+        logits = score_step_many(loaded, op, ids_group, prefill, decode, starts.pop(op.spec))
         tally.seconds[op.spec] += time.perf_counter() - t0
         for d, doc_logits in enumerate(logits, start=group):
             tally.per_step[op.spec][d] = compare(references[d][0], doc_logits, references[d][1])
@@ -313,7 +324,8 @@ def _op_numbers(loaded: Loaded, op, tally: _Tally, used: list, prefill: int) -> 
     else:
         stored = cache_bytes(loaded.config, op, prefill, loaded.dtype)
     per_doc = tally.doc_seconds.get(op.spec)
-    return {"op": op.spec, "name": op.name, "family": op.family, "path": tally.op_path[op.spec], **_summary(steps),
+    return {"op": op.spec, "name": op.name, "family": op.family, "path": tally.op_path[op.spec],
+            **_summary(steps),
             "cache_bytes": stored, "seconds": round(tally.seconds[op.spec], 3),
             **({"seconds_per_document": [round(x, 4) for x in per_doc]} if per_doc is not None else {}),
             "per_document": [{"id": doc.id, **_summary([s])} for (doc, _), s in zip(used, steps)]}
@@ -337,13 +349,15 @@ def main(argv: list[str] | None = None, parsed=None) -> int:
     if args.task == "passkey":  # long-range retrieval (kvutils.cache.accept_retrieval)
         return accept_retrieval.run(parser, args)
     try:
-        run = accept_many(args.model, args.ops, args.documents, args.prefill, args.decode, args.dtype, args.device,
+        run = accept_many(args.model, args.ops, args.documents, args.prefill, args.decode, args.dtype,
+                          args.device,
                           args.n_docs, args.skip_short, args.path)
         run = decide(run, args.threshold)  # each metric's interval, and each operation's verdict
     except (ValueError, ModelNotAvailable) as err:
         parser.error(str(err))
     except KeyboardInterrupt:
-        print("interrupted; nothing written" + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)
+        print("interrupted; nothing written" + (f" ({args.out} is as it was)" if args.out else ""),
+              file=sys.stderr)
         return 130
     except MemoryError:  # not an interruption: say what ran out
         print("out of memory: the run needs more than this machine allows; nothing written"
@@ -351,12 +365,14 @@ def main(argv: list[str] | None = None, parsed=None) -> int:
         return OUT_OF_MEMORY
     print(table(run))
     if args.out is not None:
-        run.update(packages=results.package_versions(), git_commit=results.git_commit(), machine=results.machine())
+        run.update(packages=results.package_versions(), git_commit=results.git_commit(),
+                   machine=results.machine())
         try:
             results.write_json_atomic(args.out, run)
         except OSError as err:  # e.g. the folder went away during the run: keep the numbers
             print(json.dumps(results.jsonable(run)))
-            parser.exit(1, f"--out: cannot write {args.out} ({err.strerror or err}); the numbers are printed above\n")
+            parser.exit(1, f"--out: cannot write {args.out} ({err.strerror or err}); the numbers are printed "
+                           "above\n")
         except KeyboardInterrupt:
             print(f"interrupted; {args.out} is as it was", file=sys.stderr)
             return 130

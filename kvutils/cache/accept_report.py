@@ -21,11 +21,12 @@ from kvutils.core.near_exact import NEAR_EXACT_PCT
 
 NEAR_EXACT, COSTLY = "near-exact", "costly"
 # what each number of a run is measured in (the table's headers and the JSON's "units")
-UNITS = {"mean_kl": "nats per token", "top1_agreement_pct": "% of scored tokens", "perplexity": "no unit (exp nats)",
+UNITS = {"mean_kl": "nats per token", "top1_agreement_pct": "% of scored tokens",
+         "perplexity": "no unit (exp nats)",
          "perplexity_vs_exact": "difference in perplexity (op − exact)", "cache_bytes": "bytes",
          "seconds": "seconds"}
-RULE = ("each document's top-1 agreement against the line; near-exact = its 95 % interval wholly above and an "
-        "exact sign test p < 0.05, costly = wholly below, otherwise not separated")
+RULE = ("each document's top-1 agreement against the line; near-exact = its 95 % interval wholly above and "
+        "an exact sign test p < 0.05, costly = wholly below, otherwise not separated")
 
 
 def not_separated(n: int) -> str:
@@ -40,7 +41,8 @@ def intervals(per_document: list[dict]) -> dict:
     kl = compare.mean_interval([d["mean_kl"] for d in per_document])
     top1 = compare.mean_interval([d["top1_agreement_pct"] for d in per_document])
     log_ppl = compare.mean_interval([math.log(d["perplexity"]) for d in per_document])
-    return {"mean_kl": list(kl), "top1_agreement_pct": list(top1), "perplexity": [math.exp(x) for x in log_ppl]}
+    return {"mean_kl": list(kl), "top1_agreement_pct": list(top1),
+            "perplexity": [math.exp(x) for x in log_ppl]}
 
 
 def exact_perplexity_interval(run: dict) -> list[float] | None:
@@ -58,7 +60,8 @@ def perplexity_against_exact(run: dict, spec: str) -> compare.Paired:
 
 def threshold_test(spec: str, top1_per_document: list[float], threshold_pct: float) -> compare.Paired:
     """Top-1 agreement per document against the line, paired over the documents (the guide's test)."""
-    return compare.paired(top1_per_document, [threshold_pct] * len(top1_per_document), spec, f"{threshold_pct:g} %")
+    return compare.paired(top1_per_document, [threshold_pct] * len(top1_per_document), spec,
+                          f"{threshold_pct:g} %")
 
 
 def verdict_of(test: compare.Paired) -> str:
@@ -71,7 +74,8 @@ def verdict_of(test: compare.Paired) -> str:
 
 
 def verdict_line(spec: str, mean_top1: float, test: compare.Paired, threshold_pct: float) -> str:
-    """One line: the verdict, the top-1 agreement with its interval, where it lies against the line, n and p."""
+    """One line: the verdict, the top-1 agreement with its interval, where it lies against the line, n and
+    p."""
     label = verdict_of(test)
     at = f"the {threshold_pct:g} % line"
     if test.ci95 is None:
@@ -104,7 +108,8 @@ def decide(run: dict, threshold_pct: float = NEAR_EXACT_PCT) -> dict:
         out["ops"][spec] = {**o, "ci95": intervals(docs),
                             "perplexity_vs_exact": perplexity_against_exact(run, spec).to_dict(),
                             "verdict": {"verdict": verdict_of(test), "threshold_pct": threshold_pct,
-                                        "line": verdict_line(spec, o["top1_agreement_pct"], test, threshold_pct),
+                                        "line": verdict_line(spec, o["top1_agreement_pct"], test,
+                                                             threshold_pct),
                                         "test": test.to_dict()}}
     return out
 
@@ -131,7 +136,8 @@ def _columns(cells: list[tuple]) -> list[str]:
     """Rows of cells as aligned text: the first column left-aligned, the others right-aligned, each
     as wide as its widest cell."""
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    return [" ".join([f"{row[0]:{widths[0]}s}", *(f"{c:>{w}s}" for c, w in zip(row[1:], widths[1:]))]) for row in cells]
+    return [" ".join([f"{row[0]:{widths[0]}s}", *(f"{c:>{w}s}" for c,
+                                                  w in zip(row[1:], widths[1:]))]) for row in cells]
 
 
 def table(run: dict, threshold_pct: float | None = None) -> str:
@@ -143,7 +149,8 @@ def table(run: dict, threshold_pct: float | None = None) -> str:
         run = decide(run, NEAR_EXACT_PCT if threshold_pct is None else threshold_pct)
     n = len(run["documents"])
     exact_ppl = _with_ci(run["exact_perplexity"], run["exact_perplexity_ci95"], ".5g")
-    cells = [HEADERS, ("exact (the reference)", "0", "100", exact_ppl, "", f"{run['exact_cache_bytes'] / 1024:.1f}",
+    cells = [HEADERS, ("exact (the reference)", "0", "100", exact_ppl, "",
+                       f"{run['exact_cache_bytes'] / 1024:.1f}",
                        "1.00", f"{run['exact_seconds']:.2f}")]
     tests = {}
     for spec, r in run["ops"].items():
@@ -155,18 +162,20 @@ def table(run: dict, threshold_pct: float | None = None) -> str:
                       _with_ci(r["perplexity"], ci["perplexity"], ".5g"), _delta(tests[spec]),
                       f"{r['cache_bytes'] / 1024:.1f}", f"{smaller:.2f}", f"{r['seconds']:.2f}"))
     head, *body = _columns(cells)
-    rows = [f"{run['model']['name']}: n = {n} documents, prefill {run['prefill']} tokens, decode {run['decode']} "
-            f"tokens, {run['dtype']}, {run['path']} path; exact perplexity {exact_ppl}", head, "-" * len(head), *body]
+    rows = [f"{run['model']['name']}: n = {n} documents, prefill {run['prefill']} tokens, decode "
+            f"{run['decode']} tokens, {run['dtype']}, {run['path']} path; exact perplexity {exact_ppl}", head,
+            "-" * len(head), *body]
     rows += [f"{spec} refused: {why}" for spec, why in run.get("refused", {}).items()]
     if tests:
-        rows.append(f"verdict against the near-exact line, {run['threshold_pct']:g} % top-1 agreement (the book's "
-                    f"line is {NEAR_EXACT_PCT:g} %; --threshold PCT to change it). Rule: {RULE}:")
+        rows.append(f"verdict against the near-exact line, {run['threshold_pct']:g} % top-1 agreement (the "
+                    f"book's line is {NEAR_EXACT_PCT:g} %; --threshold PCT to change it). Rule: {RULE}:")
         rows += [f"  {r['verdict']['line']}" for r in run["ops"].values()]
     if tests and not compare.can_separate(n):
-        rows.append(f"ppl − exact: the mean over n = {n} documents with a 95 % bootstrap interval; at n = {n} "
-                    "no operation can be told from exact (an exact sign test needs n ≥ 6 to reach p < 0.05): "
-                    "give more documents (--n-docs, --docs)")
+        rows.append(f"ppl − exact: the mean over n = {n} documents with a 95 % bootstrap interval; at n = "
+                    f"{n} no operation can be told from exact (an exact sign test needs n ≥ 6 to reach p < "
+                    "0.05): give more documents (--n-docs, --docs)")
     elif tests:
-        rows.append(f"ppl − exact: the mean over n = {n} documents, 95 % bootstrap interval, exact sign test:")
+        rows.append(
+            f"ppl − exact: the mean over n = {n} documents, 95 % bootstrap interval, exact sign test:")
         rows += [f"  {t.sentence(lower_is_better=True, metric='perplexity')}" for t in tests.values()]
     return "\n".join(rows)

@@ -30,14 +30,17 @@ from kvutils.models.registry import ModelNotAvailable
 
 # A rough cost per prompt, for the estimate printed before the model loads: measured in the book's full build
 # (tests/data/full_build/04_retrieval.json.gz; smollm2-135m and gemma3-270m on one CPU core, 1,024 and 2,048
-# tokens): the shared exact prefill took 2 to 3 s per 1,024 prompt tokens, an operation 0.1 to 0.7 s per regime
-# (expected attention 1.5 s). Rounded up. On a shared, busy machine it is several times slower: smollm2-135m, 6
-# prompts of 1,024 tokens, snapkv in both regimes took 136 s at a load average of 8 on 2 cores (24 s at these rates).
+# tokens): the shared exact prefill took 2 to 3 s per 1,024 prompt tokens, an operation 0.1 to 0.7 s per
+# regime (expected attention 1.5 s). Rounded up. On a shared, busy machine it is several times slower:
+# smollm2-135m, 6 prompts of 1,024 tokens, snapkv in both regimes took 136 s at a load average of 8 on 2 cores
+# (24 s at these rates).
 EXACT_SECONDS_PER_1K = 3.0  # the exact prefill and answer of one prompt, per 1,024 tokens
 OP_SECONDS_PER_1K = 0.5  # one operation in one regime, per 1,024 tokens
 BUSY_FACTOR = 6  # the slow end of the estimate: a machine shared with other work (136 s / 24 s, rounded)
-UNITS = {"accuracy": "share of prompts whose key is found (0 to 1)", "accuracy_ci95": "Clopper-Pearson 95 % interval "
-         "of that share", "vs_exact": "difference in that share (op − exact), paired over prompts, McNemar's exact test",
+UNITS = {"accuracy": "share of prompts whose key is found (0 to 1)",
+         "accuracy_ci95": "Clopper-Pearson 95 % interval "
+         "of that share",
+         "vs_exact": "difference in that share (op − exact), paired over prompts, McNemar's exact test",
          "held_bytes": "bytes the cache holds after the compressed prefill, per prompt", "seconds": "seconds"}
 
 
@@ -56,10 +59,11 @@ def estimate_line(args: argparse.Namespace, regimes: tuple[str, ...]) -> str:
     """What the run will roughly take, said as an estimate, before anything loads."""
     seconds = estimate_seconds(args.contexts, args.n_prompts, len(args.ops), len(regimes))
     n = args.n_prompts * len(args.contexts)
-    return (f"estimate: {_minutes(seconds)} to {_minutes(BUSY_FACTOR * seconds)} (idle to busy machine) for {n} prompts "
-            f"× (the exact cache + {len(args.ops)} operation(s) × {len(regimes)} regime(s)), a 135-270 M-parameter "
-            f"model on one CPU core at {EXACT_SECONDS_PER_1K:g} s per 1,024-token prompt and {OP_SECONDS_PER_1K:g} s "
-            "per operation and regime; a rough guess: larger models take longer, tiny test models far less")
+    return (f"estimate: {_minutes(seconds)} to {_minutes(BUSY_FACTOR * seconds)} (idle to busy machine) for "
+            f"{n} prompts × (the exact cache + {len(args.ops)} operation(s) × {len(regimes)} regime(s)), a "
+            f"135-270 M-parameter model on one CPU core at {EXACT_SECONDS_PER_1K:g} s per 1,024-token prompt "
+            f"and {OP_SECONDS_PER_1K:g} s per operation and regime; a rough guess: larger models take "
+            "longer, tiny test models far less")
 
 
 def _found(records: list[dict]) -> list[bool]:
@@ -87,10 +91,13 @@ def against_exact(spec: str, regime: str, op_right: list[bool], exact_right: lis
         diff += f" [{100 * test.ci95[0]:+.1f}, {100 * test.ci95[1]:+.1f}]"
     why = f"; {test.withheld()}" if test.withheld() else ""
     if not any(exact_right):
-        why += "; the exact cache finds no key here, so this test cannot show a loss (a longer context or a larger model)"
-    line = (f"{spec}, {regime}: {verdict}: {found} of {n} keys found against the exact cache's {sum(exact_right)}; "
-            f"difference {diff} (95 % interval), {lost} lost and {gained} gained, McNemar exact p = {test.p:.2g}{why}")
-    return {"n": n, "found": found, "accuracy": found / n, "accuracy_ci95": list(compare.proportion_interval(found, n)),
+        why += ("; the exact cache finds no key here, so this test cannot show a loss (a longer context or a "
+                "larger model)")
+    line = (f"{spec}, {regime}: {verdict}: {found} of {n} keys found against the exact cache's "
+            f"{sum(exact_right)}; difference {diff} (95 % interval), {lost} lost and {gained} gained, "
+            f"McNemar exact p = {test.p:.2g}{why}")
+    return {"n": n, "found": found, "accuracy": found / n,
+            "accuracy_ci95": list(compare.proportion_interval(found, n)),
             "vs_exact": test.to_dict(), "mcnemar": {"lost": lost, "gained": gained, "p": test.p},
             "verdict": verdict, "line": line}
 
@@ -103,8 +110,10 @@ def followup_summary(spec: str, regime: str, per_prompt: list[list[dict]], turn1
     share = [sum(r["correct"] for r in rs) / len(rs) for rs in per_prompt]
     exact_share = [sum(r["correct"] for r in rs) / len(rs) for rs in exact]
     n, found = sum(map(len, per_prompt)), sum(r["correct"] for rs in per_prompt for r in rs)
-    vs_turn1 = compare.paired(share, [float(x) for x in turn1], f"{spec} ({regime}) follow-ups", "turn 1", "prompts")
-    vs_exact = compare.paired(share, exact_share, f"{spec} ({regime}) follow-ups", "exact follow-ups", "prompts")
+    vs_turn1 = compare.paired(share, [float(x) for x in turn1], f"{spec} ({regime}) follow-ups", "turn 1",
+                              "prompts")
+    vs_exact = compare.paired(share, exact_share, f"{spec} ({regime}) follow-ups", "exact follow-ups",
+                              "prompts")
     return {"per_prompt": per_prompt, "n": n, "found": found, "accuracy": found / n,
             "accuracy_ci95": list(compare.proportion_interval(found, n)), "vs_turn1": vs_turn1.to_dict(),
             "vs_exact": vs_exact.to_dict(),
@@ -122,7 +131,8 @@ def summarise(run: dict, regimes: tuple[str, ...]) -> dict:
            for spec, v in run["ops"].items()}
     return {"exact": {"per_prompt": run["exact"], "n": n, "found": sum(exact), "accuracy": sum(exact) / n,
                       "accuracy_ci95": list(compare.proportion_interval(sum(exact), n))},
-            "ops": ops, "refused": run["refused"], "seconds": run["seconds"], "exact_seconds": run["exact_seconds"],
+            "ops": ops, "refused": run["refused"], "seconds": run["seconds"],
+            "exact_seconds": run["exact_seconds"],
             "regime_meaning": {r: REGIME_MEANING[r] for r in regimes}, "units": UNITS,
             **_followups(run, regimes)}
 
@@ -156,11 +166,12 @@ def table(out: dict) -> str:
     (keys found of n, accuracy with its Clopper-Pearson interval, the difference from exact with
     McNemar's counts, the cache held, the verdict), then one verdict line each."""
     exact = out["exact"]
-    rows = [f"{out['model']['name']}: n = {exact['n']} prompts ({out['n_prompts_per_context']} per context at "
-            f"{', '.join(map(str, out['contexts']))} tokens, needle depths {out['depths']}), haystack {out['haystack']} "
-            f"({out['needle']} needle)",
+    rows = [f"{out['model']['name']}: n = {exact['n']} prompts ({out['n_prompts_per_context']} per context "
+            f"at {', '.join(map(str, out['contexts']))} tokens, needle depths {out['depths']}), haystack "
+            f"{out['haystack']} ({out['needle']} needle)",
             *(f"  {r}: the cache {meaning}" for r, meaning in out["regime_meaning"].items())]
-    cells = [("operation", "regime", "keys found", "accuracy, % [95 % CI]", "− exact, pp", "lost/gained, prompts",
+    cells = [("operation", "regime", "keys found", "accuracy, % [95 % CI]", "− exact, pp",
+              "lost/gained, prompts",
               "McNemar p", "held, KiB (mean)", "verdict"),
              ("exact (the reference)", "", *_pct(exact), "", "", "", "", "")]
     for spec, v in out["ops"].items():
@@ -171,20 +182,21 @@ def table(out: dict) -> str:
                           f"{x['mcnemar']['lost']}/{x['mcnemar']['gained']}", f"{x['mcnemar']['p']:.2g}",
                           f"{sum(held) / len(held) / 1024:.1f}" if held else "", x["verdict"]))
     widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
-    lines = [" ".join(f"{c:{w}s}" if i < 2 or i == 8 else f"{c:>{w}s}" for i, (c, w) in enumerate(zip(row, widths)))
+    lines = [" ".join(f"{c:{w}s}" if i < 2 or i == 8 else f"{c:>{w}s}" for i,
+                      (c, w) in enumerate(zip(row, widths)))
              for row in cells]
     rows += [lines[0], "-" * len(lines[0]), *lines[1:]]
     rows += [f"{spec} refused: {why}" for spec, why in out["refused"].items()]
     if out["ops"]:
-        rows.append("against the exact cache, paired over the same prompts (McNemar's exact test on the prompts one "
-                    "finds and the other misses; 95 % intervals: Clopper-Pearson for accuracy, bootstrap for the "
-                    "difference):")
+        rows.append("against the exact cache, paired over the same prompts (McNemar's exact test on the "
+                    "prompts one finds and the other misses; 95 % intervals: Clopper-Pearson for accuracy, "
+                    "bootstrap for the difference):")
         rows += [f"  {v[r]['line']}" for v in out["ops"].values() for r in out["regimes"]]
     if "followups" in out:
         f = out["followups"]
-        rows.append(f"follow-up questions (turns 2 to {out['turns']}, through the same compressed cache; the exact "
-                    f"cache finds {f['exact']['found']} of {f['exact']['n']}), the share right per prompt paired "
-                    "over prompts:")
+        rows.append(f"follow-up questions (turns 2 to {out['turns']}, through the same compressed cache; the "
+                    f"exact cache finds {f['exact']['found']} of {f['exact']['n']}), the share right per "
+                    "prompt paired over prompts:")
         rows += [f"  {x.get('line') or spec + ', ' + r + ': follow-ups ' + x['not_scored']}"
                  for spec, v in f["ops"].items() for r, x in v.items()]
     return "\n".join(rows)
@@ -197,8 +209,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     print(estimate_line(args, regimes), file=sys.stderr, flush=True)
     started = time.time()
     try:
-        prompts = haystack.build_prompts(models.load_tokenizer(args.model), args.haystack, args.contexts, args.depths,
-                                         args.n_prompts, args.needle, args.distractors, args.seed, parameter="--haystack",
+        prompts = haystack.build_prompts(models.load_tokenizer(args.model), args.haystack, args.contexts,
+                                         args.depths,
+                                         args.n_prompts, args.needle, args.distractors, args.seed,
+                                         parameter="--haystack",
                                          turns=args.turns)
         for op in args.ops:
             op.check_lengths(prompts[0].question, len(prompts[0].chain) - 1 - prompts[0].question)
@@ -207,7 +221,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except (ValueError, ModelNotAvailable) as err:
         parser.error(str(err))
     except KeyboardInterrupt:
-        print("interrupted; nothing written" + (f" ({args.out} is as it was)" if args.out else ""), file=sys.stderr)
+        print("interrupted; nothing written" + (f" ({args.out} is as it was)" if args.out else ""),
+              file=sys.stderr)
         return 130
     except MemoryError:
         print("out of memory: the run needs more than this machine allows; nothing written", file=sys.stderr)
@@ -218,10 +233,11 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
            "prompts": [q.record() for q in prompts], **summarise(scored, regimes),
            "seconds_total": round(time.time() - started, 2)}
     print(table(out))
-    print(f"took {out['seconds_total']:.0f} s ({out['seconds_total'] / len(prompts):.1f} s per prompt, model load "
-          "included)", file=sys.stderr)
+    print(f"took {out['seconds_total']:.0f} s ({out['seconds_total'] / len(prompts):.1f} s per prompt, model "
+          "load included)", file=sys.stderr)
     if args.out is not None:
-        out.update(packages=results.package_versions(), git_commit=results.git_commit(), machine=results.machine())
+        out.update(packages=results.package_versions(), git_commit=results.git_commit(),
+                   machine=results.machine())
         results.write_json_atomic(args.out, out)
         print(f"wrote {args.out}")
     if out["refused"]:  # as the score task: a script must not believe every operation was measured

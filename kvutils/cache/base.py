@@ -65,7 +65,8 @@ class CacheOp:
     examples: ClassVar[tuple[str, ...]]  # small settings for tests on tiny models
     transforms_storage: ClassVar[bool] = False
     exact_prefill: ClassVar[bool] = True  # starts from the exact prefill's cache (which can be shared)
-    needs_views: ClassVar[bool] = False  # decides from the prefill's queries/attention (kvutils.cache.methods.press)
+    # decides from the prefill's queries/attention (kvutils.cache.methods.press)
+    needs_views: ClassVar[bool] = False
     data_dependent: ClassVar[bool] = False  # what it keeps depends on the text, not only on positions
     has_fast_path: ClassVar[bool] = True  # scored exactly by one teacher-forced forward
     kind: ClassVar[str] = STORAGE  # how the scorer runs it (see the module's docstring)

@@ -90,7 +90,8 @@ MORE_REPEATS = 3  # ... up to this many times the repeats asked for
 
 def settled(values: list[float], spread: float = SPREAD) -> bool:
     """The repeats' interquartile range within `spread` of their median (a noisy run times more)."""
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    q1, median, q3 = statistics.quantiles(values, n=4,
+                                          method="inclusive") if len(values) > 1 else [values[0]] * 3
     return q3 - q1 <= spread * median
 
 
@@ -117,7 +118,8 @@ def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> St
     def uncached_step():
         model(input_ids=full, use_cache=False, logits_to_keep=1)
 
-    caches = [copy.deepcopy(prefilled) for _ in range(repeats + WARMUPS)]  # more are copied where timing goes on
+    # more are copied where timing goes on
+    caches = [copy.deepcopy(prefilled) for _ in range(repeats + WARMUPS)]
     for _ in range(WARMUPS):  # untimed
         cached_step(caches.pop())
         uncached_step()
@@ -127,7 +129,8 @@ def decode_step_times(loaded: Loaded, ids: torch.Tensor, repeats: int = 5) -> St
         cache = caches.pop() if caches else copy.deepcopy(prefilled)
         cached.append(1e3 * _time_once(lambda cache=cache: cached_step(cache)))
         uncached.append(1e3 * _time_once(uncached_step))
-    return StepTimes(context, statistics.median(cached), statistics.median(uncached), cache_object_bytes(prefilled),
+    return StepTimes(context, statistics.median(cached), statistics.median(uncached),
+                     cache_object_bytes(prefilled),
                      cached, uncached)
 
 

@@ -29,7 +29,8 @@ def batchable(op) -> bool:
             and not op.reindexes_positions)
 
 
-def _chunk(loaded: Loaded, ids: torch.Tensor, prefill: int, decode: int, pre: Prefilled, kept: list, last: int):
+def _chunk(loaded: Loaded, ids: torch.Tensor, prefill: int, decode: int, pre: Prefilled, kept: list,
+           last: int):
     rows = len(kept)
     queries = torch.arange(prefill, prefill + decode)  # (decode,)
     slots = torch.arange(prefill + decode)  # the prefill's entries, then the decoded ones
@@ -37,19 +38,23 @@ def _chunk(loaded: Loaded, ids: torch.Tensor, prefill: int, decode: int, pre: Pr
 
     def assemble_for(prefill_keys, prefill_values):
         def assemble(new_keys, new_values):  # (rows, kv_heads, decode, head_dim)
-            keys = torch.cat([prefill_keys.expand(rows, -1, -1, -1), new_keys], dim=-2)  # (rows, kv_heads, slots, head_dim)
+            # (rows, kv_heads, slots, head_dim)
+            keys = torch.cat([prefill_keys.expand(rows, -1, -1, -1), new_keys], dim=-2)
             return keys, torch.cat([prefill_values.expand(rows, -1, -1, -1), new_values], dim=-2)
         return assemble
 
     layers = [ComputedLayer(assemble_for(k, v)) for k, v in pre.kv]
-    per_head = {}  # layer -> (rows, kv_heads, 1, slots): each row's kept prefill entries, and every decoded one
+    # layer -> (rows, kv_heads, 1, slots): each row's kept prefill entries, and every decoded one
+    per_head = {}
     for i in range(len(pre.kv)):
         held = torch.stack([k[i] for k in kept])  # (rows, kv_heads, prefill)
         per_head[i] = torch.cat([held, held.new_ones(*held.shape[:-1], decode)], -1)[:, :, None]
     tokens = ids[prefill:prefill + decode].expand(rows, -1)  # (rows, decode)
     with attention.session(loaded, masks=per_head):
-        out = loaded.model(input_ids=tokens.to(loaded.device), position_ids=queries.expand(rows, -1).to(loaded.device),
-                           attention_mask=masks, cache=Cache(layers=layers), use_cache=True, logits_to_keep=last)
+        out = loaded.model(input_ids=tokens.to(loaded.device),
+                           position_ids=queries.expand(rows, -1).to(loaded.device),
+                           attention_mask=masks, cache=Cache(layers=layers), use_cache=True,
+                           logits_to_keep=last)
     return out.logits  # (rows, last or decode, vocab)
 
 

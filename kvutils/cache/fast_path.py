@@ -37,7 +37,8 @@ def _versions(op, slots: torch.Tensor, queries: torch.Tensor) -> tuple[torch.Ten
     return held, combos
 
 
-def _segments(loaded: Loaded, op, combos: dict, slots: torch.Tensor, queries: torch.Tensor, held: torch.Tensor) -> list:
+def _segments(loaded: Loaded, op, combos: dict, slots: torch.Tensor, queries: torch.Tensor,
+              held: torch.Tensor) -> list:
     """Each segment: (visible (decode, n), key slots (n,), build(layer, keys, values) -> its n entries)."""
     segments = []
     for (ks, vs), visible_kv in combos.items():
@@ -56,11 +57,13 @@ def _segments(loaded: Loaded, op, combos: dict, slots: torch.Tensor, queries: to
         decode = len(queries)
         shift = queries - held.sum(1)  # (decode,)
         sink = torch.arange(op.sinks).repeat(decode)  # (decode * sinks,) query-major
-        copy_visible = ((torch.arange(decode)[:, None] == torch.arange(decode).repeat_interleave(op.sinks)[None, :])
+        copy_visible = ((torch.arange(decode)[:, None] == torch.arange(decode).repeat_interleave(
+            op.sinks)[None, :])
                         & (sink[None, :] < queries[:, None]))
 
         def build_sinks(i, k, v):
-            return (rotate_keys(loaded, i, k[..., sink, :], shift.repeat_interleave(op.sinks)), v[..., sink, :])
+            return (rotate_keys(loaded, i, k[..., sink, :], shift.repeat_interleave(op.sinks)), v[..., sink,
+                                                                                                  :])
         segments.append((copy_visible, sink, build_sinks))
     return segments
 
@@ -106,4 +109,5 @@ def score_fast(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
         full = [torch.cat([k, torch.ones(k.shape[0], decode, dtype=torch.bool)], -1) for k in kept]
         per_head = attention.session(loaded, masks={i: f[:, key_slots] for i, f in enumerate(full)})
     with per_head:
-        return forward_logits(loaded, ids[None, prefill:prefill + decode], queries, masks, layers, logits_to_keep=last)
+        return forward_logits(loaded, ids[None, prefill:prefill + decode], queries, masks, layers,
+                              logits_to_keep=last)

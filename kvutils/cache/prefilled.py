@@ -128,7 +128,8 @@ def head(pre: Prefilled, n: int) -> Prefilled:
     summation-order residue chapter 1 measures), so one prefill serves every shorter one."""
     kv = [(k[..., :n, :], v[..., :n, :]) for k, v in pre.kv]
     views = None if pre.views is None else [
-        dataclasses.replace(v, keys=v.keys[..., :n, :], values=v.values[..., :n, :], queries=v.queries[..., :n, :],
+        dataclasses.replace(v, keys=v.keys[..., :n, :], values=v.values[..., :n, :], queries=v.queries[...,
+                                                                                                       :n, :],
                             attention=v.attention)
         for v in pre.views]
     return Prefilled(kv, views, length=n)

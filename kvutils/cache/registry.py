@@ -36,7 +36,8 @@ from kvutils.cache.methods.window import Window
 # the operations, registered in this order (the chapter's tables' and the CLI's); `register` adds others after
 METHODS: tuple[type[CacheOp], ...] = (
     Exact, Cast, QuantizeNaive, QuantizeKivi, Window, ChunkReuse, ChunkBlend,  # by position and storage
-    RandomPress, KnormPress, SnapKVPress, PyramidKVPress, ExpectedAttentionPress, AdaKVPress,  # prefill-time presses
+    # prefill-time presses
+    RandomPress, KnormPress, SnapKVPress, PyramidKVPress, ExpectedAttentionPress, AdaKVPress,
     H2O, TOVA,  # decode-time policies
     HFQuantized,  # transformers' own cache object
 )
@@ -128,8 +129,9 @@ def parse_op(spec: str | CacheOp) -> CacheOp:
         raise ValueError(f"op: give a name or name:key=value,...; registered: {', '.join(OPS)}")
     if ";" in spec:  # the separator of the notebooks' `ops`, not of one operation's settings
         parts = [part.strip() for part in spec.split(";") if part.strip()]
-        raise ValueError(f"op: {spec.strip()!r} holds more than one operation (';' separates operations only in a "
-                         "notebook's ops parameter); give each on its own: on the command line, repeat --op, e.g. "
+        raise ValueError(f"op: {spec.strip()!r} holds more than one operation (';' separates operations only "
+                         "in a notebook's ops parameter); give each on its own: on the command line, repeat "
+                         "--op, e.g. "
                          + " ".join(f"--op '{part}'" for part in parts))
     name, _, args = spec.strip().partition(":")
     if name not in OPS:

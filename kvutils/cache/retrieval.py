@@ -47,11 +47,14 @@ from kvutils.models.layers import kv_shape, layer_windows
 from kvutils.models.loading import Loaded
 
 REGIMES = ("agnostic", "aware")
-# the step path (decode-time policies, transformers' cache objects) scores turn 1 only: one forward per
-# token, so a conversation's follow-ups cost it 3-4x turn 1 (tova: 0.5 -> 3.4 s per prompt on tiny-llama at 512
-# tokens), against 2x on the fast path; a policy also re-decides at every token, so "compressed once" is not its case
-STEP_FOLLOWUPS = "not scored: the step path (a decode-time policy, a cache object) scores turn 1 alone, for cost"
-REGIME_MEANING = {"agnostic": "compressed before the question arrives (query-agnostic: prompt caching, multi-turn reuse)",
+# the step path (decode-time policies, transformers' cache objects) scores turn 1 only: one forward per token,
+# so a conversation's follow-ups cost it 3-4x turn 1 (tova: 0.5 -> 3.4 s per prompt on tiny-llama at 512
+# tokens), against 2x on the fast path; a policy also re-decides at every token, so "compressed once" is not
+# its case
+STEP_FOLLOWUPS = ("not scored: the step path (a decode-time policy, a cache object) scores turn 1 alone, for "
+                  "cost")
+REGIME_MEANING = {"agnostic": "compressed before the question arrives (query-agnostic: prompt caching, "
+                              "multi-turn reuse)",
                   "aware": "compressed with the question in the prefill (query-aware: SnapKV's setting)"}
 
 
@@ -68,7 +71,8 @@ def answer_record(logits: torch.Tensor, prompt: Prompt) -> dict:
     target = torch.tensor(prompt.ids[prompt.answer + prompt.key_from:])  # (A - key_from,) the key's digits
     logp = logits[-len(target):].double().log_softmax(-1)
     target = target.to(logp.device)
-    return {"depth": prompt.depth, "context": prompt.context, "correct": bool((logp.argmax(-1) == target).all()),
+    return {"depth": prompt.depth, "context": prompt.context,
+            "correct": bool((logp.argmax(-1) == target).all()),
             "key_logprob": float(logp.gather(-1, target[:, None]).sum())}
 
 
@@ -203,13 +207,15 @@ def score_retrieval(loaded: Loaded, ops, prompts: list[Prompt], regimes: tuple[s
     deciders = [op for op in scored if op.needs_views]
     scores = _Scores(scored, regimes, len(prompts))
     exact, exact_seconds, gave_up = [], 0.0, False
-    with tqdm(total=len(prompts), desc=f"retrieval {loaded.name}", disable=not progress, unit="prompt") as bar:
+    with tqdm(total=len(prompts), desc=f"retrieval {loaded.name}", disable=not progress,
+              unit="prompt") as bar:
         for group in range(0, len(prompts), STEP_BATCH):
             pending: dict[tuple[str, str], list] = {}
             for p in range(group, min(group + STEP_BATCH, len(prompts))):
                 gave_up = gave_up or (give_up is not None and give_up(exact))
                 t0 = time.perf_counter()
-                exact.append(_score_prompt(loaded, [] if gave_up else scored, [] if gave_up else deciders, prompts[p], p,
+                exact.append(_score_prompt(loaded, [] if gave_up else scored, [] if gave_up else deciders,
+                                           prompts[p], p,
                                            regimes, scores, pending))
                 exact_seconds += time.perf_counter() - t0
                 bar.update()
@@ -217,13 +223,16 @@ def score_retrieval(loaded: Loaded, ops, prompts: list[Prompt], regimes: tuple[s
     return {"exact": exact, "exact_seconds": round(exact_seconds, 3), "refused": refused, "gave_up": gave_up,
             "seconds": {k: round(v, 3) for k, v in scores.seconds.items()},
             "exact_followups": scores.exact_followups,
-            "ops": {op.spec: {r: {"per_prompt": scores.records[op.spec][r], "held_bytes": scores.held[op.spec][r],
-                                  "needle_kept": scores.needle[op.spec][r], "followups": scores.followups[op.spec][r],
+            "ops": {op.spec: {r: {"per_prompt": scores.records[op.spec][r],
+                                  "held_bytes": scores.held[op.spec][r],
+                                  "needle_kept": scores.needle[op.spec][r],
+                                  "followups": scores.followups[op.spec][r],
                                   "followup_needle_kept": scores.followup_needle[op.spec][r]}
                               for r in regimes} for op in scored}}
 
 
-def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, p: int, regimes, scores: _Scores,
+def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, p: int, regimes,
+                  scores: _Scores,
                   pending: dict) -> dict:
     """One prompt: the shared exact prefill, the exact record (returned), every fast-path operation
     scored and every step-path one's start queued in `pending`."""
@@ -233,7 +242,8 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
     if deciders:
         pre = Prefilled(pre.kv, remembered(pre.views))
     exact, scores.exact_followups[p] = turn_records(
-        score_fast(loaded, Exact(), ids, longest, len(ids) - 1 - longest, pre, last=keep_rows(prompt, longest)), prompt)
+        score_fast(loaded, Exact(), ids, longest, len(ids) - 1 - longest, pre,
+                   last=keep_rows(prompt, longest)), prompt)
     regime_pre = {r: pre if prefill_length(prompt, r) == longest else head(pre, prefill_length(prompt, r))
                   for r in regimes}
     decided, decide_seconds = decide_layerwise(deciders, {r: v.views for r, v in regime_pre.items()}) \
@@ -250,19 +260,24 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
                                    last=keep_rows(prompt, P))
             share = (time.perf_counter() - t0) / len(together)
             for op, rows in zip(together, logits):
-                scores.records[op.spec][regime][p], scores.followups[op.spec][regime][p] = turn_records(rows, prompt)
+                scores.records[op.spec][regime][p], scores.followups[op.spec][regime][p] = turn_records(
+                    rows, prompt)
                 scores.seconds[op.spec] += share
         for op in scored:
             t0 = time.perf_counter()
             stats, choice = {}, decided[regime].get(op.spec)
             if op.has_fast_path and not batchable(op):
-                logits = score_fast(loaded, op, ids, P, D, pre_r, stats, decided=choice, last=keep_rows(prompt, P))
-                scores.records[op.spec][regime][p], scores.followups[op.spec][regime][p] = turn_records(logits, prompt)
+                logits = score_fast(loaded, op, ids, P, D, pre_r, stats, decided=choice,
+                                    last=keep_rows(prompt, P))
+                scores.records[op.spec][regime][p], scores.followups[op.spec][regime][p] = turn_records(
+                    logits, prompt)
             elif op.kind == POLICY:
-                start = StepStart(pre_r.kv, [s["held"] for s in choice], choice)  # the steps copy what they read
+                # the steps copy what they read
+                start = StepStart(pre_r.kv, [s["held"] for s in choice], choice)
                 pending.setdefault((op.spec, regime), []).append((p, start))
             elif op.kind == CACHE_OBJECT:  # filled through its own update
-                pending.setdefault((op.spec, regime), []).append((p, step_start(loaded, op, ids, P, pre_r, stats)))
+                pending.setdefault((op.spec, regime), []).append((p, step_start(loaded, op, ids, P, pre_r,
+                                                                                stats)))
             scores.held[op.spec][regime][p] = _held_bytes(loaded, op, choice, stats, P)
             scores.needle[op.spec][regime][p] = needle_kept(loaded.config, op, prompt, choice)
             scores.followup_needle[op.spec][regime][p] = [needle_kept(loaded.config, op, f, choice)
@@ -271,7 +286,8 @@ def _score_prompt(loaded: Loaded, scored: list, deciders: list, prompt: Prompt, 
     return exact
 
 
-def _score_pending(loaded: Loaded, scored: list, prompts: list[Prompt], pending: dict, scores: _Scores) -> None:
+def _score_pending(loaded: Loaded, scored: list, prompts: list[Prompt], pending: dict,
+                   scores: _Scores) -> None:
     """The step-path operations of a group of prompts, decoded together where their lengths agree."""
     by_spec = {op.spec: op for op in scored}
     for (spec, regime), items in pending.items():
@@ -281,8 +297,10 @@ def _score_pending(loaded: Loaded, scored: list, prompts: list[Prompt], pending:
             lengths.setdefault((P, len(prompts[p].ids) - 1 - P), []).append((p, start))
         for (P, D), same in lengths.items():
             t0 = time.perf_counter()
-            ids = torch.stack([torch.tensor(prompts[p].ids) for p, _ in same])  # (docs, context): turn 1 alone
-            logits = score_step_many(loaded, by_spec[spec], ids, P, D, [s for _, s in same])  # (docs, D, vocab)
+            # (docs, context): turn 1 alone
+            ids = torch.stack([torch.tensor(prompts[p].ids) for p, _ in same])
+            # (docs, D, vocab)
+            logits = score_step_many(loaded, by_spec[spec], ids, P, D, [s for _, s in same])
             for (p, _), rows in zip(same, logits):
                 scores.records[spec][regime][p] = answer_record(rows, prompts[p])
                 scores.followup_needle[spec][regime][p] = []  # follow-ups not scored (STEP_FOLLOWUPS)

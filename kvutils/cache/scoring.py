@@ -61,7 +61,8 @@ def score_step_many(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode:
     prefilled = [None] * docs if prefilled is None else prefilled
     stats = [None] * docs if stats is None else stats
     if not batched_step(op):
-        return torch.stack([score_held_step(loaded, op, ids[d], prefill, decode, prefilled[d]) for d in range(docs)])
+        return torch.stack([score_held_step(loaded, op, ids[d], prefill, decode,
+                                            prefilled[d]) for d in range(docs)])
     starts = [p if isinstance(p, StepStart) else step_start(loaded, op, ids[d], prefill, p, stats[d])
               for d, p in enumerate(prefilled)]
     tokens = ids[:, prefill:prefill + decode]  # (docs, decode)

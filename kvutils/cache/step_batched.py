@@ -71,7 +71,8 @@ class GrowingLayer(DynamicLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         end = self.length + key_states.shape[-2]
-        self.buffer_k[..., self.length:end, :], self.buffer_v[..., self.length:end, :] = key_states, value_states
+        self.buffer_k[..., self.length:end, :], self.buffer_v[..., self.length:end,
+                                                              :] = key_states, value_states
         self.length = end
         self.keys, self.values = self.buffer_k[..., :end, :], self.buffer_v[..., :end, :]
         return self.keys, self.values
@@ -93,14 +94,17 @@ def _write_step(out: torch.Tensor | None, j: int, decode: int, logits: torch.Ten
     return out
 
 
-def masked_steps(loaded: Loaded, op, tokens: torch.Tensor, prefill: int, starts: list[StepStart]) -> torch.Tensor:
+def masked_steps(loaded: Loaded, op, tokens: torch.Tensor, prefill: int,
+                 starts: list[StepStart]) -> torch.Tensor:
     """Presses and decode-time policies, one token per forward: every entry stays in the layer's
     tensors and what a KV head no longer holds is masked out for it (the same softmax as removing
     it). A policy sees each query's attention weights and updates what is held after it."""
     decode = tokens.shape[1]
     n_layers = len(starts[0].kv)
-    kv = [(torch.cat([s.kv[i][0] for s in starts]), torch.cat([s.kv[i][1] for s in starts])) for i in range(n_layers)]
-    cache = Cache(layers=[GrowingLayer(k, v, decode) for k, v in kv])  # (docs, kv_heads, P + decode, head_dim)
+    kv = [(torch.cat([s.kv[i][0] for s in starts]),
+           torch.cat([s.kv[i][1] for s in starts])) for i in range(n_layers)]
+    # (docs, kv_heads, P + decode, head_dim)
+    cache = Cache(layers=[GrowingLayer(k, v, decode) for k, v in kv])
     policy = op.kind == POLICY
     if policy:
         states = [op.stack([s.states[i] for s in starts]) for i in range(n_layers)]
@@ -117,7 +121,8 @@ def masked_steps(loaded: Loaded, op, tokens: torch.Tensor, prefill: int, starts:
                 session.masks[i] = torch.cat([h, h.new_ones(*h.shape[:-1], 1)], -1)[:, :, None]
             visible = attention_masks(loaded, torch.ones(1, n + 1, dtype=torch.bool), torch.tensor([n]),
                                       torch.arange(n + 1))
-            logits = _write_step(logits, j, decode, _next_logits(loaded, tokens[:, j:j + 1], n, visible, cache))
+            logits = _write_step(logits, j, decode, _next_logits(loaded, tokens[:, j:j + 1], n, visible,
+                                                                 cache))
             if policy:
                 held = [op.step_many(state, seen[i]())["held"] for i, state in enumerate(states)]
             else:
@@ -140,20 +145,24 @@ def _joined_cache(loaded: Loaded, starts: list[StepStart]) -> Cache | None:
         parts = [s.cache.layers[i] for s in starts]
         for name in ("_quantized_keys", "_quantized_values"):
             stored = [getattr(p, name) for p in parts]  # (quantised (1, kv_heads, P, head_dim), scale ())
-            setattr(layer, name, (torch.cat([q for q, _ in stored]), torch.stack([s for _, s in stored]).view(-1, 1, 1, 1)))
+            setattr(layer, name, (torch.cat([q for q, _ in stored]),
+                                  torch.stack([s for _, s in stored]).view(-1, 1, 1, 1)))
     return joined
 
 
-def cache_object_steps(loaded: Loaded, tokens: torch.Tensor, prefill: int, starts: list[StepStart]) -> torch.Tensor:
+def cache_object_steps(loaded: Loaded, tokens: torch.Tensor, prefill: int,
+                       starts: list[StepStart]) -> torch.Tensor:
     """A transformers cache object (e.g. QuantizedCache) as the model uses it: filled with the
     exact prefill through its own `update`, then one cached forward per decoded token, all
     documents in one batch where their caches can be joined."""
     joined = _joined_cache(loaded, starts)
-    groups = [(tokens, joined)] if joined is not None else [(tokens[d:d + 1], s.cache) for d, s in enumerate(starts)]
+    groups = [(tokens, joined)] if joined is not None else [(tokens[d:d + 1], s.cache) for d,
+                                                            s in enumerate(starts)]
     out = []
     for rows, cache in groups:
         logits = None
         for j in range(rows.shape[1]):
-            logits = _write_step(logits, j, rows.shape[1], _next_logits(loaded, rows[:, j:j + 1], prefill + j, None, cache))
+            logits = _write_step(logits, j, rows.shape[1], _next_logits(loaded, rows[:, j:j + 1], prefill + j,
+                                                                        None, cache))
         out.append(logits)
     return out[0] if len(out) == 1 else torch.cat(out)  # (docs, decode, vocab)

@@ -60,7 +60,8 @@ class _Held:
                 self.stored_v[due] = True
 
 
-def score_held_step(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int, exact_kv) -> torch.Tensor:
+def score_held_step(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode: int,
+                    exact_kv) -> torch.Tensor:
     """`score_step` for an operation that decides from positions alone (a window, a quantiser, a
     chunk): one document, the cache held literally as the operation keeps it."""
     kv = prefill_for(loaded, op, ids, prefill, exact_kv).kv
@@ -73,7 +74,8 @@ def score_held_step(loaded: Loaded, op, ids: torch.Tensor, prefill: int, decode:
         held = len(states[0].slots)
         coord = held if op.reindexes_positions else n
         key_slots = torch.cat([states[0].slots, torch.tensor([n])])
-        masks = attention_masks(loaded, torch.ones(1, held + 1, dtype=torch.bool), torch.tensor([n]), key_slots)
+        masks = attention_masks(loaded, torch.ones(1, held + 1, dtype=torch.bool), torch.tensor([n]),
+                                key_slots)
         logits.append(forward_logits(loaded, ids[None, n:n + 1], torch.tensor([coord]), masks, layers)[-1])
         for i, (state, layer) in enumerate(zip(states, layers)):
             state.extend(layer.keys, layer.values, n, coord)

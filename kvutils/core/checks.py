@@ -72,7 +72,8 @@ def no_repeats(name: str, items: list) -> None:
 
 
 COMPUTE_DEVICES = ("cpu", "cuda", "mps", "xpu")  # 'meta' holds no numbers; the others need plug-ins
-DEVICE_PATTERN = re.compile(r"[a-z_]+(:\d{1,4})?")  # a torch device's form ("cuda:1"), checked before torch loads
+# a torch device's form ("cuda:1"), checked before torch loads
+DEVICE_PATTERN = re.compile(r"[a-z_]+(:\d{1,4})?")
 
 
 def check_device(device: str) -> str:
@@ -81,23 +82,24 @@ def check_device(device: str) -> str:
     if device in ("auto", "cpu"):  # no torch needed: a command line checks it before importing torch
         return device
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
-        raise ValueError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:1', 'mps' or 'auto' "
-                         "(spread over every accelerator, then the CPU)")
+        raise ValueError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:1', 'mps' or "
+                         "'auto' (spread over every accelerator, then the CPU)")
     import torch  # whether the device is present
 
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:1', 'mps' or 'auto' "
-                         "(spread over every accelerator, then the CPU)") from None
+        raise ValueError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:1', 'mps' or "
+                         "'auto' (spread over every accelerator, then the CPU)") from None
     if dev.type not in COMPUTE_DEVICES:
         raise ValueError(f"device: {device!r} is not a device kvutils computes on; use one of "
-                         f"{', '.join(COMPUTE_DEVICES)} (with an index where there are several, e.g. 'cuda:1') or 'auto'")
+                         f"{', '.join(COMPUTE_DEVICES)} (with an index where there are several, e.g. "
+                         "'cuda:1') or 'auto'")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device: {device!r} asked for, but no CUDA device is available here; use 'cpu'")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device: {device!r} asked for, but this machine has {torch.cuda.device_count()} CUDA "
-                         f"device(s), numbered from 0")
+        raise ValueError(f"device: {device!r} asked for, but this machine has {torch.cuda.device_count()} "
+                         "CUDA device(s), numbered from 0")
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device: {device!r} asked for, but MPS is not available here; use 'cpu'")
     if dev.type == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
@@ -126,7 +128,8 @@ def split_items(name: str, value, example: str = "128,2000") -> list[str]:
     return items
 
 
-def check_int_list(name: str, value, low: int, high: int | None = None, example: str = "128,2000") -> list[int]:
+def check_int_list(name: str, value, low: int, high: int | None = None,
+                   example: str = "128,2000") -> list[int]:
     """Integers separated by commas ("128,2000"), or one integer as papermill passes it (2000)."""
     items = split_items(name, value, example)
     bad = [v for v in items if not re.fullmatch(r"[+-]?\d+", v)]

@@ -100,8 +100,8 @@ class Paired:
         """Why no verdict was drawn where a reader might expect one, or "": the exact test cannot
         reach p < ALPHA at this n (CANNOT), or p < ALPHA while the interval includes 0."""
         if self.verdict == CANNOT:
-            return (f"an exact sign test over {self.n} {self.unit} reaches p ≥ {smallest_p(self.n):.2g} whatever "
-                    "the data")
+            return (f"an exact sign test over {self.n} {self.unit} reaches p ≥ {smallest_p(self.n):.2g} "
+                    "whatever the data")
         if self.verdict == NO_DIFFERENCE and self.p < ALPHA:
             return "p is below 0.05 but the 95 % interval includes no difference, and a verdict needs both"
         return ""
@@ -265,7 +265,8 @@ class Ranked:
             return (f"no verdict possible with {sizes} (an exact rank test reaches p ≥ "
                     f"{smallest_rank_p(self.n_a, self.n_b):.2g} whatever the data)")
         if self.verdict == NO_DIFFERENCE:
-            return f"no detectable difference between {self.a} and {self.b} ({sizes}, exact rank test p = {self.p:.2g})"
+            return (f"no detectable difference between {self.a} and {self.b} ({sizes}, exact rank test p = "
+                    f"{self.p:.2g})")
         side = "above" if self.verdict == A_HIGHER else "below"
         return f"{self.a} lies {side} {self.b} ({sizes}, exact rank test p = {self.p:.2g})"
 
@@ -362,8 +363,8 @@ def clustered_against_chance(right: Sequence[Sequence[int]], chance: float, unit
     mean of their shares); `successes` and `n` count items."""
     sizes = {len(c) for c in right}
     if len(sizes) != 1 or 0 in sizes or not 0 < chance < 1:
-        raise ValueError(f"clustered_against_chance: need clusters of one size ≥ 1 and 0 < chance < 1 (got sizes "
-                         f"{sorted(sizes)}, chance {chance})")
+        raise ValueError("clustered_against_chance: need clusters of one size ≥ 1 and 0 < chance < 1 (got "
+                         f"sizes {sorted(sizes)}, chance {chance})")
     shares = np.asarray([np.mean(c) for c in right], dtype=float)
     successes, n = int(sum(sum(c) for c in right)), len(right) * sizes.pop()
     p = sign_test(shares - chance)

@@ -57,7 +57,8 @@ def check_regular(path: str | Path, parameter: str, shown: str | Path | None = N
         info = os.stat(path)
     except FileNotFoundError:
         kind = "a dangling symbolic link" if os.path.islink(path) else None
-        raise ValueError(f"{parameter}: {shown} is {kind}" if kind else f"{parameter}: file not found: {shown}") from None
+        raise ValueError(f"{parameter}: {shown} is {kind}" if kind else f"{parameter}: file not found: "
+                                                                        f"{shown}") from None
     except OSError as err:
         loop = link_loop(path)
         if loop is not None:
@@ -88,7 +89,8 @@ def open_input(path: str | Path, parameter: str, shown: str | Path | None = None
         yield fh
 
 
-def _decode(raw: bytes, parameter: str, shown, first_line: int = 1, offset: int = 0, final: bool = True) -> str:
+def _decode(raw: bytes, parameter: str, shown, first_line: int = 1, offset: int = 0,
+            final: bool = True) -> str:
     """UTF-8 text (a BOM dropped); bytes that are not UTF-8, or a NUL, are an error naming the line
     and the byte. With `final=False` a character cut at the end of `raw` is left out."""
     try:
@@ -178,7 +180,8 @@ def _read_json(path: str | Path, parameter: str, top: str) -> dict:
     except json.JSONDecodeError as err:
         raise ValueError(f"{parameter}: {path} is not valid JSON ({err})") from None
     if not isinstance(raw, dict):
-        raise ValueError(f'{parameter}: {path} must hold a JSON object with "{top}", not a {type(raw).__name__}')
+        raise ValueError(f'{parameter}: {path} must hold a JSON object with "{top}", not a '
+                         f'{type(raw).__name__}')
     return raw
 
 
@@ -355,7 +358,8 @@ def _jsonl(path: Path, corpus, parameter: str) -> list[Document]:
             raise ValueError(f'{parameter}: {corpus} line {n} has no "text" field')
         if not isinstance(record["text"], str):
             raise ValueError(f'{parameter}: {corpus} line {n}: its "text" field is not a string '
-                             f"(a JSON {_json_type(record['text'])}); give each document's text as one string")
+                             f"(a JSON {_json_type(record['text'])}); give each document's text as one "
+                             "string")
         text, cut = _prefix_of(record["text"])
         docs.append(Document(f"{path.name}:{n}", _clean(text), cut))
     if not docs:
@@ -374,7 +378,8 @@ def load_corpus(corpus: str = DEFAULT_CORPUS, parameter: str = "corpus") -> list
     with a "text" field per line (e.g. the Pile's test split). Each document is read only to its
     first DOC_PREFIX_BYTES (`Document.cut` says where one went on)."""
     if not isinstance(corpus, (str, Path)) or not str(corpus).strip():
-        raise ValueError(f'{parameter} must be "pydoc", a folder of .txt files or a .jsonl file, got {corpus!r}')
+        raise ValueError(f'{parameter} must be "pydoc", a folder of .txt files or a .jsonl file, got '
+                         f'{corpus!r}')
     if corpus == "pydoc":
         from pydoc_data.topics import topics
 

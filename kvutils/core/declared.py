@@ -43,10 +43,12 @@ SIMPLE = (str, int, float, bool, tuple)  # a default is one of these: never a mu
 
 def param(default, doc: str, *, meaning: str = "", allowed: str = "", note: str = "", shown: str = "",
           row: str = "", check: Check | None = None):
-    """One parameter: its default, its comment in the cell, its row of the parameter table (`shown` replaces the
+    """One parameter: its default, its comment in the cell, its row of the parameter table (`shown` replaces
+    the
     row's default cell, its literals and notes), and the check of a value given for it."""
     if not isinstance(default, SIMPLE):
-        raise TypeError(f"a parameter's default must be one of {[t.__name__ for t in SIMPLE]}, got {default!r}")
+        raise TypeError(f"a parameter's default must be one of {[t.__name__ for t in SIMPLE]}, got "
+                        f"{default!r}")
     return field(default=default, metadata={"doc": doc, "meaning": meaning, "allowed": allowed, "note": note,
                                             "shown": shown, "row": row, "check": check})
 
@@ -131,7 +133,8 @@ class Declared:
     @classmethod
     def cell_source(cls) -> str:
         """The exact text of the notebook's `parameters` cell."""
-        header = "# Parameters (papermill overrides any of these" + (f": papermill ... {cls.EXAMPLE})" if cls.EXAMPLE
+        header = "# Parameters (papermill overrides any of these" + (
+            f": papermill ... {cls.EXAMPLE})" if cls.EXAMPLE
                                                                     else ")")
         lines = [f"{f.name} = {literal(f.default)}  # {f.metadata['doc'].replace('{notebook}', cls.NOTEBOOK)}"
                  for f in fields(cls)]
@@ -147,9 +150,11 @@ class Declared:
         rows = []
         for members in groups.values():
             lead = members[0].metadata
-            default = lead["shown"] or ", ".join(f"`{literal(f.default)}`" + (f" ({f.metadata['note']})" if f.metadata["note"]
+            default = lead["shown"] or ", ".join(f"`{literal(f.default)}`" + (
+                f" ({f.metadata['note']})" if f.metadata["note"]
                                                                              else "") for f in members)
-            rows.append(ReadmeRow(", ".join(f"`{f.name}`" for f in members), lead["meaning"], default, lead["allowed"]))
+            rows.append(ReadmeRow(", ".join(f"`{f.name}`" for f in members), lead["meaning"], default,
+                                  lead["allowed"]))
         return rows
 
     @classmethod

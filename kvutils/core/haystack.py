@@ -73,9 +73,10 @@ class Prompt:
     word: str | None  # the magic needle's word (None for the pass key)
     haystack: str
     documents: tuple[str, ...] = field(default=())  # the corpus documents the haystack is cut from
-    key_from: int = 0  # answer tokens before the key's digits: the separator (a space) where it is a token of its own
-    # the follow-up turns (`build_prompt`'s `followups`): each a Prompt over the chain so far (this prompt, then
-    # each turn's question and answer), asking another needle of the same haystack; () for one question
+    # answer tokens before the key's digits: the separator (a space) where it is a token of its own
+    key_from: int = 0
+    # the follow-up turns (`build_prompt`'s `followups`): each a Prompt over the chain so far (this prompt,
+    # then each turn's question and answer), asking another needle of the same haystack; () for one question
     followups: tuple = ()
     shape: str = ""  # the asked needle's shape (a key of TEMPLATES)
 
@@ -249,9 +250,11 @@ def build_prompt(tokenizer, hay: Haystack, context: int, depth: float, needle: s
         chain += encode(_question_text(shapes[n], words[n]))
         fa = len(chain)
         chain += encode(" " + keys[n])
-        turns.append(Prompt(tuple(chain), fq, fa, spans[n], d, context, keys[n], words[n], hay.name, documents,
+        turns.append(Prompt(tuple(chain), fq, fa, spans[n], d, context, keys[n], words[n], hay.name,
+                            documents,
                             key_from, shape=shapes[n]))
-    return Prompt(tuple(ids), q, a, spans[0], depth, context, keys[0], words[0], hay.name, documents, key_from,
+    return Prompt(tuple(ids), q, a, spans[0], depth, context, keys[0], words[0], hay.name, documents,
+                  key_from,
                   tuple(turns), shapes[0])
 
 
@@ -273,7 +276,8 @@ def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[fl
         raise ValueError("distractors: the pass key has one needle; distractors are for the magic numbers")
     checks.check_int("turns", turns, 1, min(len(depths), len(SHAPES)))
     if needle == "passkey" and turns > 1:
-        raise ValueError("turns: the pass key has one needle, so one question; follow-ups need the magic numbers")
+        raise ValueError("turns: the pass key has one needle, so one question; follow-ups need the magic "
+                         "numbers")
     hay = Haystack(haystack, tokenizer, parameter)
     rng = random.Random(seed)
     out = []
@@ -283,7 +287,8 @@ def build_prompts(tokenizer, haystack: str, contexts: list[int], depths: list[fl
             start = (i * 7) % len(hay.docs)  # a different document for each prompt, in a fixed order
             first, *later = turn_depths(depths, i, turns)
             shapes = tuple(turn_shapes(i, turns)) if turns > 1 else ()
-            out.append(build_prompt(tokenizer, hay, context, first, needle, rng, start, distractors, tuple(later),
+            out.append(build_prompt(tokenizer, hay, context, first, needle, rng, start, distractors,
+                                    tuple(later),
                                     shapes))
     return out
 

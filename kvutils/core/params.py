@@ -26,7 +26,8 @@ def assigned_names(source: str) -> list[str]:
     except SyntaxError:
         return []
     return [node.targets[0].id for node in body
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0],
+                                                                                      ast.Name)]
 
 
 def injected_names(namespace: dict) -> list[str]:
@@ -69,7 +70,9 @@ def run_folder(namespace: dict, notebook: str, defaults: dict) -> str:
     given = namespace.get("results_dir", defaults.get("results_dir"))
     if given != defaults.get("results_dir"):
         return given
-    changed = [n for n, default in defaults.items() if n != "results_dir" and n in namespace and namespace[n] != default]
+    changed = (
+        [n for n,
+         default in defaults.items() if n != "results_dir" and n in namespace and namespace[n] != default])
     if not changed:
         return given
     number = next((n for n, name in NOTEBOOKS.items() if name == notebook), "NN")
@@ -88,7 +91,8 @@ def check_notebook(namespace: dict, notebook: str, defaults: dict) -> str:
     reject_unknown(namespace, notebook, defaults)
     results_dir = namespace.get("results_dir")
     if notebook not in NOTEBOOKS.values():  # a summary page reads the chapters' results
-        if not isinstance(results_dir, (str, Path)) or not results.expand(results_dir, "results_dir").is_dir():
+        if not isinstance(results_dir, (str, Path)) or not results.expand(results_dir,
+                                                                          "results_dir").is_dir():
             raise ValueError(f"results_dir: {results_dir!r} is not a folder; give the folder that holds the "
                              "chapters' results files (make book writes them to results/)")
         results.recover(results.expand(results_dir, "results_dir"))

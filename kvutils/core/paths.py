@@ -34,12 +34,12 @@ def repo_root(needing: str = "the files of its repository") -> Path:
         return PACKAGE_PARENT
     named = os.environ.get(REPO_ENV, "").strip()
     folders = " and ".join(f"{name}/" for name in CHECKOUT_FOLDERS)
-    fix = ("Install kvutils from a clone of its repository with `pip install -e .` (run in the clone's folder), "
-           f"or set {REPO_ENV} to the folder of a clone")
+    fix = ("Install kvutils from a clone of its repository with `pip install -e .` (run in the clone's "
+           f"folder), or set {REPO_ENV} to the folder of a clone")
     if not named:
-        raise RepositoryNotFound(f"kvutils needs {needing}, but it is installed at {PACKAGE_PARENT / 'kvutils'}, "
-                                 f"outside a checkout of its repository (no {folders} next to it), and {REPO_ENV} "
-                                 f"is not set. {fix}.")
+        raise RepositoryNotFound(f"kvutils needs {needing}, but it is installed at "
+                                 f"{PACKAGE_PARENT / 'kvutils'}, outside a checkout of its repository (no "
+                                 f"{folders} next to it), and {REPO_ENV} is not set. {fix}.")
     folder = Path(named).expanduser().resolve()
     if not is_checkout(folder):
         raise RepositoryNotFound(f"kvutils needs {needing}, but {REPO_ENV}={named} is not a checkout of its "
@@ -87,8 +87,9 @@ def link_loop(path: str | Path) -> Path | None:
 def loop_error(parameter: str, shown: str | Path, loop: Path) -> ValueError:
     """The error for a path that runs into a symbolic-link loop (see `link_loop`)."""
     where = "" if str(loop) == str(shown) else f" ({loop} in it)"
-    return ValueError(f"{parameter}: {shown}{where} is a loop of symbolic links ({loop} -> {os.readlink(loop)} "
-                      "-> ... leads back to itself, so it names no file or folder); point the link at a real one")
+    return ValueError(f"{parameter}: {shown}{where} is a loop of symbolic links ({loop} -> "
+                      f"{os.readlink(loop)} -> ... leads back to itself, so it names no file or folder); "
+                      "point the link at a real one")
 
 
 def __getattr__(name: str) -> Path:

@@ -167,7 +167,8 @@ def expand(folder: str | Path, parameter: str) -> Path:
     except RuntimeError:  # pathlib's "Could not determine home directory."
         user = str(folder).split("/", 1)[0]
         raise ValueError(f"{parameter}: {folder} starts with {user}, but there is no user "
-                         f"{user[1:]!r} (or no home folder) on this machine; give the folder itself") from None
+                         f"{user[1:]!r} (or no home folder) on this machine; give the folder "
+                         "itself") from None
 
 
 def _writable_folder(folder: Path, parameter: str, shown: str) -> None:
@@ -178,8 +179,8 @@ def _writable_folder(folder: Path, parameter: str, shown: str) -> None:
     existing = folder
     while not existing.exists() and existing != existing.parent:
         if existing.is_symlink():  # mkdir there would fail with a bare "File exists"
-            raise ValueError(f"{parameter}: {existing} is a symbolic link to {os.readlink(existing)}, which does "
-                             "not exist (a dangling link); create its target or give another folder")
+            raise ValueError(f"{parameter}: {existing} is a symbolic link to {os.readlink(existing)}, which "
+                             "does not exist (a dangling link); create its target or give another folder")
         existing = existing.parent
     if not existing.is_dir():
         raise ValueError(f"{parameter}: {shown} cannot be a folder: {existing} is a file")
@@ -221,7 +222,8 @@ def check_output(results_dir: str | Path, chapter: str, parameter: str = "result
         if target.exists() and target.is_dir() != want_dir:
             kind = "a folder" if target.is_dir() else "a file"
             what = "the figures" if want_dir else "the results file"
-            raise ValueError(f"{parameter}: {target} is {kind}, so {what} cannot be written there; move it away")
+            raise ValueError(f"{parameter}: {target} is {kind}, so {what} cannot be written there; move it "
+                             "away")
     if (folder / "figures").is_dir():
         _writable_folder(folder / "figures", parameter, str(folder / "figures"))
     if folder.is_dir():
@@ -242,7 +244,8 @@ def check_output_file(path: str | Path, parameter: str) -> Path:
     return path
 
 
-# --------------------------------------------------------------------------- one writer per chapter results file
+# --------------------------------------------------------------------------- one writer per chapter results
+# file
 #
 # A chapter's run holds a lock on its results file from its first cell (`claim`) until `save_run`
 # has written it: a second run of the same chapter into the same folder is refused at its start,
@@ -293,8 +296,9 @@ def _locked(path: Path, chapter: str, results_dir, parameter: str) -> int:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise ValueError(f"{parameter}: another run (pid {holder}) is writing {chapter}'s results in {results_dir} "
-                         "now; wait for it to end, or give this run another results_dir") from None
+        raise ValueError(f"{parameter}: another run (pid {holder}) is writing {chapter}'s results in "
+                         f"{results_dir} now; wait for it to end, or give this run another "
+                         "results_dir") from None
     except BaseException:
         os.close(fd)
         raise
@@ -310,7 +314,8 @@ def release(results_dir: str | Path, chapter: str) -> None:
         os.close(fd)  # closing the only descriptor releases the flock
 
 
-# --------------------------------------------------------------------------- a run: results and figures as one unit
+# --------------------------------------------------------------------------- a run: results and figures as
+# one unit
 #
 # A run is staged in a hidden folder <results_dir>/.<chapter>.run-<pid>-<random>/ (figures, then
 # the JSON naming them with their sha256). The JSON's rename inside that folder is the commit

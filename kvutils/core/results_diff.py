@@ -69,12 +69,14 @@ def diff_folders(before: Path, after: Path, rtol: float = 0.0) -> list[str]:
         if not a.exists() or not b.exists():
             out.append(f"{name}: only in {'after' if not a.exists() else 'before'}")
             continue
-        out += [f"{name}: {line}" for line in diff(json.loads(a.read_text()), json.loads(b.read_text()), rtol)]
+        out += [f"{name}: {line}" for line in diff(json.loads(a.read_text()), json.loads(b.read_text()),
+                                                   rtol)]
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvutils.results_diff", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m kvutils.results_diff",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("before", type=Path, help="results folder of the earlier run")
     parser.add_argument("after", type=Path, help="results folder of the later run")
     parser.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default: 0, exact)")

@@ -64,8 +64,9 @@ def check(record: Any, name: str, path: Path | str, parameter: str, rerun: str) 
     found = problems(record, name)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise ValueError(f"{parameter}: {path} does not follow its format, kvutils/core/schemas/{name}.schema.json, "
-                         f"{found[0]}{more}; it was written by another version of kvutils or edited: {rerun}")
+        raise ValueError(f"{parameter}: {path} does not follow its format, "
+                         f"kvutils/core/schemas/{name}.schema.json, {found[0]}{more}; it was written by "
+                         f"another version of kvutils or edited: {rerun}")
 
 
 def _short(message: str) -> str:

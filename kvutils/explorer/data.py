@@ -41,7 +41,8 @@ def attention_maps(loaded: Loaded, text: str) -> AttentionMaps:
     ids = loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.device)
     out = loaded.model(input_ids=ids, output_attentions=True, use_cache=False, logits_to_keep=1)
     if not out.attentions or out.attentions[0] is None:
-        raise ValueError(f"{loaded.name} returned no attention weights: load it with attn_implementation='eager'")
+        raise ValueError(f"{loaded.name} returned no attention weights: load it with "
+                         "attn_implementation='eager'")
     maps = torch.stack([a[0] for a in out.attentions]).float().cpu()  # (layers, heads, seq, seq)
     return AttentionMaps(loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist()), maps)
 
@@ -65,7 +66,8 @@ def readable(token: str) -> str:
 
 def pair_texts(word: data.Word, template: str) -> tuple[str, str]:
     """The word's two sentences (one per sense) in a construction."""
-    a, b = (template.format(prefix=word.prefix, continuation=s.continuation, word=word.word) for s in word.senses)
+    a, b = (template.format(prefix=word.prefix, continuation=s.continuation,
+                            word=word.word) for s in word.senses)
     return a, b
 
 
@@ -131,7 +133,8 @@ def record(loaded: Loaded, words: Iterable[data.Word], constructions: Mapping[st
     pairs: dict[str, dict[str, list[dict]]] = {}
     for word in tqdm(words, desc=f"{loaded.name} explorer maps", unit="word", disable=not progress):
         texts = {c: pair_texts(word, template) for c, template in constructions.items()}
-        tokens = {(c, side): loaded.tokenizer.convert_ids_to_tokens(loaded.tokenizer(texts[c][side]).input_ids)
+        tokens = {(c,
+                   side): loaded.tokenizer.convert_ids_to_tokens(loaded.tokenizer(texts[c][side]).input_ids)
                   for c in constructions for side in (0, 1)}
         stored: dict[tuple[str, int], dict] = {}
         # longest first, so that a shorter text can point into a longer one's maps
@@ -141,7 +144,8 @@ def record(loaded: Loaded, words: Iterable[data.Word], constructions: Mapping[st
             if host is None:
                 maps = attention_maps(loaded, texts[c][side])
                 if maps.tokens != tokens[c, side]:
-                    raise RuntimeError(f"{loaded.name}: the tokenizer and the model read {texts[c][side]!r} differently")
+                    raise RuntimeError(f"{loaded.name}: the tokenizer and the model read {texts[c][side]!r} "
+                                       "differently")
                 chunk = quantize(maps.maps)
                 host = {"offset": offset, "stored_n": len(maps.tokens)}
                 chunks.append(chunk)
@@ -150,7 +154,8 @@ def record(loaded: Loaded, words: Iterable[data.Word], constructions: Mapping[st
         for c in constructions:
             spans = differing_spans(tokens[c, 0], tokens[c, 1])
             pairs.setdefault(word.word, {})[c] = [
-                {"text": texts[c][side], "tokens": [readable(t) for t in tokens[c, side]], "span": list(spans[side]),
+                {"text": texts[c][side], "tokens": [readable(t) for t in tokens[c, side]],
+                 "span": list(spans[side]),
                  **stored[c, side]} for side in (0, 1)]
     heads = loaded.config.num_attention_heads
     return {"name": loaded.name, "layers": loaded.n_layers, "heads": heads, "pairs": pairs}, b"".join(chunks)
@@ -164,7 +169,8 @@ def pack(parts: list[tuple[dict, bytes]], constructions: Mapping[str, str]) -> d
     models, blob, base = [], [], 0
     for description, chunk in parts:
         shifted = {**description, "pairs": {
-            word: {c: [{**side, "offset": side["offset"] + base} for side in sides] for c, sides in by_c.items()}
+            word: {c: [{**side, "offset": side["offset"] + base} for side in sides] for c,
+                   sides in by_c.items()}
             for word, by_c in description["pairs"].items()}}
         models.append(shifted)
         blob.append(chunk)
@@ -196,7 +202,8 @@ def unpack_matrix(payload: dict, model: str, word: str, construction: str, side:
     return matrix
 
 
-def record_study(models: Iterable[str], words: Iterable[data.Word], repeat_template: str = probes.DEFAULT_REPEAT_TEMPLATE,
+def record_study(models: Iterable[str], words: Iterable[data.Word],
+                 repeat_template: str = probes.DEFAULT_REPEAT_TEMPLATE,
                  device: str = "cpu", loader: Callable[..., Loaded] | None = None) -> dict:
     """The book's explorer data for chapter 3: every causal model x word x construction (the
     chapter's repeat template, and the context alone), each model loaded in float32 with eager

@@ -23,8 +23,8 @@ from kvutils.report.interactive import MARKER_CLASS, NO_PLOTLY, Chart, script_js
 ROOT_ID = "attention-explorer"
 SCRIPT = Path(__file__).with_name("explorer.js")
 LEGEND = ("Heat maps: every query row of each text (red frame: the chosen query; dotted orange: the span "
-          "where the two texts differ). Bars: the chosen query's weights (red: the first token, where attention "
-          "sinks; orange: the differing span).")
+          "where the two texts differ). Bars: the chosen query's weights (red: the first token, where "
+          "attention sinks; orange: the differing span).")
 HEIGHT = 760  # px: two rows of plots with rotated token labels
 
 
@@ -38,9 +38,11 @@ def layout() -> dict:
         fig.update_xaxes(title_text="key token", row=1, col=col, tickangle=-90)
         fig.update_yaxes(title_text="query token" if col == 1 else None, autorange="reversed", row=1, col=col)
         fig.update_xaxes(title_text="key token", row=2, col=col, tickangle=-90)
-        fig.update_yaxes(title_text="attention weight" if col == 1 else None, rangemode="tozero", row=2, col=col)
+        fig.update_yaxes(title_text="attention weight" if col == 1 else None, rangemode="tozero", row=2,
+                         col=col)
     fig.update_annotations(font_size=10)
-    fig.update_layout(height=HEIGHT, template="plotly_white", showlegend=False, margin={"t": 70, "b": 60, "l": 60, "r": 10},
+    fig.update_layout(height=HEIGHT, template="plotly_white", showlegend=False, margin={"t": 70, "b": 60,
+                                                                                        "l": 60, "r": 10},
                       coloraxis={"colorscale": "Viridis", "cmin": 0, "colorbar": {
                           "title": {"text": "weight", "side": "right"}, "thickness": 10, "len": 0.5, "y": 1,
                           "yanchor": "top"}},
@@ -54,7 +56,8 @@ def weight_note(payload: dict) -> str:
     words = len(models[0]["pairs"])
     return (f"Recorded at build time for {len(models)} model(s) x {words} word pairs x "
             f"{len(payload['constructions'])} texts: {payload['raw_bytes'] / 1e3:,.0f} kB of weights, 8-bit "
-            f"(within 0.002 of the model's), {len(payload['blob']) / 1e3:,.0f} kB in this page once compressed.")
+            f"(within 0.002 of the model's), {len(payload['blob']) / 1e3:,.0f} kB in this page once "
+            "compressed.")
 
 
 def _select(name: str, label: str) -> str:
@@ -75,17 +78,19 @@ def explorer_view(payload: dict, *, word: str, layer: int, model: str | None = N
     if model not in names:
         raise ValueError(f"model: {model!r} was not recorded; choose one of {names}")
     if word not in payload["models"][0]["pairs"]:
-        raise ValueError(f"word: {word!r} was not recorded; choose one of {list(payload['models'][0]['pairs'])}")
+        raise ValueError(f"word: {word!r} was not recorded; choose one of "
+                         f"{list(payload['models'][0]['pairs'])}")
     if construction not in payload["constructions"]:
         raise ValueError(f"construction: {construction!r}; choose one of {list(payload['constructions'])}")
-    initial = {"model": model, "word": word, "construction": construction, "layer": layer, "head": "mean", "query": 0}
+    initial = {"model": model, "word": word, "construction": construction, "layer": layer, "head": "mean",
+               "query": 0}
     data = script_json({**payload, "layout": layout(), "initial": initial})
     controls = "\n".join([_select("model", "model"), _select("word", "word"), _select("construction", "text"),
                           _range("layer", "layer"), _select("head", "head"), _range("query", "query ← end")])
     page = (
         f'<div id="{ROOT_ID}" class="{MARKER_CLASS}" data-no-plotly="{html.escape(NO_PLOTLY)}">\n'
-        f'<form class="ae-controls" style="display:flex;flex-wrap:wrap;gap:0.4em 1.2em;margin-bottom:0.5em">\n'
-        f'{controls}\n</form>\n'
+        '<form class="ae-controls" style="display:flex;flex-wrap:wrap;gap:0.4em '
+        f'1.2em;margin-bottom:0.5em">\n{controls}\n</form>\n'
         f'<div class="ae-texts" style="font-size:0.85em"></div>\n'
         f'<p class="ae-weight" style="font-size:0.8em">{LEGEND} {html.escape(weight_note(payload))}</p>\n'
         f'<div class="ae-plot" style="width:100%;min-height:{HEIGHT}px"></div>\n'

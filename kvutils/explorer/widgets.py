@@ -101,7 +101,8 @@ class AttentionExplorer:
         self._maps: dict[tuple[str, str], AttentionMaps] = {}
         self.words = {word.word: word for word in data.load_senses(senses_file)}
         self.model = w.Dropdown(options=models, value=models[0], description="model")
-        self.pair = w.Dropdown(options=[*self.words, CUSTOM], value=next(iter(self.words)), description="word")
+        self.pair = w.Dropdown(options=[*self.words, CUSTOM], value=next(iter(self.words)),
+                               description="word")
         self.construction = w.ToggleButtons(options=list(CONSTRUCTIONS), value="repeat", description="text",
                                             tooltips=["the word repeated after the continuation",
                                                       "prefix + continuation only"])
@@ -143,7 +144,8 @@ class AttentionExplorer:
     def _loaded_model(self) -> Loaded:
         name = self.model.value
         if name not in self._loaded:
-            self._loaded[name] = self._loader(name, "float32", device=self._device, attn_implementation="eager")
+            self._loaded[name] = self._loader(name, "float32", device=self._device,
+                                              attn_implementation="eager")
         return self._loaded[name]
 
     def _configure_model(self) -> None:

@@ -56,7 +56,8 @@ BOUNDARY_ROWS = 128  # rows per base pass: a pass keeps every layer's hidden sta
 
 
 def states_and_prefix_cache(model, ids: torch.Tensor, mask: torch.Tensor, layers: Sequence[int],
-                            marker_len: int, rows: int = BOUNDARY_ROWS) -> tuple[dict[int, torch.Tensor], object]:
+                            marker_len: int, rows: int = BOUNDARY_ROWS) -> tuple[dict[int, torch.Tensor],
+                                                                                 object]:
     """One base pass over a left-padded batch whose rows all end with the marker, `rows` rows at a
     time (a pass holds all L + 1 hidden states of its rows: for a training set of thousands of
     examples, gigabytes at once): the hidden states entering `layers` (see `boundary_states`) and
@@ -65,7 +66,8 @@ def states_and_prefix_cache(model, ids: torch.Tensor, mask: torch.Tensor, layers
     for start in range(0, ids.shape[0], rows):
         cores.share()  # in make book, the cores other jobs have freed
         cache = new_cache(model)
-        states.append(boundary_states(model, ids[start:start + rows], mask[start:start + rows], layers, cache=cache))
+        states.append(boundary_states(model, ids[start:start + rows], mask[start:start + rows], layers,
+                                      cache=cache))
         cache.crop(-marker_len)
         caches.append(cache)
     joined = caches[0]

@@ -69,7 +69,8 @@ def _slots(layer, seq_len: int, positions: Sequence[int], layer_idx: int) -> tor
     first = seq_len - held
     slots = [p - first for p in positions]
     if any(s < 0 or s >= held for s in slots):
-        raise ValueError(f"layer {layer_idx} holds positions {first}..{seq_len - 1}; cannot patch {list(positions)}")
+        raise ValueError(f"layer {layer_idx} holds positions {first}..{seq_len - 1}; cannot patch "
+                         f"{list(positions)}")
     return torch.tensor(slots, device=layer.keys.device)
 
 
@@ -102,7 +103,8 @@ def patch_cache(cache, patches: Sequence[Patch], source=None, setter: Setter = c
             for part in patch.parts:
                 tensor = getattr(layer, part)  # (batch, kv_heads, seq, head_dim)
                 current = tensor[:, :, slots][rows]
-                src = None if source is None else _source_slice(source, layer_idx, part, patch.positions, patch.rows)
+                src = None if source is None else _source_slice(source, layer_idx, part, patch.positions,
+                                                                patch.rows)
                 new = setter(current, src)
                 saved.append((tensor, index, current.clone()))
                 tensor[index] = _assign(tensor, new)
@@ -224,13 +226,15 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
         length, n = len(target_ids), min(len(target_ids), len(source_ids))
         prefix_gap = nan_max([prefix_gap, *layer_differences(caches[0], caches[1], prefix_len)])
         with active_adapter(model, adapter):
-            clean = model(input_ids=marker, cache=copy_cache(caches[0]), use_cache=True, output_hidden_states=True)
+            clean = model(input_ids=marker, cache=copy_cache(caches[0]), use_cache=True,
+                          output_hidden_states=True)
         per_pair["clean"].append((clean.logits[0, -1, own] - clean.logits[0, -1, other]).item())
         marker_positions = torch.arange(length, length + m, device=device)[None]  # (1, m)
         spans = [tuple(c) for c in controls] + [tuple(r) for r in runs(range(prefix_len, n), bins)]
         spans.append(tuple(range(prefix_len, n)))
         alien_cache = None if alien is None else own_cache(model, adapter, alien, device)
-        grids = _pair_grids(model, adapter, caches, alien_cache, clean.hidden_states, marker_positions, (own, other),
+        grids = _pair_grids(model, adapter, caches, alien_cache, clean.hidden_states, marker_positions,
+                            (own, other),
                             spans, controls, cols, chunk)
         for key, by_col in grids.items():  # [col][row] -> [row][col]
             per_pair[key].append([list(row) for row in zip(*by_col)] if by_col else None)
@@ -239,7 +243,8 @@ def answer_map(model, adapter: str, pairs: Sequence[tuple[list[int], list[int], 
             "control_rows": len(controls), "prefix_kv_max_diff": prefix_gap, "n_contexts": len(pairs)}
 
 
-def _pair_grids(model, adapter: str, caches: list, alien_cache, hidden_states, marker_positions, answers: tuple[int, int],
+def _pair_grids(model, adapter: str, caches: list, alien_cache, hidden_states, marker_positions,
+                answers: tuple[int, int],
                 spans: list, controls: list, cols: Sequence[tuple[int, ...]], chunk: int) -> dict[str, list]:
     """One pair's log-odds per column (a group of layers) and row (a span), patched from the source
     and unpatched, and the foreign control's where there is one: {key: [col][row]}."""
@@ -256,11 +261,13 @@ def _pair_grids(model, adapter: str, caches: list, alien_cache, hidden_states, m
             logits = out.logits[:, -1]
             return logits[:, own] - logits[:, other]  # (rows,) the answer's log-odds
 
-        after, before = patch_grid(caches[0], caches[1], [Patch(layers, span) for span in spans], answer, chunk)
+        after, before = patch_grid(caches[0], caches[1], [Patch(layers, span) for span in spans], answer,
+                                   chunk)
         grids["patched"].append(after.tolist())
         grids["unpatched"].append(before.tolist())
         if alien_cache is not None:
-            after, before = patch_grid(caches[0], alien_cache, [Patch(layers, tuple(c)) for c in controls], answer, chunk)
+            after, before = patch_grid(caches[0], alien_cache, [Patch(layers, tuple(c)) for c in controls],
+                                       answer, chunk)
             grids["foreign_patched"].append(after.tolist())
             grids["foreign_unpatched"].append(before.tolist())
     return grids
@@ -306,7 +313,8 @@ def foreign_summary(per_pair: dict, right: list[bool], control_rows: int, n_cols
             if a is not None]
     if not rows:
         return None
-    moved = [max(abs(a[r][c] - b[r][c]) for r in range(control_rows) for c in range(n_cols)) for _, a, b in rows]
+    moved = [max(abs(a[r][c] - b[r][c]) for r in range(control_rows) for c in range(n_cols)) for _, a,
+             b in rows]
     flipped = [any(_flipped(a[r][c], b[r][c]) for r in range(control_rows) for c in range(n_cols))
                for ok, a, b in rows if ok]
     return {"max_abs_delta_per_pair": moved, "n_pairs": len(rows), "flipped_any": sum(flipped),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 SCHEDULES = ("constant", "cosine")  # cosine: linear warm-up, then cosine decay to 0 at the last step
-LOSSES = ("vocab", "answers")  # cross-entropy over the whole vocabulary, or over the right and the wrong answer
+# cross-entropy over the whole vocabulary, or over the right and the wrong answer
+LOSSES = ("vocab", "answers")
 
 
 def lr_factor(step: int, steps: int, schedule: str, warmup: int) -> float:

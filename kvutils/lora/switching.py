@@ -82,7 +82,8 @@ def layer_differences(cache_a, cache_b, length: int) -> list[float | None]:
     no such position is left. None, not NaN: a NaN here is a real NaN in a cache, and every check
     must fail on it."""
     out = []
-    for a, b in zip(cache_layers(cache_a, cache_a.get_seq_length()), cache_layers(cache_b, cache_b.get_seq_length())):
+    for a, b in zip(cache_layers(cache_a, cache_a.get_seq_length()), cache_layers(cache_b,
+                                                                                  cache_b.get_seq_length())):
         start = max(a.first_position, b.first_position)
         held_a, held_b = a.positions(start, length), b.positions(start, length)
         if start >= length or held_a is None or held_b is None:

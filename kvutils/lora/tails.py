@@ -45,7 +45,8 @@ def first_changed_layer(n_layers: int, k: int, targets: Sequence[str], family: F
     return n_layers - k if family.changes_kv(targets) else n_layers - k + 1
 
 
-def lora_tail(model: torch.nn.Module, k: int, r: int, alpha: float, targets: str | Sequence[str] = "q,k,v,o,mlp",
+def lora_tail(model: torch.nn.Module, k: int, r: int, alpha: float,
+              targets: str | Sequence[str] = "q,k,v,o,mlp",
               *, adapter_name: str | None = None, invocation_tokens: Sequence[int] | None = None,
               random_init: bool = False, seed: int = 0):
     """Add a LoRA adapter of rank `r` on the last `k` decoder layers and make it the active one.

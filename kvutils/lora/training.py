@@ -19,7 +19,8 @@ from kvutils.lora.schedule import LOSSES, lr_factor
 from kvutils.lora.tails import adapter_parameters
 
 TRAIN_DTYPES = ("auto", "float32", "bfloat16")
-CHECKPOINT_STEPS = 16  # in make book, an adapter's training is stored every this many steps (resumed from there)
+# in make book, an adapter's training is stored every this many steps (resumed from there)
+CHECKPOINT_STEPS = 16
 
 
 def resolve_train_dtype(train_dtype: str, device: str) -> str:
@@ -27,7 +28,8 @@ def resolve_train_dtype(train_dtype: str, device: str) -> str:
     — there bfloat16 autocast trains a tail about twice as fast — or a CUDA GPU that supports it),
     float32 elsewhere (emulated bfloat16 would be slower than float32)."""
     if train_dtype not in TRAIN_DTYPES:
-        raise ValueError(f"train_dtype: {train_dtype!r} is not allowed; choose one of {', '.join(TRAIN_DTYPES)}")
+        raise ValueError(f"train_dtype: {train_dtype!r} is not allowed; choose one of "
+                         f"{', '.join(TRAIN_DTYPES)}")
     if train_dtype != "auto":
         return train_dtype
     kind = torch.device(device).type
@@ -71,7 +73,8 @@ def step_loss(logits: torch.Tensor, batch: Batch, rows, loss: str) -> torch.Tens
         raise ValueError('the "answers" loss needs the batch\'s wrong answers (Batch.others)')
     pair = torch.stack([logits.gather(1, batch.targets[rows, None])[:, 0],
                         logits.gather(1, batch.others[rows, None])[:, 0]], dim=1)  # (rows, 2)
-    return torch.nn.functional.cross_entropy(pair, torch.zeros(len(pair), dtype=torch.long, device=pair.device))
+    return torch.nn.functional.cross_entropy(pair, torch.zeros(len(pair), dtype=torch.long,
+                                                               device=pair.device))
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,7 +91,8 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
                   lr: float, batch_size: int, seed: int, activated: bool = False,
                   on_step: Callable[[int, float], None] | None = None, prefix_cache=None,
                   train_dtype: str = "float32", schedule: str = "constant", warmup: int = 0,
-                  loss: str = "vocab", checkpoint: str | None = None, max_grad_norm: float = 0.0) -> list[float]:
+                  loss: str = "vocab", checkpoint: str | None = None,
+                  max_grad_norm: float = 0.0) -> list[float]:
     """Train one adapter with AdamW on next-token cross-entropy at the last position; return the
     loss of every step.
 
@@ -110,11 +114,13 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     """
     lr_factor(0, steps, schedule, warmup)  # an unknown schedule fails before any work
     if not max_grad_norm >= 0:
-        raise ValueError(f"max_grad_norm: {max_grad_norm!r} is not allowed; give a norm > 0, or 0 for no clipping")
+        raise ValueError(f"max_grad_norm: {max_grad_norm!r} is not allowed; give a norm > 0, or 0 for no "
+                         "clipping")
     if loss not in LOSSES:
         raise ValueError(f"loss: {loss!r} is not allowed; choose one of {', '.join(LOSSES)}")
     if prefix_cache is not None and not activated:
-        raise ValueError("prefix_cache is for an activated adapter only: a LoRA tail changes the prefix's K/V")
+        raise ValueError(
+            "prefix_cache is for an activated adapter only: a LoRA tail changes the prefix's K/V")
     model.set_adapter(adapter_name)
     params = adapter_parameters(model, adapter_name)
     if not params:
@@ -124,7 +130,8 @@ def train_adapter(model, adapter_name: str, boundary: torch.Tensor, batch: Batch
     for p in params:
         p.requires_grad_(True)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, steps, schedule, warmup))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, steps, schedule,
+                                                                                    warmup))
     try:
         progress = _Progress(checkpoint, params, optimizer, scheduler, steps)
         return _train_steps(model, adapter_name, boundary, batch, start, steps, progress, batch_size,
@@ -141,7 +148,8 @@ class _Progress:
 
     def __init__(self, key: str | None, params: list, optimizer, scheduler, steps: int):
         self.root = checkpoints.folder() if key else None
-        self.key, self.params, self.optimizer, self.scheduler, self.steps = key, params, optimizer, scheduler, steps
+        self.key, self.params, self.optimizer, self.scheduler, self.steps = (key, params, optimizer,
+                                                                             scheduler, steps)
 
     def _key(self, step: int) -> str:
         return f"{self.key}-{self.steps}steps-at{step}"
@@ -191,7 +199,8 @@ def _train_steps(model, adapter_name: str, boundary: torch.Tensor, batch: Batch,
     order = random.Random(seed)
     n = boundary.shape[0]
     first, queue, losses = progress.resume(order)
-    for step in tqdm(range(first, steps), desc=f"train {adapter_name}", unit="step", initial=first, total=steps):
+    for step in tqdm(range(first, steps), desc=f"train {adapter_name}", unit="step", initial=first,
+                     total=steps):
         progress.save(step, order, queue, losses)
         cores.share()  # in make book, the cores other jobs have freed
         if len(queue) < batch_size:  # epochs of a seeded permutation

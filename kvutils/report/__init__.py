@@ -28,6 +28,7 @@ One module per page, named after its notebook (and study):
     switch_verdicts       chapter 5's comparative clauses, each from a paired test
     switch_glue           chapter 5's texts for the prose
     conclusions           the conclusions page: the article's research questions answered from every chapter
-    guide                 the conclusions' decision guide: every scored cache operation, each colour from a test
+    guide                 the conclusions' decision guide: every scored cache operation, each colour from a
+test
     appendix              appendix A (how the pages were produced) and B (the benchmark, from bench.json)
 """

@@ -43,7 +43,8 @@ def rerun_commands() -> pd.DataFrame:
         name = NOTEBOOKS[n]
         rows.append({"chapter": f"{n} {name}", "models": ", ".join(dict.fromkeys(params.values())),
                      "rerun and rebuild the book": f'make chapter N={n} PARAMS="{flags}"',
-                     "papermill alone": f"mkdir -p runs && papermill notebooks/{name}.ipynb runs/{name}.ipynb {flags}"})
+                     "papermill alone": f"mkdir -p runs && papermill notebooks/{name}.ipynb "
+                                        f"runs/{name}.ipynb {flags}"})
     return pd.DataFrame(rows).set_index("chapter")
 
 
@@ -104,10 +105,12 @@ def load_bench(results_dir) -> tuple[dict, dict]:
     format; a missing or damaged file is an error naming it."""
     path = Path(results_dir) / "bench.json"
     if not path.is_file():
-        raise FileNotFoundError(f"results_dir: no bench.json in {results_dir}; run make bench (python -m kvutils.bench)")
+        raise FileNotFoundError(f"results_dir: no bench.json in {results_dir}; run make bench (python -m "
+                                "kvutils.bench)")
     bench = load_record(path, "bench", "results_dir", "rerun make bench")
     jobs = job_records(results_dir)  # make book's jobs before the benchmark, as the build left them
-    bench = {**bench, "jobs": {name: job for name, job in jobs.items()  # the studies: not the pages, not itself
+    # the studies: not the pages, not itself
+    bench = {**bench, "jobs": {name: job for name, job in jobs.items()
                                if job["kind"] not in ("pages", "bench")}}
     runs = _existing_runs(results_dir)
     check_fields(results_dir, "appendix B (with bench.json)", lambda: performance_glue(bench, runs),
@@ -121,12 +124,15 @@ def models_table(runs: dict) -> pd.DataFrame:
     for chapter, run in runs.items():
         for m in run["models"]:
             key = (m["name"], m.get("source_sha256"))
-            row = rows.setdefault(key, {"model": m["name"], "class": m.get("class", "—"), "layers": m.get("layers"),
-                                        "parameters": fmt(m.get("parameters")), "dtypes": set(), "chapters": [],
+            row = rows.setdefault(key, {"model": m["name"], "class": m.get("class", "—"),
+                                        "layers": m.get("layers"),
+                                        "parameters": fmt(m.get("parameters")), "dtypes": set(),
+                                        "chapters": [],
                                         "weights sha256": m.get("source_sha256") or "— (random, seeded)"})
             row["dtypes"].add(m.get("dtype", "—"))
             row["chapters"].append(chapter[:2])
-    table = pd.DataFrame([{**r, "dtypes": ", ".join(sorted(r["dtypes"])), "chapters": ", ".join(dict.fromkeys(r["chapters"]))}
+    table = pd.DataFrame([{**r, "dtypes": ", ".join(sorted(r["dtypes"])),
+                           "chapters": ", ".join(dict.fromkeys(r["chapters"]))}
                           for r in rows.values()])
     return table.set_index("model")
 
@@ -138,7 +144,8 @@ def packages_table(runs: dict) -> pd.DataFrame:
         for package, version in run["packages"].items():
             versions.setdefault(package, {}).setdefault(version, []).append(chapter[:2])
     rows = [{"package": p, "version": next(iter(v)) if len(v) == 1 else
-             "; ".join(f"{ver} (chapters {', '.join(chs)})" for ver, chs in v.items())} for p, v in versions.items()]
+             "; ".join(f"{ver} (chapters {', '.join(chs)})" for ver, chs in v.items())} for p,
+             v in versions.items()]
     return pd.DataFrame(rows).set_index("package")
 
 
@@ -188,7 +195,8 @@ def performance_rows(bench: dict) -> list[dict]:
         {"measure": "cached decode per token: kvutils ÷ transformers' generate",
          "measured": _timed(d['kvutils_ms_per_token'], d.get("kvutils_ms_per_token_repeats"), "ms") + " ÷ "
                      + _timed(d['generate_ms_per_token'], d.get("generate_ms_per_token_repeats"), "ms"),
-         "ratio": d["ratio_kvutils_over_generate"], "target": "≤ 1.05", "met": d["ratio_kvutils_over_generate"] <= 1.05},
+         "ratio": d["ratio_kvutils_over_generate"], "target": "≤ 1.05",
+         "met": d["ratio_kvutils_over_generate"] <= 1.05},
         {"measure": "no-cache side of chapter 1: regenerate every step ÷ one forward",
          "measured": _timed(r['per_step_s'], r.get("per_step_repeats_s"), "s") + " ÷ "
                      + _timed(r['one_pass_s'], r.get("one_pass_repeats_s"), "s"), "ratio": r["speedup"],
@@ -200,7 +208,8 @@ def performance_rows(bench: dict) -> list[dict]:
          "met": t["speedup"] >= 10 and t["max_logit_diff"] <= 1e-4},
         {"measure": f"decode step at {s['context']} tokens: recompute ÷ cached",
          "measured": _timed(s['uncached_ms'], s.get("uncached_repeats_ms"), "ms", 4) + " ÷ "
-                     + _timed(s['cached_ms'], s.get("cached_repeats_ms"), "ms") + f"; speed-up {speedup_text(s)}",
+                     + _timed(s['cached_ms'], s.get("cached_repeats_ms"),
+                              "ms") + f"; speed-up {speedup_text(s)}",
          "ratio": s["speedup"],
          "target": "—", "met": None},
     ]
@@ -208,29 +217,37 @@ def performance_rows(bench: dict) -> list[dict]:
         if key in bench:
             q = bench[key]
             rows.append({"measure": f"teacher forcing ({q['op']}, {q['dtype']}): step-by-step ÷ fast path",
-                         "measured": f"{fmt(q['step_s'], 3)} s ÷ {fmt(q['fast_s'], 3)} s (one run each); max |Δlogit| "
-                                     f"{fmt(q['max_logit_diff'], 2)}", "ratio": q["speedup"],
+                         "measured": f"{fmt(q['step_s'], 3)} s ÷ {fmt(q['fast_s'], 3)} s (one run each); max "
+                                     f"|Δlogit| {fmt(q['max_logit_diff'], 2)}", "ratio": q["speedup"],
                          "target": f"|Δlogit| ≤ {target:g}: the same computation" if target else
                                    "none: rounding before quantising can change a level",
                          "met": q["max_logit_diff"] <= target if target else None})
     if "decode_policy" in bench:
         q = bench["decode_policy"]
-        rows.append({"measure": f"decode-time policy ({q['op']}, step path only) ÷ the exact cache's fast path",
-                     "measured": f"{fmt(q['policy_step_s'], 3)} s ÷ {fmt(q['exact_fast_s'], 3)} s (one run each)",
-                     "ratio": q["over_exact_fast"], "target": "reported (the price of deciding after every token)",
+        rows.append({"measure": f"decode-time policy ({q['op']}, step path only) ÷ the exact cache's fast "
+                                "path",
+                     "measured": f"{fmt(q['policy_step_s'], 3)} s ÷ {fmt(q['exact_fast_s'], 3)} s (one run "
+                                 "each)",
+                     "ratio": q["over_exact_fast"],
+                     "target": "reported (the price of deciding after every token)",
                      "met": None})
         rows.append({"measure": f"decode-time policy ({q['op']}) ÷ the exact cache, both on the step path",
-                     "measured": f"{fmt(q['policy_step_s'], 3)} s ÷ {fmt(q['exact_step_s'], 3)} s (one run each)",
-                     "ratio": q["over_exact_step"], "target": "reported (the policy's own decisions)", "met": None})
+                     "measured": f"{fmt(q['policy_step_s'], 3)} s ÷ {fmt(q['exact_step_s'], 3)} s (one run "
+                                 "each)",
+                     "ratio": q["over_exact_step"], "target": "reported (the policy's own decisions)",
+                     "met": None})
     if "bound_ms" in s:
         rows.append({"measure": f"cached decode step at {s['context']} tokens ÷ memory-bandwidth bound",
-                     "measured": f"{_timed(s['cached_ms'], s.get('cached_repeats_ms'), 'ms')} ÷ {fmt(s['bound_ms'], 3)} ms "
-                                 f"({fmt(bench['bandwidth_gb_s'], 3)} GB/s measured)",
-                     "ratio": s["cached_ms"] / s["bound_ms"], "target": "reported (1 = bandwidth-bound)", "met": None})
+                     "measured": f"{_timed(s['cached_ms'], s.get('cached_repeats_ms'), 'ms')} ÷ "
+                                 f"{fmt(s['bound_ms'], 3)} ms ({fmt(bench['bandwidth_gb_s'], 3)} GB/s "
+                                 "measured)",
+                     "ratio": s["cached_ms"] / s["bound_ms"], "target": "reported (1 = bandwidth-bound)",
+                     "met": None})
     for k, row in bench["switch"].items():
         rows.append({"measure": f"LoRA-tail switch, k = {k}: tail patch ÷ full recompute",
-                     "measured": f"{fmt(row['tail_patch_ms'], 3)} ms ÷ {fmt(row['recompute_ms'], 3)} ms (medians of "
-                                 f"{bench.get('repeats', '?')} repeats; chapter 5's benchmark keeps no spread)",
+                     "measured": f"{fmt(row['tail_patch_ms'], 3)} ms ÷ {fmt(row['recompute_ms'], 3)} ms "
+                                 f"(medians of {bench.get('repeats', '?')} repeats; chapter 5's benchmark "
+                                 "keeps no spread)",
                      "ratio": row["time_fraction"], "target": f"FLOPs share {fmt(row['flops_fraction'], 3)}",
                      "met": None})
     return rows
@@ -238,7 +255,8 @@ def performance_rows(bench: dict) -> list[dict]:
 
 def _timed(median: float, repeats: list[float] | None, unit: str, digits: int = 3) -> str:
     """A benchmark time with its spread where the repeats were kept, else the one number it has."""
-    return spread_text(repeats, unit, digits) if repeats else f"{fmt(median, digits)} {unit} (repeats not recorded)"
+    return spread_text(repeats, unit,
+                       digits) if repeats else f"{fmt(median, digits)} {unit} (repeats not recorded)"
 
 
 def step_agreement(bench: dict, runs: dict) -> str:
@@ -254,11 +272,12 @@ def step_agreement(bench: dict, runs: dict) -> str:
             f"chapters. It ran alone on {bench['machine']['cores']} cores and {threads} torch thread(s). "
             f"Speed-up: {speedup_text(s)}. {published[:1].upper()}{published[1:]}.")
     ch4 = runs.get(NOTEBOOKS["04"], {}).get("numbers", {})
-    step = next((x for x in ch4.get("decode", {}).get(bench["model"], {}).get("steps", []) if x["context"] == s["context"]),
+    step = next((x for x in ch4.get("decode", {}).get(bench["model"],
+                                                      {}).get("steps", []) if x["context"] == s["context"]),
                 None)
     if step is None:
-        return ours + f" Chapter 4 did not time {bench['model']} at {s['context']} tokens in this build, so there is " \
-                      "nothing to set it beside"
+        return ours + (f" Chapter 4 did not time {bench['model']} at {s['context']} tokens in this build, "
+                       "so there is nothing to set it beside")
     timing = ch4.get("decode_timing") or {}
     where = (f"{timing.get('where', 'in its own run')}, on {timing.get('threads', '?')} torch thread(s) of "
              f"{timing.get('cores', '?')} cores")
@@ -304,24 +323,29 @@ def book_time_rows(bench: dict, runs: dict) -> list[dict]:
     jobs = bench.get("jobs") or {}
     rows = []
     if "setup_s" in bench:
-        rows.append({"step": "set-up (venv, packages, models, conversion)", "seconds": bench["setup_s"], "counted": True})
+        rows.append({"step": "set-up (venv, packages, models, conversion)", "seconds": bench["setup_s"],
+                     "counted": True})
     number = {name: n for n, name in NOTEBOOKS.items()}
     for chapter, run in runs.items():
         job = jobs.get(number.get(chapter))
         rows.append({"step": f"chapter {chapter}", "seconds": job["wall_s"] if job else run["wall_time_s"],
                      "counted": not jobs, "job": job})
-    parts = {"timing": "chapter 4's decode steps, timed alone", "costs": "chapter 4's Table 2, frontier and bytes"}
+    parts = {"timing": "chapter 4's decode steps, timed alone",
+             "costs": "chapter 4's Table 2, frontier and bytes"}
     for name, job in jobs.items():  # chapter 4's other studies, each a job beside the chapters
         if name not in NOTEBOOKS:
             step = parts.get(name) or f"chapter 4's retrieval test on {job['parameters'].get('model', name)}"
             rows.append({"step": step, "seconds": job["wall_s"], "counted": False, "job": job})
     if jobs:
         computed = [j for j in jobs.values() if j["status"] == "computed"]
-        span = (max(_job_start(j) + j["wall_s"] for j in computed) - min(_job_start(j) for j in computed)) if computed else 0.0
-        rows.append({"step": f"the {len(jobs)} jobs above, side by side: first start to last end of those computed",
+        span = (max(_job_start(j) + j["wall_s"] for j in computed) - min(_job_start(
+            j) for j in computed)) if computed else 0.0
+        rows.append({"step": f"the {len(jobs)} jobs above, side by side: first start to last end of those "
+                             "computed",
                      "seconds": span, "counted": True})
     if "wall_time_s" in bench:
-        rows.append({"step": "benchmark (python -m kvutils.bench, alone)", "seconds": bench["wall_time_s"], "counted": True,
+        rows.append({"step": "benchmark (python -m kvutils.bench, alone)", "seconds": bench["wall_time_s"],
+                     "counted": True,
                      "load": bench.get("machine_load")})
     total = sum(r["seconds"] for r in rows if r["counted"])
     rows.append({"step": "total on record", "seconds": total, "counted": True})
@@ -332,8 +356,10 @@ def _how(row: dict) -> str:
     job = row.get("job")
     if job is None:
         return ""
-    done = "computed" if job["status"] == "computed" else f"reused (computed at {job['commit'][:12]}, {job['finished']})"
-    if job["status"] == "computed" and job.get("resumed_units"):  # an interrupted run's finished units read back
+    done = ("computed" if job["status"] == "computed" else f"reused (computed at {job['commit'][:12]}, "
+                                                           f"{job['finished']})")
+    # an interrupted run's finished units read back
+    if job["status"] == "computed" and job.get("resumed_units"):
         done += f", resumed from {job['resumed_units']} stored unit{'s' * (job['resumed_units'] != 1)}"
     used = job.get("threads_used") or [job["threads"]]  # it took the cores of the jobs that ended before it
     counts = [n for i, n in enumerate(used) if i == 0 or n != used[i - 1]]
@@ -347,7 +373,8 @@ def book_times_table(bench: dict, runs: dict) -> pd.DataFrame:
     table["seconds"] = [fmt(s, 4) for s in table["seconds"]]
     table["job"] = [_how(r) for r in rows]
     table["machine around it"] = [_load_text(r["job"].get("load_before"), r["job"].get("load_after"))
-                                  if r.get("job") else _load_text(*(r.get("load") or {}).values()) for r in rows]
+                                  if r.get("job") else _load_text(*(r.get(
+                                      "load") or {}).values()) for r in rows]
     table["in the total"] = ["yes" if r["counted"] else "no (inside the jobs' span)" for r in rows]
     return table.set_index("step")
 
@@ -361,7 +388,8 @@ def plot_performance(bench: dict):
 
     rows = performance_rows(bench)
     labels = [textwrap.fill(r["measure"], 44) for r in rows]  # long names wrap rather than squeeze the bars
-    fig, ax = plt.subplots(figsize=(7.5, 0.42 * sum(len(t.splitlines()) for t in labels) / len(labels) * len(rows) + 1.8))
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * sum(len(t.splitlines()) for t in labels) / len(labels) * len(
+        rows) + 1.8))
     colours = ["#2a9d8f" if r["met"] else "#e76f51" if r["met"] is False else "#8d99ae" for r in rows]
     ax.barh(range(len(rows)), [r["ratio"] for r in rows], color=colours)
     ax.set_xscale("log")
@@ -379,7 +407,8 @@ def plot_performance(bench: dict):
 def performance_glue(bench: dict, runs: dict) -> dict[str, str]:
     total_s = book_time_rows(bench, runs)[-1]["seconds"]
     met = [r for r in performance_rows(bench) if r["met"] is not None]
-    return {"model": bench["model"], "total_min": fmt(total_s / 60, 3), "step_agreement": step_agreement(bench, runs),
+    return {"model": bench["model"], "total_min": fmt(total_s / 60, 3),
+            "step_agreement": step_agreement(bench, runs),
             "target_min": fmt(BOOK_TARGET_S / 60), "within": "within" if total_s <= BOOK_TARGET_S else "over",
             "n_met": f"{sum(bool(r['met']) for r in met)} of {len(met)}",
             "cores": str(bench["machine"]["cores"]), "threads": str(bench["machine"]["torch_threads"])}

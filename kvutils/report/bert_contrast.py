@@ -23,10 +23,13 @@ def chapter2_table(numbers: dict) -> pd.DataFrame:
     bert = article()["e2_bert"]
     rows = {
         "cosine distance, embeddings": {"article": "0 (identical, BERT-base)"},
-        "cosine distance after layer 1": {"article": f"{fmt(bert['cosine_distance']['layer_1'])} (BERT-base)"},
-        "cosine distance after the last layer": {"article": f"{fmt(bert['cosine_distance']['layer_12'])} (BERT-base, layer 12)"},
+        "cosine distance after layer 1": {
+            "article": f"{fmt(bert['cosine_distance']['layer_1'])} (BERT-base)"},
+        "cosine distance after the last layer": {"article": f"{fmt(bert['cosine_distance']['layer_12'])} "
+                                                            "(BERT-base, layer 12)"},
         "‖ΔK‖/‖K‖ in layer 2": {"article": f"{fmt(bert['key_relative_diff']['layer_2'])} (BERT-base)"},
-        "‖ΔK‖/‖K‖ in the last layer": {"article": f"{fmt(bert['key_relative_diff']['layer_12'])} (BERT-base, layer 12)"},
+        "‖ΔK‖/‖K‖ in the last layer": {"article": f"{fmt(bert['key_relative_diff']['layer_12'])} (BERT-base, "
+                                                  "layer 12)"},
         "largest cosine distance, any layer": {
             "article": f"< {fmt(bert['pythia_cosine_distance_bound']['max_below'])} (Pythia)"},
         "words with bit-identical states in both contexts": {"article": "not reported"},
@@ -41,7 +44,8 @@ def chapter2_table(numbers: dict) -> pd.DataFrame:
             "‖ΔK‖/‖K‖ in layer 2": fmt(keys[1]) if len(keys) > 1 else "n/a",
             "‖ΔK‖/‖K‖ in the last layer": fmt(keys[-1]),
             "largest cosine distance, any layer": fmt(max(r["cosine_distance_max"])),
-            "words with bit-identical states in both contexts": f"{r['states_bit_identical_words']}/{r['n_words']}",
+            "words with bit-identical states in both contexts":
+                f"{r['states_bit_identical_words']}/{r['n_words']}",
         }
         for metric, value in ours.items():
             rows[metric][col] = value
@@ -58,8 +62,10 @@ def plot_chapter2(numbers: dict):
     for model, r in numbers.items():
         style = dict(marker="o", markersize=3, linestyle="--" if r["family"] == "causal" else "-")
         label = f"{model} ({r['family']}, {r['layers']} layers)"
-        ax_state.plot(depth_fractions(r["cosine_distance_mean"]), r["cosine_distance_mean"], label=label, **style)
-        ax_key.plot(_key_depth(r["key_relative_diff_mean"]), r["key_relative_diff_mean"], label=label, **style)
+        ax_state.plot(depth_fractions(r["cosine_distance_mean"]), r["cosine_distance_mean"], label=label,
+                      **style)
+        ax_key.plot(_key_depth(r["key_relative_diff_mean"]), r["key_relative_diff_mean"], label=label,
+                    **style)
     ax_state.set_title("The word's state: cosine distance between contexts")
     ax_state.set_xlabel("depth (0 = embeddings, 1 = last layer)")
     ax_state.set_ylabel("cosine distance (mean over words, unitless)")
@@ -70,7 +76,8 @@ def plot_chapter2(numbers: dict):
         ax.set_xlim(-0.02, 1.02)
         ax.set_ylim(bottom=-0.02)
         ax.grid(alpha=0.3)
-    ax_key.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1)  # below the axes, clear of every point
+    # below the axes, clear of every point
+    ax_key.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1)
     fig.suptitle(f"Same word, two contexts — models: {', '.join(numbers)}")
     fig.tight_layout()
     return fig
@@ -83,16 +90,19 @@ def chapter2_glue(numbers: dict, batch_size: int | None = None) -> dict[str, str
         "causal": "; ".join(
             f"{m}: largest cosine distance {fmt(max(r['cosine_distance_max']))}, largest relative key "
             f"difference {fmt(max(r['key_relative_diff_max']))}, states bit-identical for "
-            f"{r['states_bit_identical_words']} of {r['n_words']} words" for m, r in causal.items()) or "none run",
+            f"{r['states_bit_identical_words']} of {r['n_words']} words" for m,
+            r in causal.items()) or "none run",
         "encoder": "; ".join(
-            f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, {fmt(r['cosine_distance_mean'][1])} "
-            f"after layer 1 and {fmt(r['cosine_distance_mean'][-1])} after layer {r['layers']}; relative key "
-            f"difference {fmt(r['key_relative_diff_mean'][0])} in layer 1, {fmt(r['key_relative_diff_mean'][1])} "
-            f"in layer 2 and {fmt(r['key_relative_diff_mean'][-1])} in layer {r['layers']}"
+            f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, "
+            f"{fmt(r['cosine_distance_mean'][1])} after layer 1 and {fmt(r['cosine_distance_mean'][-1])} "
+            f"after layer {r['layers']}; relative key difference {fmt(r['key_relative_diff_mean'][0])} in "
+            f"layer 1, {fmt(r['key_relative_diff_mean'][1])} in layer 2 and "
+            f"{fmt(r['key_relative_diff_mean'][-1])} in layer {r['layers']}"
             for m, r in encoders.items()) or "none run",
         "models": ", ".join(numbers),
         "n_words": str(next(iter(numbers.values()))["n_words"]),
-        "encoder_reading": "; ".join(_encoder_reading(m, r) for m, r in encoders.items()) or "No encoder was run",
+        "encoder_reading": "; ".join(_encoder_reading(m, r) for m,
+                                     r in encoders.items()) or "No encoder was run",
         "causal_zero": causal_zero(causal, batch_size),
     }
     return out
@@ -106,20 +116,22 @@ def causal_zero(causal: dict, batch_size: int | None) -> str:
         return "No causal model was run"
     same = [m for m, r in causal.items() if r["states_bit_identical_words"] == r["n_words"]]
     paired = batch_size is not None and batch_size % 2 == 0
-    how = ("each word's two contexts went through the model side by side in one right-padded batch, so the word's "
-           "state was computed by the same kernels on tensors of the same shape: the causal mask kept the "
-           "continuation and the padding out of it, and with equal shapes nothing could even change its rounding"
+    how = ("each word's two contexts went through the model side by side in one right-padded batch, so the "
+           "word's state was computed by the same kernels on tensors of the same shape: the causal mask kept "
+           "the continuation and the padding out of it, and with equal shapes nothing could even change its "
+           "rounding"
            if paired else
-           "the two contexts of a word did not always share a batch (odd batch_size), so the zero also held across "
-           "batches of different widths" if batch_size is not None else
+           "the two contexts of a word did not always share a batch (odd batch_size), so the zero also held "
+           "across batches of different widths" if batch_size is not None else
            "how the contexts were batched is not known here")
-    shapes = (". So the zero shows bit equality at equal shapes; it does not contradict chapter 1's non-zero fp32 "
-              "differences between a prefix computed alone and inside a longer sequence, which are tensors of different "
-              "shapes and so can be summed in a different order" if paired else "")
-    text = (f"On {', '.join(same)} the word's state was bit-identical in both contexts for every word: {how}{shapes}"
+    shapes = (". So the zero shows bit equality at equal shapes; it does not contradict chapter 1's non-zero "
+              "fp32 differences between a prefix computed alone and inside a longer sequence, which are "
+              "tensors of different shapes and so can be summed in a different order" if paired else "")
+    text = (f"On {', '.join(same)} the word's state was bit-identical in both contexts for every word: "
+            f"{how}{shapes}"
             if same else "")
-    rest = [f"{m}: {r['states_bit_identical_words']} of {r['n_words']} words bit-identical, largest cosine distance "
-            f"{fmt(max(r['cosine_distance_max']))}" for m, r in causal.items() if m not in same]
+    rest = [f"{m}: {r['states_bit_identical_words']} of {r['n_words']} words bit-identical, largest cosine "
+            f"distance {fmt(max(r['cosine_distance_max']))}" for m, r in causal.items() if m not in same]
     if rest:
         text += ("; not" if same else "Not") + " on every causal model (" + "; ".join(rest) + \
             "): a non-zero distance here is not explained by this chapter"
@@ -131,13 +143,13 @@ def _encoder_reading(model: str, r: dict) -> str:
     dist, keys = r["cosine_distance_mean"], r["key_relative_diff_mean"]
     layers = len(dist) - 1
     if dist[0] == 0 and all(d > 0 for d in dist[1:]) and keys[0] == 0 and all(k > 0 for k in keys[1:]):
-        return (f"{model}: the embeddings are identical (the same token at the same position); after every one of its "
-                f"{layers} layers the state has mixed in the continuation, and so have the keys a cache would hold "
-                "from layer 2 on (layer 1's keys are computed from the embeddings). A cache filled while reading "
-                "\"The bank\" would be wrong in every layer after the first once the continuation arrived, and only "
-                "recomputation would repair it")
-    return (f"{model}: the state differed between the two contexts after {sum(d > 0 for d in dist[1:])} of its "
-            f"{layers} layers and the prefix's keys in {sum(k > 0 for k in keys)} of {len(keys)} layers "
+        return (f"{model}: the embeddings are identical (the same token at the same position); after every "
+                f"one of its {layers} layers the state has mixed in the continuation, and so have the keys a "
+                "cache would hold from layer 2 on (layer 1's keys are computed from the embeddings). A cache "
+                "filled while reading \"The bank\" would be wrong in every layer after the first once the "
+                "continuation arrived, and only recomputation would repair it")
+    return (f"{model}: the state differed between the two contexts after {sum(d > 0 for d in dist[1:])} of "
+            f"its {layers} layers and the prefix's keys in {sum(k > 0 for k in keys)} of {len(keys)} layers "
             f"(at the embeddings: {fmt(dist[0])})")
 
 
@@ -156,9 +168,12 @@ def chapter2_findings(numbers: dict, batch_size: int | None = None) -> PageFindi
     still = bool(causal) and all(max(r["cosine_distance_max"]) == 0 for r in causal.values())
     moves = bool(encoders) and all(max(r["cosine_distance_mean"][1:]) > 0 for r in encoders.values())
     answer = Finding("answer", "Yes." if still and moves else "Not shown by this run.",
-                     "An encoder's cached state would be rewritten by what follows; a causal model's never is."
-                     if still and moves else "This run does not show both sides of the contrast; see the evidence.")
-    evidence = (f"Causal models: {glue['causal']}.", f"{glue['causal_zero']}.", f"Encoders: {glue['encoder']}.",
+                     "An encoder's cached state would be rewritten by what follows; a causal model's never "
+                     "is."
+                     if still and moves else "This run does not show both sides of the contrast; see the "
+                                             "evidence.")
+    evidence = (f"Causal models: {glue['causal']}.", f"{glue['causal_zero']}.",
+                f"Encoders: {glue['encoder']}.",
                 f"{glue['encoder_reading']}.")
     return PageFindings(answer, tuple(box), {"contexts": Section(box[0], tuple(box[1:]), evidence)})
 
@@ -179,8 +194,8 @@ def _encoder_findings(model: str, r: dict) -> list[Finding]:
     dist, keys = r["cosine_distance_mean"], r["key_relative_diff_mean"]
     state = Finding(f"{model}_state", "An encoder's state moves." if max(dist[1:]) > 0 else
                     "This encoder's state did not move.",
-                    "{model}'s word state differs by {emb} at the embeddings and by {last} after its last layer "
-                    "(cosine distance, mean over {n} words).",
+                    "{model}'s word state differs by {emb} at the embeddings and by {last} after its last "
+                    "layer (cosine distance, mean over {n} words).",
                     (("model", model), ("emb", dist[0]), ("last", dist[-1]), ("n", r["n_words"])))
     key = Finding(f"{model}_keys", "So would its cached keys." if max(keys[1:], default=0) > 0 else
                   "Its cached keys did not move.",

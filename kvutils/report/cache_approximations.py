@@ -7,7 +7,9 @@ import pandas as pd
 from kvutils.cache.registry import ARTICLE_OPS, parse_op
 from kvutils.core import compare
 from kvutils.core.article import article
-from kvutils.report.cache_bytes import bytes_glue, bytes_table, plot_bytes  # noqa: F401 (Table 1, for the notebook)
+
+# Table 1, for the notebook
+from kvutils.report.cache_bytes import bytes_glue, bytes_table, plot_bytes  # noqa: F401
 from kvutils.report.figures import styled
 from kvutils.report.names import human
 from kvutils.report.tables import page_table, rows_table
@@ -79,7 +81,8 @@ def plot_decode(decode: dict):
     ax.set_xlabel("model and context length")
     ax.set_title(f"What the cache buys: one decode step, median of repeats\nmodels: {', '.join(decode)}")
     fig.tight_layout()
-    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1)  # off the bars
+    # off the bars
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1)
     return fig
 
 
@@ -118,8 +121,10 @@ def blend_tests(table2: dict) -> dict[str, tuple[float, compare.Paired]]:
     out = {}
     for model, runs in table2.items():
         ops = _ops(runs["chunks"])
-        none = next((r for spec, r in ops.items() if r["name"] == "chunk_reuse" and "positions=reindexed" in spec), None)
-        partial = sorted((blend_fraction(spec), spec) for spec, r in ops.items() if r["name"] == "chunk_blend")
+        none = next((r for spec,
+                     r in ops.items() if r["name"] == "chunk_reuse" and "positions=reindexed" in spec), None)
+        partial = sorted((blend_fraction(spec), spec) for spec,
+                         r in ops.items() if r["name"] == "chunk_blend")
         partial = [(f, spec) for f, spec in partial if 0.0 < f < 1.0]
         if none is not None and partial:
             f, spec = partial[0]
@@ -132,7 +137,8 @@ def _triple(r: dict) -> str:
     return f"{fmt(r['mean_kl'], 3)} · {r['top1_agreement_pct']:.2f} · {fmt(r['perplexity'], 4)}"
 
 
-CHUNK_REFERENCE = "exact (the chunk rows' reference)"  # Table 2's row of the exact cache at the chunk rows' setting
+# Table 2's row of the exact cache at the chunk rows' setting
+CHUNK_REFERENCE = "exact (the chunk rows' reference)"
 
 
 def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataFrame:
@@ -145,8 +151,10 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
     for model, runs in table2.items():
         for kind in ("plain", "chunks"):
             run = runs[kind] or {"ops": {}}
-            setting = f"{len(run.get('documents', []))} documents, {run.get('prefill')} + {run.get('decode')} tokens"
-            if kind == "chunks" and "exact_perplexity" in run:  # the chunk rows' own reference, at their decode
+            setting = (f"{len(run.get('documents', []))} documents, {run.get('prefill')} + "
+                       f"{run.get('decode')} tokens")
+            # the chunk rows' own reference, at their decode
+            if kind == "chunks" and "exact_perplexity" in run:
                 rows.setdefault(CHUNK_REFERENCE, {"scored on": setting}).update({
                     model: f"0 · 100.00 · {fmt(run['exact_perplexity'], 4)}",
                     f"{model}: cache KiB": fmt(run["exact_cache_bytes"] / 1024, 5)})
@@ -181,7 +189,8 @@ def plot_approximations(table2: dict):
     import numpy as np
 
     art = article_rows_by_spec()
-    specs = list(dict.fromkeys(s for runs in table2.values() for kind in ("plain", "chunks") for s in _ops(runs[kind])))
+    specs = list(dict.fromkeys(s for runs in table2.values() for kind in ("plain", "chunks") for s in _ops(
+        runs[kind])))
     fig, ax = plt.subplots(figsize=(7.5, 0.3 * len(specs) * max(len(table2), 1) ** 0.5 + 2.2))
     y = np.arange(len(specs))
     height = 0.8 / max(len(table2), 1)
@@ -200,7 +209,8 @@ def plot_approximations(table2: dict):
     ax.set_ylabel("cache operation")
     ax.set_title(f"What each cache approximation costs: next-token agreement\nmodels: {', '.join(table2)}")
     fig.tight_layout()
-    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2)  # below, off the bars
+    # below, off the bars
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2)
     return fig
 
 
@@ -246,11 +256,13 @@ def plot_blend_sweep(table2: dict):
 def chapter4_glue(numbers: dict) -> dict[str, str]:
     out = {"bandwidth": fmt(numbers["bandwidth_gb_s"], 3)}
     out["decode"] = "; ".join(
-        step_line(m, s) + f" (analytical {fmt(s['analytical_ratio'], 4)}×; bandwidth bound {fmt(s['bound_ms'], 3)} ms)"
+        step_line(m, s) + f" (analytical {fmt(s['analytical_ratio'], 4)}×; bandwidth bound "
+                          f"{fmt(s['bound_ms'], 3)} ms)"
         for m, r in numbers["decode"].items() for s in r["steps"])
     out.update(bytes_glue(numbers["bytes"]))
     headline = (("bf16", "cast:dtype=bfloat16"), ("naive int8", "quantize_naive:bits=8"),
-                ("naive int4", "quantize_naive:bits=4"), ("KIVI int4", "quantize_kivi:bits=4,group=32,residual=128"),
+                ("naive int4", "quantize_naive:bits=4"), ("KIVI int4",
+                                                          "quantize_kivi:bits=4,group=32,residual=128"),
                 ("a 128-token window with 4 sinks", "window:size=128,sinks=4,reindex=false"),
                 ("the same window without sinks", "window:size=128,sinks=0,reindex=false"),
                 ("a chunk reused at corrected positions", "chunk_reuse:positions=reindexed,chunk=128"),
@@ -260,13 +272,14 @@ def chapter4_glue(numbers: dict) -> dict[str, str]:
         ops = {**_ops(runs["plain"]), **_ops(runs["chunks"])}
         tops = [f"{label} {ops[spec]['top1_agreement_pct']:.2f}%" for label, spec in headline if spec in ops]
         ppl = f"exact perplexity {fmt(runs['plain']['exact_perplexity'], 4)}; " if runs["plain"] else ""
-        parts.append(f"{model}: {ppl}top-1 agreement " + (", ".join(tops) or "for the operations in the table"))
+        parts.append(f"{model}: {ppl}top-1 agreement " + (", ".join(
+            tops) or "for the operations in the table"))
     out["table2"] = "; ".join(parts) or "not run"
     out["kivi_bytes"] = kivi_bytes(numbers["table2"])
     first = next(iter(numbers["table2"].values()), None)
     if first and first["plain"]:
-        out["setup"] = (f"{len(first['plain']['documents'])} documents, {first['plain']['prefill']}-token prefill and "
-                        f"{first['plain']['decode']} teacher-forced tokens"
+        out["setup"] = (f"{len(first['plain']['documents'])} documents, {first['plain']['prefill']}-token "
+                        f"prefill and {first['plain']['decode']} teacher-forced tokens"
                         + (f" ({first['chunks']['decode']} for the chunk rows)" if first["chunks"] else "")
                         + ". " + weights_note(numbers["table2"]))
     else:
@@ -285,11 +298,12 @@ def kivi_bytes(table2: dict) -> str:
             op = parse_op(spec)
             naive = f"quantize_naive:bits={op.bits}" if op.name == "quantize_kivi" else None
             if naive in ops:
-                held = {name: 100 * x["cache_bytes"] / plain["exact_cache_bytes"] for name, x in (("kivi", o),
-                                                                                                   ("naive", ops[naive]))}
-                parts.append(f"{model} at {op.bits} bits: KIVI holds {fmt(held['kivi'], 3)} % of the exact cache "
-                             f"(its last {op.residual} tokens in full precision) for {fmt(o['top1_agreement_pct'], 4)} % "
-                             f"top-1, naive {fmt(held['naive'], 3)} % for {fmt(ops[naive]['top1_agreement_pct'], 4)} %")
+                held = {name: 100 * x["cache_bytes"] / plain["exact_cache_bytes"]
+                        for name, x in (("kivi", o), ("naive", ops[naive]))}
+                parts.append(f"{model} at {op.bits} bits: KIVI holds {fmt(held['kivi'], 3)} % of the exact "
+                             f"cache (its last {op.residual} tokens in full precision) for "
+                             f"{fmt(o['top1_agreement_pct'], 4)} % top-1, naive {fmt(held['naive'], 3)} % "
+                             f"for {fmt(ops[naive]['top1_agreement_pct'], 4)} %")
     return "; ".join(parts) or "KIVI and naive quantisation did not both run at one bit width"
 
 
@@ -335,8 +349,10 @@ def speed_vs_analytical(numbers: dict) -> str:
              for m, s in steps if s["speedup"] < s["analytical_ratio"]]
     above = [f"{m} at {s['context']} tokens" for m, s in steps if s["speedup"] >= s["analytical_ratio"]]
     bound = [s["cached_ms"] / s["bound_ms"] for _, s in steps]
-    return (("The measured speed-up is smaller than the analytical compute ratio " + ("everywhere: " if not above else "for ")
-             + _list(below) + ("" if not above else f"; it reaches it for {_list(above)}") + ". " if below else
+    return (("The measured speed-up is smaller than the analytical compute ratio " + (
+        "everywhere: " if not above else "for ")
+             + _list(below) + (
+                 "" if not above else f"; it reaches it for {_list(above)}") + ". " if below else
              f"The measured speed-up reaches the analytical compute ratio everywhere ({_list(above)}). ")
             + f"The cached step took {fmt(min(bound), 3)}× to {fmt(max(bound), 3)}× its bandwidth bound "
             "(1× would mean it only streams the weights and the cache once).")
@@ -350,7 +366,8 @@ def speed_grows(numbers: dict) -> str:
         if len(ordered) < 2:
             continue
         speeds = " → ".join(f"{fmt(s['speedup'], 3)}×" + (
-            f" [{fmt(min(s['speedups']), 3)}–{fmt(max(s['speedups']), 3)}]" if s.get("speedups") else "") for s in ordered)
+            f" [{fmt(min(s['speedups']), 3)}–{fmt(max(s['speedups']), 3)}]" if s.get(
+                "speedups") else "") for s in ordered)
         (grew if speedup_grew(ordered) else not_grew).append(
             f"{m} ({speeds} from {ordered[0]['context']} to {ordered[-1]['context']} tokens)")
     if not grew and not not_grew:
@@ -371,8 +388,9 @@ def speed_grows(numbers: dict) -> str:
 def bytes_windowed(numbers: dict) -> str:
     """Where sliding-window layers make the cache hold less than the formula."""
     ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
-    less = [f"{r['model']} holds {fmt(100 * r['held_kib_per_token_fp32'] / r['formula_kib_per_token_fp32'], 3)}% of "
-            f"the formula's bytes at {r['check_tokens']} tokens" for r in ours
+    less = [f"{r['model']} holds "
+            f"{fmt(100 * r['held_kib_per_token_fp32'] / r['formula_kib_per_token_fp32'], 3)}% of the "
+            f"formula's bytes at {r['check_tokens']} tokens" for r in ours
             if r["held_kib_per_token_fp32"] < r["formula_kib_per_token_fp32"]]
     full = [r["model"] for r in ours if r["held_kib_per_token_fp32"] >= r["formula_kib_per_token_fp32"]]
     return ((f"Where a model has sliding-window layers the cache holds less than the formula says: "

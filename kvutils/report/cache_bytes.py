@@ -80,8 +80,9 @@ def bytes_glue(bytes_rows: list[dict]) -> dict[str, str]:
     out = {}
     ours = [r for r in bytes_rows if r["source"] == "ours"]
     out["bytes"] = "; ".join(
-        f"{r['model']}: {fmt(r['kib_per_token'], 4)} KiB per token at 16 bits, {fmt(r['gib_per_128k'], 3)} GiB per 128K "
-        f"tokens by the formula" + (f", {fmt(held_128k(r), 3)} GiB held (its sliding-window layers keep their window)"
+        f"{r['model']}: {fmt(r['kib_per_token'], 4)} KiB per token at 16 bits, {fmt(r['gib_per_128k'], 3)} "
+        "GiB per 128K tokens by the formula" + (f", {fmt(held_128k(r), 3)} GiB held (its sliding-window "
+                                                "layers keep their window)"
                                     if held_128k(r) < r["gib_per_128k"] else "")
         for r in ours)
     out["bytes_check"] = "; ".join(

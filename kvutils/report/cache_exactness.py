@@ -50,7 +50,8 @@ def chapter1_table(numbers: dict) -> PageTable:
         f"argmax agreement (%), every generated step [{art_mode}]": fmt(e1["argmax_agreement_pct"]),
     }
     art_rest = {
-        "fp32: median logit std": ", ".join(f"{fmt(v['median_logit_std'])} ({m})" for m, v in e1["fp32"].items()),
+        "fp32: median logit std": ", ".join(f"{fmt(v['median_logit_std'])} ({m})" for m,
+                                            v in e1["fp32"].items()),
         "fp32: prefixes with bit-identical K/V": fraction(e2["fp32"]["bit_identical"], e2["n_prefixes"]),
         "fp64: prefixes with bit-identical K/V": fraction(e2["fp64"]["bit_identical"], e2["n_prefixes"]),
         "fp64: residue across continuations": fmt(e2["fp64"]["residue"]),
@@ -68,7 +69,8 @@ def chapter1_table(numbers: dict) -> PageTable:
                 for metric, value in (
                         (f"{p}: identical sequences [{mode}]", fraction(d["identical"], d["n_prompts"])),
                         (f"{p}: max |logit diff| [{mode}]", fmt(d["max_logit_diff"])),
-                        (f"argmax agreement (%), steps before divergence [{mode}]", fmt(d["argmax_agreement_pct"])),
+                        (f"argmax agreement (%), steps before divergence [{mode}]",
+                         fmt(d["argmax_agreement_pct"])),
                         (f"argmax agreement (%), every generated step [{mode}]",
                          fmt(d["argmax_agreement_all_steps_pct"]))):
                     if metric.startswith("argmax"):  # over both dtypes: the lower one
@@ -76,15 +78,19 @@ def chapter1_table(numbers: dict) -> PageTable:
                     rows.setdefault(metric, {})[column] = value
             x = r["prefixes"]
             for metric, value in ((f"{p}: median logit std", fmt(r["decode"]["median_logit_std"])),
-                                  (f"{p}: prefixes with bit-identical K/V", fraction(x["bit_identical"], x["n_prefixes"])),
-                                  (f"{p}: residue across continuations", fmt(x["max_diff_across_continuations"])),
-                                  (f"{p}: max key diff, alone vs inside", fmt(x["max_key_diff_alone_vs_inside"]))):
+                                  (f"{p}: prefixes with bit-identical K/V", fraction(x["bit_identical"],
+                                                                                     x["n_prefixes"])),
+                                  (f"{p}: residue across continuations",
+                                   fmt(x["max_diff_across_continuations"])),
+                                  (f"{p}: max key diff, alone vs inside",
+                                   fmt(x["max_key_diff_alone_vs_inside"]))):
                 rows.setdefault(metric, {})[column] = value
     for metric, value in {**art_decode, **art_rest}.items():
         rows.setdefault(metric, {})["article (Pythia)"] = value
     table = pd.DataFrame.from_dict(rows, orient="index")
     table["article (Pythia)"] = table["article (Pythia)"].fillna("—")  # the article ran per step only
-    table = table[["article (Pythia)"] + [c for c in table.columns if c != "article (Pythia)"]].fillna("not run")
+    table = table[["article (Pythia)"] + [c for c in table.columns if c != "article (Pythia)"]].fillna(
+        "not run")
     table.index.name = "metric"
     return page_table(table.sort_index(key=lambda idx: [_row_order(m) for m in idx]))
 
@@ -93,7 +99,8 @@ def _row_order(metric: str) -> tuple:
     """Decoding rows first (fp32, fp64, argmax), one-pass before per-step, then the prefix rows."""
     prefix_rows = ("prefixes with", "residue", "key diff", "median logit std")
     group = 1 if any(t in metric for t in prefix_rows) else 0
-    return (group, not metric.startswith("prompts"), "argmax" in metric, metric.split(" [")[0], "per step" in metric)
+    return (group, not metric.startswith("prompts"), "argmax" in metric, metric.split(" [")[0],
+            "per step" in metric)
 
 
 @styled
@@ -122,7 +129,8 @@ def plot_chapter1(numbers: dict):
         a.set_yscale("log")
         a.set_ylim(bottom=5e-19)
         a.axhline(floor, color="grey", linewidth=0.8, linestyle=":")
-        a.text(0.01, 1.6e-18, "exactly equal (0)", fontsize=9, color="grey", transform=a.get_yaxis_transform())
+        a.text(0.01, 1.6e-18, "exactly equal (0)", fontsize=9, color="grey",
+               transform=a.get_yaxis_transform())
     ax_dec.set_xlabel("generated step")
     ax_dec.set_ylabel("max |logit diff| (logit units, log)")
     ax_dec.set_title("Decoding: cache vs no cache, per step (up to the first divergence)")
@@ -147,7 +155,8 @@ def chapter1_glue(numbers: dict) -> dict[str, str]:
                 continue
             d, x = by_dtype[dtype]["decode"], by_dtype[dtype]["prefixes"]
             decode.append(f"{fraction(d['identical'], d['n_prompts'])} identical sequences on {model} "
-                          f"(max logit difference {fmt(d['max_logit_diff'])}; no-cache side: {recompute_label(d)})")
+                          f"(max logit difference {fmt(d['max_logit_diff'])}; no-cache side: "
+                          f"{recompute_label(d)})")
             prefixes.append(f"{fraction(x['bit_identical'], x['n_prefixes'])} bit-identical on {model} "
                             f"(largest difference {fmt(x['max_diff_across_continuations'])}; "
                             f"alone vs inside: {fmt(x['max_key_diff_alone_vs_inside'])})")
@@ -195,9 +204,12 @@ def _per_step_glue(numbers: dict) -> str:
                             "different divergences from one pass on those prompts"))
     if not parts:
         modes = {r["decode"]["recompute"] for m in numbers.values() for r in m.values()}
-        return ("Every prompt of this run was decoded with the article's per-step procedure" if modes == {"per_step"}
-                else "This run did not repeat any prompt with the article's per-step procedure (per_step_prompts = 0)")
-    k = next(r["decode_per_step"]["n_prompts"] for m in numbers.values() for r in m.values() if "decode_per_step" in r)
+        if modes == {"per_step"}:
+            return "Every prompt of this run was decoded with the article's per-step procedure"
+        return ("This run did not repeat any prompt with the article's per-step procedure "
+                "(per_step_prompts = 0)")
+    k = next(r["decode_per_step"]["n_prompts"]
+             for m in numbers.values() for r in m.values() if "decode_per_step" in r)
     first = "On the first prompt" if k == 1 else f"On the first {k} prompts"
     return f"{first}, the article's per-step procedure gave " + "; ".join(parts)
 
@@ -208,8 +220,9 @@ def _per_step_cost(numbers: dict) -> str:
     if not ratios:
         return "this run did not time the two procedures side by side"
     span = fmt(min(ratios), 2) if len(ratios) == 1 else f"{fmt(min(ratios), 2)}–{fmt(max(ratios), 2)}"
-    return (f"in this run it took {span} times as long per prompt as the one-pass comparison (one timing of each "
-            f"procedure per model and precision, {len(ratios)} in all; the range is over them, not over repeats)")
+    return (f"in this run it took {span} times as long per prompt as the one-pass comparison (one timing of "
+            f"each procedure per model and precision, {len(ratios)} in all; the range is over them, not over "
+            "repeats)")
 
 
 def _fp64_shrink(numbers: dict) -> str:
@@ -229,12 +242,13 @@ def _fp64_shrink(numbers: dict) -> str:
             change = "was exactly 0 already in fp32"
         else:
             change = f"did not shrink: {fmt(a, 3)} in fp32, {fmt(b, 3)} in fp64"
-        parts.append(f"{model}: the largest key difference alone vs inside {change}; in fp32 it was exactly 0 "
-                     f"for {zeros} of {n} prefixes")
+        parts.append(f"{model}: the largest key difference alone vs inside {change}; in fp32 it was exactly "
+                     f"0 for {zeros} of {n} prefixes")
     return "; ".join(parts) or "This run did not compute both precisions, so it cannot show the change"
 
 
-EXACT = 1e-9  # fp64: a logit difference at most this is rounding of a theorem's identity (DESIGN: within 1e-9)
+# fp64: a logit difference at most this is rounding of a theorem's identity (DESIGN: within 1e-9)
+EXACT = 1e-9
 DECODE_TEST = "exact match"
 PREFIX_TEST = "bit identity"
 
@@ -253,7 +267,8 @@ def _decode_finding(numbers: dict, dtype: str, tag: str, yes: str, no: str) -> F
     largest = max(d["max_logit_diff"] for d in runs)
     exact = same == n and (dtype != "float64" or largest <= EXACT)
     return Finding(f"{tag}_decode", yes if exact else no,
-                   f"In {tag}, {{same}} of {{n}} sequences matched recomputation; largest logit difference {{largest}}.",
+                   f"In {tag}, {{same}} of {{n}} sequences matched recomputation; largest logit difference "
+                   "{largest}.",
                    (("same", same), ("n", n), ("largest", largest)), Test(DECODE_TEST, n, "sequences"))
 
 
@@ -266,25 +281,30 @@ def chapter1_findings(numbers: dict) -> PageFindings:
                                  f"The cache diverged in {d}.") for d in dtypes}
     every = [d for by in numbers.values() for r in by.values() for d in _decode_runs(r)]
     argmax = Finding("argmax", "Greedy choices agree.",
-                     "The argmax agreed on {before} % of steps before any divergence and {every} % of all steps.",
+                     "The argmax agreed on {before} % of steps before any divergence and {every} % of all "
+                     "steps.",
                      (("before", min(d["argmax_agreement_pct"] for d in every)),
                       ("every", min(d["argmax_agreement_all_steps_pct"] for d in every))),
                      Test("greedy steps compared", sum(d["steps_compared"] for d in every), "steps"))
     fp32_versus = Finding("fp32_article", "Our fp32 residue is below the article's.",
                           "Largest fp32 logit difference {ours}, against {pythia} on Pythia-160M.",
-                          (("ours", max((d["max_logit_diff"] for d in _decodes(numbers, "float32")), default=None)),
+                          (("ours", max((d["max_logit_diff"] for d in _decodes(numbers, "float32")),
+                                        default=None)),
                            ("pythia", pythia["max_logit_diff"])))
     prefix = _prefix_finding(numbers, dtypes[0])
     shrink = _shrink_finding(numbers)
     exact = decode.get("float64", decode[dtypes[0]])
     answer = Finding("answer", "Yes." if exact.claim == "The cache is exact." else "Not in this run.",
-                     "Cached decoding reproduced recomputation, and what differs in fp32 is rounding that fp64 removes."
+                     "Cached decoding reproduced recomputation, and what differs in fp32 is rounding that "
+                     "fp64 removes."
                      if exact.claim == "The cache is exact." else
-                     "Cached decoding did not reproduce recomputation on every prompt; see the evidence below.")
+                     "Cached decoding did not reproduce recomputation on every prompt; see the evidence "
+                     "below.")
     box = tuple(f for f in (decode.get("float64"), decode.get("float32"), prefix, shrink) if f is not None)
     glue = chapter1_glue(numbers)
     return PageFindings(answer, box, {
-        "decoding": Section(exact, tuple(f for f in decode.values() if f is not exact) + (argmax, fp32_versus), (
+        "decoding": Section(exact, tuple(f for f in decode.values() if f is not exact) + (argmax,
+                                                                                          fp32_versus), (
             f"Setup: {glue['setup']}; no-cache side: {glue['mode']}.", f"{glue['weights']}.",
             f"In fp32: {glue['fp32_decode']}.", f"In fp64: {glue['fp64_decode']}.", f"{glue['per_step']}.",
             f"The article's per-step procedure costs more: {glue['per_step_cost']}.",
@@ -300,7 +320,8 @@ def _prefix_finding(numbers: dict, dtype: str) -> Finding:
     same, n = sum(x["bit_identical"] for x in runs), sum(x["n_prefixes"] for x in runs)
     largest = max(x["max_diff_across_continuations"] for x in runs)
     tag = "fp64" if dtype == "float64" else "fp32"
-    return Finding("prefixes", "A prefix's cache ignores what follows." if largest <= EXACT or dtype == "float32"
+    return Finding("prefixes",
+                   "A prefix's cache ignores what follows." if largest <= EXACT or dtype == "float32"
                    else "A prefix's cache moved with what follows.",
                    f"In {tag}, {{same}} of {{n}} prefixes were bit-identical under two continuations; "
                    "the rest differed by at most {largest}.",
@@ -315,7 +336,8 @@ def _shrink_finding(numbers: dict) -> Finding | None:
     fp32 = max(by["float32"]["prefixes"]["max_key_diff_alone_vs_inside"] for by in both)
     fp64 = max(by["float64"]["prefixes"]["max_key_diff_alone_vs_inside"] for by in both)
     claim = "The fp32 residue is rounding." if fp64 < fp32 else "The fp32 residue did not shrink."
-    moved = "A prefix's keys alone against inside a longer text moved at most {fp32} in fp32 and {fp64} in fp64"
+    moved = ("A prefix's keys alone against inside a longer text moved at most {fp32} in fp32 and {fp64} in "
+             "fp64")
     if 0 < fp64 < fp32:
         return Finding("residue", claim, moved + " ({orders} orders of magnitude).",
                        (("fp32", fp32), ("fp64", fp64), ("orders", math.log10(fp32 / fp64))))

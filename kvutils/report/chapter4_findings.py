@@ -233,8 +233,8 @@ def followup_finding(retrieval: dict) -> Finding | None:
         "followups",
         claim,
         "Follow-ups were detectably worse than turn 1 in {lower} of {n} method–regime tests and identical in "
-        "{identical}. The prompt cache answered follow-ups worse than the question-aware cache for {worse} of "
-        "{methods} methods.",
+        "{identical}. The prompt cache answered follow-ups worse than the question-aware cache for {worse} "
+        "of {methods} methods.",
         (("lower", lower), ("n", len(tests)), ("identical", identical),
          ("worse", sum(v["verdict"] == compare.A_LOWER for v in regime)), ("methods", len(regime))),
         Test("sign test of each prompt's follow-ups right against its turn 1", max(v["n"] for v in tests),
@@ -281,7 +281,8 @@ def chapter4_findings(numbers: dict) -> PageFindings:
               "tau": tau or keys or size}
     more = {"retrieval": tuple(f for f in (margin_finding(verdicts),) if f)}
     evidence = chapter4_evidence(numbers)
-    sections = {name: Section(point, more.get(name, ()), evidence.get(name, ())) for name, point in points.items()}
+    sections = {name: Section(point, more.get(name, ()), evidence.get(name, ())) for name,
+                point in points.items()}
     return PageFindings(answer_finding(numbers, box), tuple(box), sections)
 
 
@@ -290,7 +291,8 @@ def chapter4_evidence(numbers: dict) -> dict[str, tuple[str, ...]]:
     retrieval, frontier = numbers.get("retrieval") or {}, numbers.get("frontier") or {}
     glue, clauses = chapter4_glue(numbers), chapter4_clauses(numbers)
     return {
-        "decode": (f"Measured: {glue['decode']}.", f"Memory bandwidth {glue['bandwidth']} GB/s.", clauses["timing"],
+        "decode": (f"Measured: {glue['decode']}.", f"Memory bandwidth {glue['bandwidth']} GB/s.",
+                   clauses["timing"],
                    clauses["speed_vs_analytical"], clauses["speed_grows"]),
         "bytes": (f"Our models: {glue['bytes']}.", f"Formula against a filled cache: {glue['bytes_check']}.",
                   clauses["bytes_windowed"]),

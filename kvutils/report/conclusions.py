@@ -35,7 +35,15 @@ from kvutils.report.guide import (  # noqa: F401
     stale_word,
 )
 from kvutils.report.guide_retrieval import retrieval_summary
-from kvutils.report.sense_probes import best_depth, depth_rates, first_stays_at, holm_above, layer_count, layer_tests, peak_depths
+from kvutils.report.sense_probes import (
+    best_depth,
+    depth_rates,
+    first_stays_at,
+    holm_above,
+    layer_count,
+    layer_tests,
+    peak_depths,
+)
 from kvutils.report.tables import rows_table
 from kvutils.report.text import fmt, fraction
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
@@ -77,9 +85,11 @@ def rq1_table(runs: dict) -> pd.DataFrame:
         "fp64: identical greedy sequences, cache vs recompute": {
             f"article ({ARTICLE_MODEL})": f"{fraction(art64['identical'], art64['n'])} ({per_step})"},
         "fp64: largest |logit difference|": {
-            f"article ({ARTICLE_MODEL})": f"{fmt(art64['max_logit_diff'])} ({per_step}, {art64['n']} prompts)"},
+            f"article ({ARTICLE_MODEL})":
+                f"{fmt(art64['max_logit_diff'])} ({per_step}, {art64['n']} prompts)"},
         "fp32: largest |logit difference|": {
-            f"article ({ARTICLE_MODEL})": f"{fmt(art32['max_logit_diff'])} ({per_step}, {art32['n']} prompts)"},
+            f"article ({ARTICLE_MODEL})":
+                f"{fmt(art32['max_logit_diff'])} ({per_step}, {art32['n']} prompts)"},
         "fp32: median logit std (the scale rounding acts on)": {
             f"article ({ARTICLE_MODEL})": fmt(e1["fp32"]["pythia-160m"]["median_logit_std"])},
         "prefixes whose K/V are bit-identical under both continuations (fp32)": {
@@ -122,14 +132,18 @@ def rq2_table(runs: dict) -> pd.DataFrame:
     probe, attention = a["e3_probe"]["pythia"], a["e3_attention"]
     rows = {
         "sense probe at the old (cached) position": {
-            f"article ({ARTICLE_MODEL})": f"{fmt(probe['old_position_acc_pct_all_depths'])}% at all {probe['n_depths']} depths"},
+            f"article ({ARTICLE_MODEL})": f"{fmt(probe['old_position_acc_pct_all_depths'])}% at all "
+                                          f"{probe['n_depths']} depths"},
         "sense probe at a new position: peak % [depths]": {
-            f"article ({ARTICLE_MODEL})": f"{fmt(probe['new_position_peak_acc_pct'])} {probe['new_position_peak_layers']}"},
+            f"article ({ARTICLE_MODEL})": f"{fmt(probe['new_position_peak_acc_pct'])} "
+                                          f"{probe['new_position_peak_layers']}"},
         "attention from the new position on the disambiguating text": {
-            f"article ({ARTICLE_MODEL})": f"{fmt(attention['to_continuation_min'])}–{fmt(attention['to_continuation_max'])}"},
+            f"article ({ARTICLE_MODEL})":
+                f"{fmt(attention['to_continuation_min'])}–{fmt(attention['to_continuation_max'])}"},
         "encoder: sense probe at the original position": {
             f"article ({ARTICLE_MODEL})":
-                f"{fmt(a['e3_probe']['bert']['old_position_acc_pct_from_layer_1'])}% from layer 1 (BERT-base)"},
+                f"{fmt(a['e3_probe']['bert']['old_position_acc_pct_from_layer_1'])}% from layer 1 "
+                "(BERT-base)"},
     }
     numbers = chapter_numbers(runs, "03")
     for model, r in _causal(numbers).items():
@@ -180,7 +194,8 @@ def rq3_table(runs: dict) -> pd.DataFrame:
         for spec, label in RQ3_OPS:
             if spec in ops:
                 rows[f"top-1 agreement (%): {label}"][f"ours: {model}"] = (
-                    f"{fmt(ops[spec]['top1_agreement_pct'], 4)} (n = {len(ops[spec]['per_document'])} documents)")
+                    f"{fmt(ops[spec]['top1_agreement_pct'], 4)} (n = {len(ops[spec]['per_document'])} "
+                    "documents)")
     for model, longest in _longest_steps(numbers).items():
         rows[speed][f"ours: {model}"] = f"{speedup_text(longest)} at {longest['context']} tokens"
     for model in numbers.get("retrieval") or {}:  # the second axis: does the model still find a key far back?
@@ -196,7 +211,8 @@ def stale_against_tail(r: dict, k: int) -> str:
     p = stale_test(r, k)
     low, high = (100 * x for x in p.ci95) if p.ci95 is not None else (math.nan, math.nan)
     return (f"{fmt(a['accuracy_pct'], 3)}% vs {fmt(b['accuracy_pct'], 3)}% (k = {k}, n = {p.n}; difference "
-            f"{fmt(100 * p.effect, 3)} points [{fmt(low, 3)}, {fmt(high, 3)}], p = {p.p:.2g}): {stale_word(p)}")
+            f"{fmt(100 * p.effect, 3)} points [{fmt(low, 3)}, {fmt(high, 3)}], p = {p.p:.2g}): "
+            f"{stale_word(p)}")
 
 
 def rq4_table(runs: dict) -> pd.DataFrame:
@@ -220,7 +236,8 @@ def rq4_table(runs: dict) -> pd.DataFrame:
         rows[stale_acc][col] = stale_against_tail(r, k_max)
         rows["tail patch time ÷ full recompute time, per k"][col] = ", ".join(
             f"k={k}: {fmt(per_k[str(k)]['tail_time_fraction'], 3)}" for k in r["k_values"]) + (
-            f" (median of n = {len(per_k[str(r['k_values'][0])]['tail_patch'].get('seconds_repeats') or [])} repeats)")
+            f" (median of n = {len(per_k[str(r['k_values'][0])]['tail_patch'].get('seconds_repeats') or [])} "
+            "repeats)")
     return rows_table(rows, "finding")
 
 
@@ -245,28 +262,31 @@ def fp32_reason(fp32: dict, article_fp32: dict) -> str:
     for m, r in fp32.items():
         runs = [r[k] for k in ("decode", "decode_per_step") if k in r]
         worst[m] = max(d["max_logit_diff"] for d in runs)
-        parts.append(f"{m}: " + ", ".join(f"{fmt(d['max_logit_diff'], 3)} ({recompute_label(d)})" for d in runs)
+        parts.append(f"{m}: " + ", ".join(
+            f"{fmt(d['max_logit_diff'], 3)} ({recompute_label(d)})" for d in runs)
                      + f", median logit std {fmt(r['decode']['median_logit_std'], 3)}")
-    head = (f"fp32 residue, largest |logit difference| between cached and no-cache decoding — {'; '.join(parts)} — "
-            f"against {ARTICLE_MODEL}'s {fmt(art['max_logit_diff'])} ({recompute_mode({'recompute': 'per_step'})}, "
-            f"{art['n']} prompts) at a median logit std of {fmt(art['median_logit_std'], 3)}. "
-            f"Ours lies {_placed(worst, art['max_logit_diff'])} (a published figure without its "
-            "per-prompt values: a placement, not a test). ")
+    head = ("fp32 residue, largest |logit difference| between cached and no-cache decoding — "
+            f"{'; '.join(parts)} — against {ARTICLE_MODEL}'s {fmt(art['max_logit_diff'])} "
+            f"({recompute_mode({'recompute': 'per_step'})}, {art['n']} prompts) at a median logit std of "
+            f"{fmt(art['median_logit_std'], 3)}. Ours lies {_placed(worst, art['max_logit_diff'])} (a "
+            "published figure without its per-prompt values: a placement, not a test). ")
     stds = [r["decode"]["median_logit_std"] for r in fp32.values()]
     typical = sorted(stds)[len(stds) // 2]
     nearest = min(article_fp32, key=lambda k: abs(math.log(article_fp32[k]["median_logit_std"] / typical)))
     near = article_fp32[nearest]
-    hypothesis = ("Why they differ is not tested by these results. One untested hypothesis is that rounding error "
-                  "grows with the size of the logits")
+    hypothesis = ("Why they differ is not tested by these results. One untested hypothesis is that rounding "
+                  "error grows with the size of the logits")
     ratio = max(near["median_logit_std"], typical) / min(near["median_logit_std"], typical)
     if ratio > NEAR_SCALE:
-        return head + (f"{hypothesis}; none of the article's models has a logit scale near ours (nearest: {nearest}, "
-                       f"{fmt(near['median_logit_std'], 3)} against our {fmt(typical, 3)}), so its figures cannot check it")
+        return head + (f"{hypothesis}; none of the article's models has a logit scale near ours (nearest: "
+                       f"{nearest}, {fmt(near['median_logit_std'], 3)} against our {fmt(typical, 3)}), so "
+                       "its figures cannot check it")
     return head + (
-        f"{hypothesis}; the article's own {nearest}, at a median logit std of {fmt(near['median_logit_std'], 3)} "
-        f"(within {fmt(ratio, 2)}× of our {fmt(typical, 3)}), had a residue of {fmt(near['max_logit_diff'], 3)}, "
-        f"{fmt(near['max_logit_diff'] / max(worst.values()), 2)}× our largest, so scale alone would not account for "
-        "it; the models, their weights and the kernels differ too")
+        f"{hypothesis}; the article's own {nearest}, at a median logit std of "
+        f"{fmt(near['median_logit_std'], 3)} (within {fmt(ratio, 2)}× of our {fmt(typical, 3)}), had a "
+        f"residue of {fmt(near['max_logit_diff'], 3)}, "
+        f"{fmt(near['max_logit_diff'] / max(worst.values()), 2)}× our largest, so scale alone would not "
+        "account for it; the models, their weights and the kernels differ too")
 
 
 def _shares(values: list[float], lo: float, hi: float) -> str:
@@ -276,8 +296,8 @@ def _shares(values: list[float], lo: float, hi: float) -> str:
         return f"every one of its {n} layers lies below the article's range"
     if above == n:
         return f"every one of its {n} layers lies above the article's range"
-    return (f"the ranges overlap: {below} of its {n} layers lie below the article's lowest value, {above} above its "
-            f"highest, {n - below - above} within it")
+    return (f"the ranges overlap: {below} of its {n} layers lie below the article's lowest value, {above} "
+            f"above its highest, {n - below - above} within it")
 
 
 def attention_reason(causal: dict, article_attention: dict) -> str:
@@ -292,17 +312,20 @@ def attention_reason(causal: dict, article_attention: dict) -> str:
     for m, r in causal.items():
         cont, first = r["attention"]["continuation"], r["attention"]["first_token"]
         tests = layer_tests(r["attention"], "first_token", "continuation")
-        sink = (f"paired over the items of each layer as in chapter 3, the first token {layer_count(tests, 'the text')}"
-                if tests is not None else "these results hold no per-item shares, so the layers are not tested")
+        sink = ("paired over the items of each layer as in chapter 3, the first token "
+                f"{layer_count(tests, 'the text')}"
+                if tests is not None else "these results hold no per-item shares, so the layers are not "
+                                          "tested")
         parts.append(
             f"{m}: {fmt(min(cont), 3)}–{fmt(max(cont), 3)} on the disambiguating text, so "
-            f"{_shares(cont, lo, hi)}; up to {fmt(max(first), 3)} on the first token ({r['first_token']!r}), above "
-            f"the article's largest first-token share in {sum(f > art_first for f in first)} of {len(first)} layers; "
-            f"{sink}")
+            f"{_shares(cont, lo, hi)}; up to {fmt(max(first), 3)} on the first token ({r['first_token']!r}), "
+            f"above the article's largest first-token share in {sum(f > art_first for f in first)} of "
+            f"{len(first)} layers; {sink}")
     return ("Share of the later copy's attention (per layer, mean over heads and items) — " + "; ".join(parts)
-            + f". The article reports only the range over {ARTICLE_MODEL}'s layers ({fmt(lo)}–{fmt(hi)} on the "
-            f"text, at most {fmt(art_first)} on the first token), without per-item values, so this places our "
-            "layers against that range; it is not a paired test")
+            + f". The article reports only the range over {ARTICLE_MODEL}'s layers ({fmt(lo)}–{fmt(hi)} on "
+              "the "
+            f"text, at most {fmt(art_first)} on the first token), without per-item values, so this places "
+            "our layers against that range; it is not a paired test")
 
 
 def precision_reason(bf16: dict, art_top1: float, weights: str) -> str:
@@ -313,15 +336,16 @@ def precision_reason(bf16: dict, art_top1: float, weights: str) -> str:
     ours = "; ".join(f"{m}: a bf16 cache keeps {fmt(r['top1_agreement_pct'], 4)}% top-1 agreement (KL "
                      f"{fmt(r['mean_kl'], 3)} nats)" for m, r in bf16.items())
     placed = _placed({m: r["top1_agreement_pct"] for m, r in bf16.items()}, art_top1)
-    return (f"{ours}, against {fmt(art_top1)}% for {ARTICLE_MODEL} (a published figure: ours lies {placed}; a "
-            f"placement, not a test). {weights}. Why the agreement differs is not tested here: the models, their "
-            "weights, the text and the logits' scale all differ, and that smaller logits move less under the same "
-            "relative rounding of the cache is an untested hypothesis")
+    return (f"{ours}, against {fmt(art_top1)}% for {ARTICLE_MODEL} (a published figure: ours lies {placed}; "
+            f"a placement, not a test). {weights}. Why the agreement differs is not tested here: the models, "
+            "their weights, the text and the logits' scale all differ, and that smaller logits move less "
+            "under the same relative rounding of the cache is an untested hypothesis")
 
 
 def breaks_exactness(table2: dict) -> str:
     """Which of chapter 4's operations changed the model's output distribution (mean KL > 0)."""
-    kl = {spec: o["mean_kl"] for r in table2.values() for spec, o in chapter4_ops(r).items() if o["name"] != "exact"}
+    kl = {spec: o["mean_kl"] for r in table2.values() for spec,
+          o in chapter4_ops(r).items() if o["name"] != "exact"}
     if not kl:
         return "Chapter 4 scored no cache operation in this run"
     kept = sorted(spec for spec, v in kl.items() if v == 0)
@@ -345,16 +369,19 @@ def rq2_verdict(causal: dict) -> str:
         rates = depth_rates(r["probe"], "new")
         best = best_depth(rates)
         held = holm_above(rates)
-        test = f"a sign test over the {rates[0].clusters}" if rates[0].clusters else "an exact binomial test over the items"
-        parts.append(f"{m}: above chance at {len(held)} of {len(new)} depths (per depth, {test}, Holm-corrected for "
-                     f"testing {len(new)} depths); at its best depth, {best.depth}, " + best.sentence())
+        test = (f"a sign test over the {rates[0].clusters}" if rates[0].clusters
+                else "an exact binomial test over the items")
+        parts.append(f"{m}: above chance at {len(held)} of {len(new)} depths (per depth, {test}, "
+                     f"Holm-corrected for testing {len(new)} depths); at its best depth, {best.depth}, "
+                     + best.sentence())
     chance = all(set(r["probe"]["old_position_pct"]) == {50.0} for r in causal.values())
-    head = ("At the old position, a probe on the cached state of the word scores exactly 50% at every depth of "
-            f"{', '.join(causal)}: a tie by construction, since that state is the same under both senses (chapter 2), "
-            "so no probe can tell them apart, not a measured one. The same probe on a later copy of the word — "
+    head = ("At the old position, a probe on the cached state of the word scores exactly 50% at every depth "
+            f"of {', '.join(causal)}: a tie by construction, since that state is the same under both senses "
+            "(chapter 2), so no probe can tell them apart, not a measured one. The same probe on a later "
+            "copy of the word — "
             if chance else
-            "This run does not show the old position at exactly 50% at every depth of every model (see chapter 3). "
-            "The probe on a later copy of the word — ")
+            "This run does not show the old position at exactly 50% at every depth of every model (see "
+            "chapter 3). The probe on a later copy of the word — ")
     return head + "; ".join(parts)
 
 
@@ -369,17 +396,21 @@ def speed_reason(ch4: dict, machine: dict, article_speedup: float) -> str:
     grew = {m: speedup_grew(d["steps"]) for m, d in ch4["decode"].items()}
     timed = [g for g in grew.values() if g is not None]
     trend = ("Only one context was timed, so no trend is measured; " if not timed else
-             "In this run the speed-up grew with context on every model (an exact rank test over the repeat pairs "
-             "puts each longer context's speed-ups above the shorter's at p < 0.05; chapter 4 gives each test), as "
-             "expected where recomputation grows with the context and a cached step barely does; " if all(timed) else
-             "In this run the speed-up did not grow detectably with context on every model (the rank test over the "
-             "repeat pairs does not put every longer context above the shorter; see chapter 4); ")
+             "In this run the speed-up grew with context on every model (an exact rank test over the repeat "
+             "pairs puts each longer context's speed-ups above the shorter's at p < 0.05; chapter 4 gives "
+             "each test), as expected where recomputation grows with the context and a cached step barely "
+             "does; " if all(timed) else
+             "In this run the speed-up did not grow detectably with context on every model (the rank test "
+             "over the repeat pairs does not put every longer context above the shorter; see chapter 4); ")
     return ("Speed-up of the exact cache at the longest context: " + "; ".join(
         f"{m}, {s['context']} tokens: {speedup_text(s)}" for m, s in longest.items())
-        + f", timed {where}, on {cores} cores and {threads} torch thread(s). For {ARTICLE_MODEL} at 2000 tokens on "
+        + f", timed {where}, on {cores} cores and {threads} torch thread(s). For {ARTICLE_MODEL} at 2000 "
+          "tokens on "
         "the article's 6-core CPU: " + "; ".join(
-            f"{m}: {against_published(s, article_speedup, ARTICLE_CONTEXT, 'the article')}" for m, s in longest.items())
-        + ". " + trend + "the size of the ratio depends on the machine and on how much of the model's cost is fixed "
+            f"{m}: {against_published(s, article_speedup, ARTICLE_CONTEXT, 'the article')}" for m,
+            s in longest.items())
+        + ". " + trend + "the size of the ratio depends on the machine and on how much of the model's cost "
+                         "is fixed "
         "per step (output head, windowed layers)")
 
 
@@ -389,34 +420,40 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     out: dict[str, str] = {}
     ch1 = chapter_numbers(runs, "01")
     fp64 = {m: r["float64"]["decode"] for m, r in ch1.items() if "float64" in r}
-    exact = all(d["max_logit_diff"] <= FP64_TOLERANCE and d["identical"] == d["n_prompts"] for d in fp64.values())
+    exact = all(
+        d["max_logit_diff"] <= FP64_TOLERANCE and d["identical"] == d["n_prompts"] for d in fp64.values())
     out["rq1_verdict"] = (
         f"Yes: in fp64 every cached greedy run matched recomputation on "
         f"{', '.join(f'{m} ({recompute_label(d)})' for m, d in fp64.items())} (largest |logit "
-        f"difference| {fmt(max(d['max_logit_diff'] for d in fp64.values()), 3)}, below our {FP64_TOLERANCE:g} "
-        "tolerance for rounding)" if exact and fp64 else
-        "Not shown by this run: " + ("fp64 was not run" if not fp64 else "an fp64 run exceeded the rounding tolerance"))
+        f"difference| {fmt(max(d['max_logit_diff'] for d in fp64.values()), 3)}, below our "
+        f"{FP64_TOLERANCE:g} tolerance for rounding)" if exact and fp64 else
+        "Not shown by this run: " + ("fp64 was not run" if not fp64 else "an fp64 run exceeded the rounding "
+                                                                         "tolerance"))
     fp32_runs = {m: r["float32"] for m, r in ch1.items() if "float32" in r}
-    out["rq1_fp32_reason"] = fp32_reason(fp32_runs, a["e1_decode"]["fp32"]) if fp32_runs else "fp32 was not run"
+    out["rq1_fp32_reason"] = fp32_reason(fp32_runs,
+                                         a["e1_decode"]["fp32"]) if fp32_runs else "fp32 was not run"
     out["rq1_weights"] = weights_note(ch1)
     enc = _encoders(chapter_numbers(runs, "02"))
     bert = a["e2_bert"]["cosine_distance"]["layer_12"]
     moved = {m: r for m, r in enc.items() if r["cosine_distance_mean"][-1] > 0}
     numbers_enc = "; ".join(
-        f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, {fmt(r['cosine_distance_mean'][-1], 3)} at its "
-        f"last layer ({r['layers']} layers), against BERT-base's {fmt(bert)} at layer 12" for m, r in enc.items())
+        f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, "
+        f"{fmt(r['cosine_distance_mean'][-1], 3)} at its last layer ({r['layers']} layers), against "
+        f"BERT-base's {fmt(bert)} at layer 12" for m, r in enc.items())
     out["rq1_encoder"] = (
         "No encoder was run, so this run does not show the contrast" if not enc else
-        f"The same word's state moves when later text arrives — {numbers_enc} — so a cache of its keys and values "
-        "would go stale" if len(moved) == len(enc) else
+        f"The same word's state moves when later text arrives — {numbers_enc} — so a cache of its keys and "
+        "values would go stale" if len(moved) == len(enc) else
         f"In this run the encoder's state did not move with later text on every model ({numbers_enc})")
     ch3 = chapter_numbers(runs, "03")
     out["rq2_verdict"] = rq2_verdict(_causal(ch3))
     out["rq2_attention_reason"] = attention_reason(_causal(ch3), a["e3_attention"])
     ch4 = chapter_numbers(runs, "04")
     table2 = ch4["table2"]
-    bf16 = {m: chapter4_ops(r)["cast:dtype=bfloat16"] for m, r in table2.items() if "cast:dtype=bfloat16" in chapter4_ops(r)}
-    out["rq3_precision_reason"] = precision_reason(bf16, article_rows_by_spec()["cast:dtype=bfloat16"]["top1_pct"],
+    bf16 = {m: chapter4_ops(r)["cast:dtype=bfloat16"] for m,
+            r in table2.items() if "cast:dtype=bfloat16" in chapter4_ops(r)}
+    out["rq3_precision_reason"] = precision_reason(bf16,
+                                                   article_rows_by_spec()["cast:dtype=bfloat16"]["top1_pct"],
                                                    weights_note(bf16))
     out["rq3_breaks"] = breaks_exactness(table2)
     pairs = []
@@ -427,12 +464,13 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
             pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's "
                          f"{fmt(article_rows_by_spec()[spec]['top1_pct'])}%")
     out["rq3_eviction"] = "; ".join(pairs) or "not run (no window or chunk operation in chapter 4's ops)"
-    out["rq3_speed_reason"] = speed_reason(ch4, runs[NOTEBOOKS["04"]]["machine"], a["e4_decode_time"]["ctx_2000"]["speedup"])
+    out["rq3_speed_reason"] = speed_reason(ch4, runs[NOTEBOOKS["04"]]["machine"],
+                                           a["e4_decode_time"]["ctx_2000"]["speedup"])
     ch5 = chapter_numbers(runs, "05")
     worst = max(r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]
                 for r in ch5.values() for k in r["k_values"])
     out["rq4_verdict"] = (
-        f"Everything below the adapter: the tail patch matched a full recompute to {fmt(worst)} (largest |logit "
-        f"difference|) on {', '.join(ch5)}, at every k" if worst <= FP64_TOLERANCE else
+        f"Everything below the adapter: the tail patch matched a full recompute to {fmt(worst)} (largest "
+        f"|logit difference|) on {', '.join(ch5)}, at every k" if worst <= FP64_TOLERANCE else
         f"The tail patch differed from recompute by {fmt(worst, 3)}; see chapter 5")
     return out

@@ -168,13 +168,17 @@ def covered_or_clipped(fig) -> list[str]:
                 if seen is not None and seen.width > 0 and seen.height > 0 and box.overlaps(seen):
                     problems.append(f"the legend covers {name} of {ax.get_title()[:30]!r}")
             for xy in points:
-                inside = ((xy[:, 0] > box.x0) & (xy[:, 0] < box.x1) & (xy[:, 1] > box.y0) & (xy[:, 1] < box.y1))
+                inside = ((xy[:, 0] > box.x0) & (xy[:, 0] < box.x1) & (xy[:, 1] > box.y0) & (xy[:,
+                                                                                                1] < box.y1))
                 if inside.any():
-                    problems.append(f"the legend covers {int(inside.sum())} plotted point(s) of {ax.get_title()[:30]!r}")
+                    problems.append(f"the legend covers {int(inside.sum())} plotted point(s) of "
+                                    f"{ax.get_title()[:30]!r}")
         for t in ax.texts:
             if not t.get_visible() or not t.get_text().strip():
                 continue
             where = t.get_window_extent(renderer)
-            if where.x0 < frame.x0 - 1 or where.x1 > frame.x1 + 1 or where.y0 < frame.y0 - 1 or where.y1 > frame.y1 + 1:
-                problems.append(f"the label {t.get_text()[:30]!r} reaches past its axes ({ax.get_title()[:30]!r})")
+            if (where.x0 < frame.x0 - 1 or where.x1 > frame.x1 + 1
+                    or where.y0 < frame.y0 - 1 or where.y1 > frame.y1 + 1):
+                problems.append(f"the label {t.get_text()[:30]!r} reaches past its axes "
+                                f"({ax.get_title()[:30]!r})")
     return problems

@@ -65,9 +65,10 @@ def exact_followups(retrieval_numbers: dict) -> tuple[str, ...]:
             turn1 = hay["exact"]["per_prompt"]
             later = [r for rs in hay["exact"]["followups"]["per_prompt"] for r in rs]
             passed = [c for c, ok in hay.get("gate_followups", {}).items() if ok]
-            out.append(f"{model}, {name}: the exact cache answered turn 1 on {sum(r['correct'] for r in turn1)} of "
-                       f"{len(turn1)} prompts and {sum(r['correct'] for r in later)} of {len(later)} follow-ups; "
-                       f"contexts passing the gate on follow-ups: {', '.join(passed) or 'none'}.")
+            out.append(f"{model}, {name}: the exact cache answered turn 1 on "
+                       f"{sum(r['correct'] for r in turn1)} of {len(turn1)} prompts and "
+                       f"{sum(r['correct'] for r in later)} of {len(later)} follow-ups; contexts passing the "
+                       f"gate on follow-ups: {', '.join(passed) or 'none'}.")
     return tuple(out)
 
 
@@ -93,19 +94,22 @@ def plot_followups(retrieval_numbers: dict):
         return placeholder("Follow-up questions", "no haystack with follow-ups passed the exact cache's gate")
     names = list(dict.fromkeys(lab for m in models for lab in per_regime["agnostic"][m]))
     y = np.arange(len(names))
-    fig, axes = plt.subplots(1, len(models), figsize=(7.5, 1.6 + 0.3 * len(names)), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(models), figsize=(7.5, 1.6 + 0.3 * len(names)), squeeze=False,
+                             sharey=True)
     for ax, model in zip(axes[0], models):
         for (regime, key, marker, colour, text), offset in zip(SERIES, (-0.25, 0.0, 0.25)):
             rows = per_regime[regime].get(model, {})
             rates = [tuple(rows[lab][key]) if lab in rows else (0, 0) for lab in names]
             mid = np.array([100 * r / n if n else np.nan for r, n in rates])
             ci = [compare.proportion_interval(r, n) if n else (np.nan, np.nan) for r, n in rates]
-            err = [[m - 100 * lo for m, (lo, _) in zip(mid, ci)], [100 * hi - m for m, (_, hi) in zip(mid, ci)]]
+            err = [[m - 100 * lo for m, (lo, _) in zip(mid, ci)], [100 * hi - m for m, (_, hi) in zip(mid,
+                                                                                                      ci)]]
             ax.errorbar(mid, y + offset, xerr=err, fmt=marker, color=colour, label=text, capsize=2, ms=4,
                         elinewidth=0.8)
         exact = next(iter(per_regime["agnostic"][model].values()))["exact"]
         if exact[1]:
-            ax.axvline(100 * exact[0] / exact[1], color="grey", ls="--", lw=1, label="exact cache, follow-ups")
+            ax.axvline(100 * exact[0] / exact[1], color="grey", ls="--", lw=1,
+                       label="exact cache, follow-ups")
         ax.set_xlim(-3, 103)
         ax.set_title(model)
     axes[0, 0].set_yticks(y, [human_label(lab) for lab in names])
@@ -145,7 +149,8 @@ def _verdict(v: dict | None, lost: int, questions: int) -> str:
 
 
 def followup_table(retrieval_numbers: dict, regime: str = "agnostic") -> pd.DataFrame:
-    """(rows: method) turn 1 | follow-up | exact | effect | verdict (follow-ups against turn 1 on the same cache,
+    """(rows: method) turn 1 | follow-up | exact | effect | verdict (follow-ups against turn 1 on the same
+    cache,
     paired over prompts; n in the header), one row per model and method, in `regime`."""
     rows, ns = [], set()
     for model, per_model in counts(retrieval_numbers, regime).items():

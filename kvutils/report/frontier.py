@@ -99,8 +99,10 @@ def frontier_points(frontier: dict) -> pd.DataFrame:
             rows.append({"model": model, "method": method(spec), "point": label(spec), "op spec": spec,
                          "family": r["family"], "held % of exact": round(_held_pct(run, r), 2),
                          "held MiB": round(r["mean_held_bytes"] / 2 ** 20, 4),
-                         "mean KL (nats)": float(f"{r['mean_kl']:.4g}"), "plotted KL": max(r["mean_kl"], EXACT_FLOOR),
-                         "top-1 (%)": round(r["top1_agreement_pct"], 2), "perplexity": float(f"{r['perplexity']:.5g}"),
+                         "mean KL (nats)": float(f"{r['mean_kl']:.4g}"), "plotted KL": max(r["mean_kl"],
+                                                                                           EXACT_FLOOR),
+                         "top-1 (%)": round(r["top1_agreement_pct"], 2),
+                         "perplexity": float(f"{r['perplexity']:.5g}"),
                          "documents": n, "tokens": f"{run['prefill']}+{run['decode']}"})
     return pd.DataFrame(rows)
 
@@ -119,13 +121,17 @@ def frontier_setup(frontier: dict) -> str:
         return "The frontier was not run (frontier_models is empty)."
     bits = []
     for model, run in frontier.items():
-        windows = sorted({parse_op(s).window for s in run["ops"] if method(s) in ("snapkv", "pyramidkv", "adakv")})
-        share = "".join(f"; SnapKV's {w}-token observation window is {100 * w / run['prefill']:.1f}% of the prefill"
+        windows = sorted({parse_op(s).window for s in run["ops"] if method(s) in ("snapkv", "pyramidkv",
+                                                                                  "adakv")})
+        share = "".join(f"; SnapKV's {w}-token observation window is {100 * w / run['prefill']:.1f}% of the "
+                        "prefill"
                         for w in windows)
         fixed = [f"{label(s)} at {r['level']:g}" for s, r in run["ops"].items()
                  if r.get("level") is not None and parse_op(s).family != "press"]
-        matched = f"; fixed budgets compared with the presses at equal mean held entries: {', '.join(fixed)}" if fixed else ""
-        bits.append(f"{model}: {len(run['documents'])} documents of {run['prefill']} + {run['decode']} tokens{share}{matched}")
+        matched = (f"; fixed budgets compared with the presses at equal mean held entries: {', '.join(fixed)}"
+                   if fixed else "")
+        bits.append(f"{model}: {len(run['documents'])} documents of {run['prefill']} + {run['decode']} "
+                    f"tokens{share}{matched}")
     return ". ".join(bits) + "."
 
 
@@ -141,8 +147,10 @@ def frontier_chart(frontier: dict):
     import plotly.express as px
 
     points = frontier_points(frontier)
-    figure = px.scatter(points, x="held % of exact", y="plotted KL", color="method", symbol="model", log_y=True,
-                        hover_data=["point", "op spec", "mean KL (nats)", "top-1 (%)", "held MiB", "perplexity"],
+    figure = px.scatter(points, x="held % of exact", y="plotted KL", color="method", symbol="model",
+                        log_y=True,
+                        hover_data=["point", "op spec", "mean KL (nats)", "top-1 (%)", "held MiB",
+                                    "perplexity"],
                         title=_title(frontier), height=600, template="plotly_white",
                         labels={"held % of exact": X_LABEL,
                                 "plotted KL": f"mean KL vs exact (nats, log; {EXACT_FLOOR:g} = exact)"})
@@ -171,13 +179,15 @@ def plot_frontier(frontier: dict):
     if not frontier:
         fig, ax = plt.subplots(figsize=(7.5, 6.4))
         ax.set_axis_off()
-        ax.text(0.5, 0.5, "frontier not run (frontier_models is empty)", ha="center", va="center", fontsize=12)
+        ax.text(0.5, 0.5, "frontier not run (frontier_models is empty)", ha="center", va="center",
+                fontsize=12)
         fig.suptitle("Bytes vs fidelity: no model")
         return fig
     points = frontier_points(frontier)
     methods = list(dict.fromkeys(points["method"]))
     colour = chart_colours(methods)
-    fig, axes = plt.subplots(len(frontier), 1, figsize=(7.5, 3.6 * len(frontier) + 1.8), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(frontier), 1, figsize=(7.5, 3.6 * len(frontier) + 1.8), sharex=True,
+                             squeeze=False)
     for ax, model in zip(axes[:, 0], frontier):
         for name, group in points[points["model"] == model].groupby("method", sort=False):
             group = group.sort_values("held % of exact")
@@ -196,7 +206,8 @@ def plot_frontier(frontier: dict):
     return fig
 
 
-# --------------------------------------------------------------------------- kvpress's observations beside ours
+# --------------------------------------------------------------------------- kvpress's observations beside
+# ours
 
 
 def _vs(run: dict, level: str, spec: str, other_method: str) -> list[compare.Paired]:
@@ -212,7 +223,8 @@ def _vs(run: dict, level: str, spec: str, other_method: str) -> list[compare.Pai
         if p.a != spec:  # flip to spec − other
             flipped = {compare.A_LOWER: compare.A_HIGHER, compare.A_HIGHER: compare.A_LOWER}
             ci = (-p.ci95[1], -p.ci95[0]) if p.ci95 is not None else None
-            p = compare.Paired(spec, other, p.n, -p.effect, ci, p.p, flipped.get(p.verdict, p.verdict), p.unit)
+            p = compare.Paired(spec, other, p.n, -p.effect, ci, p.p, flipped.get(p.verdict, p.verdict),
+                               p.unit)
         out.append(p)
     return out
 
@@ -225,14 +237,16 @@ def frontier_notes(frontier: dict) -> list[str]:
         for level in run["levels"]:
             held = [_held_pct(run, r) for r in run["ops"].values() if str(r.get("level")) == level]
             if held and max(held) > HELD_SPREAD * min(held):
-                out.append(f"{model} at compression {level}: the methods hold {min(held):.0f}% to {max(held):.0f}% "
-                           "of the exact cache's bytes on average, not the same: a lower KL may come from holding more.")
+                out.append(f"{model} at compression {level}: the methods hold {min(held):.0f}% to "
+                           f"{max(held):.0f}% of the exact cache's bytes on average, not the same: a lower "
+                           "KL may come from holding more.")
         sliding = run.get("sliding")
         if sliding:
             out.append(f"{model}: {sliding['layers']} of its {sliding['of']} layers attend only to the last "
-                       f"{sliding['window']} positions, which a {run['prefill']}-token prefill already exceeds; on them "
-                       "a method's choice among older entries changes nothing.")
-        out += [f"{model}: {label(t['a'])}: {t['why']}." for t in run.get("construction_ties", []) if t["b"] is None]
+                       f"{sliding['window']} positions, which a {run['prefill']}-token prefill already "
+                       "exceeds; on them a method's choice among older entries changes nothing.")
+        out += [f"{model}: {label(t['a'])}: {t['why']}." for t in run.get("construction_ties",
+                                                                          []) if t["b"] is None]
     return out
 
 
@@ -255,7 +269,8 @@ def kvpress_glue(frontier: dict) -> str:
                 if info["best"] == mine:
                     ea.append(f"the single best on {model} at {level}")
                 elif mine in info["leaders"]:
-                    ea.append(f"among the leaders on {model} at {level} (no detectable difference from the lowest mean)")
+                    ea.append(f"among the leaders on {model} at {level} (no detectable difference from the "
+                              "lowest mean)")
                 else:
                     lead = info["leaders"][0]
                     ea.append(f"behind {label(lead)} on {model} at {level}, {_holding(run, mine, lead)}")
@@ -267,8 +282,11 @@ def kvpress_glue(frontier: dict) -> str:
                         if p.better() == p.b:
                             below.append(f"{label(s)} below {other} on {model} ({_holding(run, s, p.b)})")
                             break
-    first = ("kvpress reports expected attention as the strongest press on Llama-3.1-8B (RULER, 4k context); here it is "
+    first = ("kvpress reports expected attention as the strongest press on Llama-3.1-8B (RULER, 4k context); "
+             "here it is "
              + ("; ".join(ea) if ea else "not on the frontier") + ".")
-    second = ("kvpress also finds presses scoring below random or StreamingLLM on some models; here the tests find "
-              + ("; ".join(below) if below else "no press below random or the matched streaming window") + ".")
+    second = ("kvpress also finds presses scoring below random or StreamingLLM on some models; here the "
+              "tests find "
+              + ("; ".join(
+                  below) if below else "no press below random or the matched streaming window") + ".")
     return f"{first} {second}"

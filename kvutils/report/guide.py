@@ -86,15 +86,19 @@ def decision_rows(runs: dict, near_exact_pct: float = compare.NEAR_EXACT_PCT,
             continue
         chunk = o["name"] in CHUNK_OPS
         source = plain if spec in ((plain or {}).get("ops") or {}) else run["chunks"]
-        rows.append(_op_row(spec, o, near_exact_pct, art, source, None if chunk else plain["exact_cache_bytes"]
-                            if plain else None, "kvutils' acceptance test, Table 2") | {"setting": setting(source)})
+        rows.append(_op_row(spec, o, near_exact_pct, art, source,
+                            None if chunk else plain["exact_cache_bytes"]
+                            if plain else None,
+                            "kvutils' acceptance test, Table 2") | {"setting": setting(source)})
     front = ch4.get("frontier", {}).get(model)
     for spec, o in _frontier_only(run, front).items():
         rows.append(_op_row(spec, o, near_exact_pct, art, front, front["exact_cache_bytes"],
                             f"acceptance test, the frontier's {_count(len(front['documents']), 'document')}")
                     | {"setting": setting(front, "the frontier")})
-    levels = {spec: o.get("level") for spec, o in (front or {}).get("ops", {}).items()}  # matched budgets' levels
-    return [both_axes(r, retrieval_axis(ch4.get("retrieval") or {}, model, r["operation"], levels.get(r["operation"])))
+    # matched budgets' levels
+    levels = {spec: o.get("level") for spec, o in (front or {}).get("ops", {}).items()}
+    return [both_axes(r, retrieval_axis(ch4.get("retrieval") or {}, model, r["operation"],
+                                        levels.get(r["operation"])))
             for r in rows]
 
 
@@ -102,7 +106,8 @@ EXACTNESS = "chapters 1 and 5: the exact cache and the LoRA switch"  # the setti
 
 
 def setting(run: dict, name: str = "Table 2") -> str:
-    """The setting a chapter-4 row was measured in, for its panel: "Table 2: 256 cached + 256 scored tokens"."""
+    """The setting a chapter-4 row was measured in, for its panel: "Table 2: 256 cached + 256 scored
+    tokens"."""
     return f"{name}: {run['prefill']:,} cached + {run['decode']:,} scored tokens"
 
 
@@ -124,7 +129,8 @@ def _row(operation: str, verdict: Verdict, top1: float | None, n: str, **extra) 
 
 
 def chapter1_rows(ch1: dict) -> list[dict]:
-    """The exact cache and prefix reuse: theorems, judged in fp64 where rounding is far below the tolerance."""
+    """The exact cache and prefix reuse: theorems, judged in fp64 where rounding is far below the
+    tolerance."""
     decode = [r[d]["decode"] for r in ch1.values() for d in r]
     top1 = min(d["argmax_agreement_pct"] for d in decode)
     n = f"{sum(d['n_prompts'] for d in decode)} prompt runs"
@@ -133,13 +139,16 @@ def chapter1_rows(ch1: dict) -> list[dict]:
         d["max_logit_diff"] <= FP64_TOLERANCE and d["identical"] == d["n_prompts"] for d in fp64_decode)
     fp64 = [r["float64"]["prefixes"] for r in ch1.values() if "float64" in r]
     exact_prefix = (all(p["max_diff_across_continuations"] <= FP64_TOLERANCE for p in fp64) if fp64 else
-                    all(r[d]["prefixes"]["bit_identical"] == r[d]["prefixes"]["n_prefixes"] for r in ch1.values() for d in r))
+                    all(r[d]["prefixes"]["bit_identical"] == r[d]["prefixes"]["n_prefixes"]
+                        for r in ch1.values() for d in r))
     theorem = "theorem; tested on every architecture"
-    return [_row("exact cache vs recomputation (ch. 1)", EXACT if exact_decode else OPEN, top1, n, article_top1=100.0,
+    return [_row("exact cache vs recomputation (ch. 1)", EXACT if exact_decode else OPEN, top1, n,
+                 article_top1=100.0,
                  check=theorem, test=f"fp64 |logit difference| ≤ {FP64_TOLERANCE:g}" if exact_decode else
                  "fp64 not within the rounding tolerance: see chapter 1"),
             _row("prefix reuse across continuations (ch. 1)", EXACT if exact_prefix else OPEN, None,
-                 f"{sum(r[d]['prefixes']['n_prefixes'] for r in ch1.values() for d in r)} prefixes", check=theorem,
+                 f"{sum(r[d]['prefixes']['n_prefixes'] for r in ch1.values() for d in r)} prefixes",
+                 check=theorem,
                  test=prefix_test(ch1, exact_prefix))]
 
 
@@ -152,7 +161,8 @@ def prefix_test(ch1: dict, exact_prefix: bool) -> str:
         same, n = sum(x["bit_identical"] for x in p), sum(x["n_prefixes"] for x in p)
         worst = max(x["max_diff_across_continuations"] for x in p)
         parts.append(f"{dtype}: {int(same)} of {int(n)} bit-identical, largest difference {fmt(worst, 2)}")
-    rule = f"fp64 within {FP64_TOLERANCE:g}" if exact_prefix else "not within the fp64 tolerance: see chapter 1"
+    rule = (f"fp64 within {FP64_TOLERANCE:g}" if exact_prefix else "not within the fp64 tolerance: see "
+                                                                   "chapter 1")
     return f"cached keys and values compared, no token decoded ({'; '.join(parts)}); {rule}"
 
 
@@ -189,8 +199,10 @@ def chapter5_rows(runs: dict) -> list[dict]:
         rows.append(_row(f"LoRA switch, stale cache (ch. 5, {m}, k = {k})", verdict, stale["top1_agree_pct"],
                          f"{stale['n']} examples (top-1); {test.n} {test.unit} (test)", kl=stale["kl_mean"],
                          held=_held(held[f"tail{k}"]["stale"]),
-                         check="chapter 5", test=f"held-out accuracy vs the tail patch {fmt(100 * test.effect, 3)} "
-                                                 f"points ({stale_word(test)}, n = {test.n}, p = {test.p:.2g})"))
+                         check="chapter 5",
+                         test=f"held-out accuracy vs the tail patch {fmt(100 * test.effect, 3)} "
+                                                 f"points ({stale_word(test)}, n = {test.n}, p = "
+                                                 f"{test.p:.2g})"))
     return rows
 
 
@@ -237,17 +249,20 @@ def _op_row(spec: str, o: dict, near_exact_pct: float, art: dict, run: dict, exa
     docs = [d["top1_agreement_pct"] for d in o.get("per_document") or []]
     test = threshold_test(spec, docs, near_exact_pct) if docs else None
     if o["mean_kl"] == 0:
-        verdict = EXACT  # every document's distribution unchanged: a tie the operation's construction explains
+        # every document's distribution unchanged: a tie the operation's construction explains
+        verdict = EXACT
     else:
         verdict = _tested(test) if test is not None else OPEN
     bytes_pct = 100.0 * o["cache_bytes"] / exact_bytes if exact_bytes else 100.0
     ci = tuple(near_exact_pct + x for x in test.ci95) if test is not None and test.ci95 is not None else None
     return _row(spec, verdict, o["top1_agreement_pct"], f"{len(docs)} documents" if docs else "—", top1_ci=ci,
-                kl=o["mean_kl"], article_top1=art[spec]["top1_pct"] if spec in art else None, bytes_pct=bytes_pct,
+                kl=o["mean_kl"], article_top1=art[spec]["top1_pct"] if spec in art else None,
+                bytes_pct=bytes_pct,
                 bytes_bf16_pct=bytes_pct * _bf16_factor(run) if exact_bytes else None,
                 time_ratio=time_ratios(o, run), check=check,
                 test=threshold_clause(test, near_exact_pct) if test is not None and o["mean_kl"] != 0 else
-                ("mean KL 0 on every document (by construction)" if o["mean_kl"] == 0 else "no per-document values"))
+                ("mean KL 0 on every document (by construction)" if o["mean_kl"] == 0 else "no per-document "
+                                                                                           "values"))
 
 
 def threshold_clause(test: compare.Paired, near_exact_pct: float) -> str:
@@ -280,12 +295,13 @@ def guide_coverage(runs: dict, rows: list[dict], model: str) -> str:
     extra = _frontier_only(run, front)
     switch = sum(1 for r in rows if r["operation"].startswith("LoRA switch"))
     ch1_rows = sum(1 for r in rows if r["operation"].endswith("(ch. 1)"))
-    text = (f"The guide sorts {len(rows)} operations: chapter 1's {ch1_rows} properties of the exact cache (over every "
-            f"chapter-1 model), chapter 5's LoRA switch ({switch} rows, {', '.join(ch5) or 'none'}), and on {model} "
-            f"chapter 4's {len(table2)} Table-2 operations")
+    text = (f"The guide sorts {len(rows)} operations: chapter 1's {ch1_rows} properties of the exact cache "
+            f"(over every chapter-1 model), chapter 5's LoRA switch ({switch} rows, "
+            f"{', '.join(ch5) or 'none'}), and on {model} chapter 4's {len(table2)} Table-2 operations")
     if front:
-        text += (f" and the {len(extra)} methods of chapter 4's frontier that Table 2 does not score (presses, "
-                 f"decode-time policies, quantised caches; on the frontier's {_count(len(front['documents']), 'document')})")
+        text += (f" and the {len(extra)} methods of chapter 4's frontier that Table 2 does not score "
+                 "(presses, decode-time policies, quantised caches; on the frontier's "
+                 f"{_count(len(front['documents']), 'document')})")
         refused = sorted(front.get("refused", {}))
         if refused:
             text += f". Left out: {', '.join(refused)}, which {model} refused"
@@ -294,9 +310,9 @@ def guide_coverage(runs: dict, rows: list[dict], model: str) -> str:
                  + (f" (it ran on {', '.join(ch4.get('frontier', {}))})" if ch4.get("frontier") else ""))
     ran = sum(1 for r in rows if r["retrieval"])
     if ran:
-        text += (f". The retrieval column reads chapter 4's long-range retrieval on {model} for the {ran} of them it ran "
-                 "(keys retrieved with the question in the compressed prefill / before it); a retrieval loss turns a "
-                 "row costly whatever its top-1 agreement")
+        text += (f". The retrieval column reads chapter 4's long-range retrieval on {model} for the {ran} of "
+                 "them it ran (keys retrieved with the question in the compressed prefill / before it); a "
+                 "retrieval loss turns a row costly whatever its top-1 agreement")
     elif ch4.get("retrieval"):
         text += f". The retrieval column is empty: chapter 4's retrieval ran no gated prompts on {model}"
     others = [m for m in ch4["table2"] if m != model]
@@ -314,14 +330,16 @@ def frontier_verdicts(ch4: dict) -> str:
         if not tests:
             continue
         sizes = sorted({t.n for t in tests})
-        parts.append(f"{m}: {sum(t.separated for t in tests)} of {len(tests)} pairs of methods separated in mean KL at "
-                     f"n = {'/'.join(str(n) for n in sizes)} documents, {sum(t.verdict == IDENTICAL for t in tests)} "
-                     "identical (ties by construction, named in chapter 4), the rest no detectable difference")
+        parts.append(f"{m}: {sum(t.separated for t in tests)} of {len(tests)} pairs of methods separated in "
+                     f"mean KL at n = {'/'.join(str(n) for n in sizes)} documents, "
+                     f"{sum(t.verdict == IDENTICAL for t in tests)} identical (ties by construction, named "
+                     "in chapter 4), the rest no detectable difference")
     if not parts:
-        return ("Chapter 4's frontier recorded no paired comparisons in this run, so the guide ranks none of its methods "
-                "against another")
+        return ("Chapter 4's frontier recorded no paired comparisons in this run, so the guide ranks none of "
+                "its methods against another")
     return ("Which of chapter 4's methods beats which is decided there, by paired tests over documents ("
-            + "; ".join(parts) + "); the guide's colours test each method against the threshold on one model, not "
+            + "; ".join(parts) + "); the guide's colours test each method against the threshold on one "
+                                 "model, not "
             "against each other")
 
 
@@ -343,14 +361,16 @@ def decision_table(rows: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame([{
         "operation": r["operation"], "verdict": r["verdict"].name,
         "top-1 agreement (%) [95 % interval], n": _top1_text(r),
-        f"article (%), {ARTICLE_MODEL.split('-')[0]}": fmt(r["article_top1"]) if r["article_top1"] is not None else "—",
+        f"article (%), {ARTICLE_MODEL.split('-')[0]}": fmt(
+            r["article_top1"]) if r["article_top1"] is not None else "—",
         "mean KL (nats)": fmt(r["kl"], 3) if r["kl"] is not None else "—",
         "cache vs fp32 / vs bf16 (%)": fmt(r["bytes_pct"], 3) + (
             f" / {fmt(r['bytes_bf16_pct'], 3)}" if r["bytes_bf16_pct"] is not None else ""),
         "time ÷ exact decode, median (range, n)": _time_text(r["time_ratio"]),
         "test; checked by; keys retrieved (%) with / before the question": f"{r['test']}; {r['check']}" + (
             f"; retrieval {axis_text(r['retrieval'])}" if r["retrieval"] else "")} for r in rows])
-    return page_table(table.set_index("operation"), short={r["operation"]: shown(r["operation"]) for r in rows})
+    return page_table(table.set_index("operation"),
+                      short={r["operation"]: shown(r["operation"]) for r in rows})
 
 
 def shown(operation: str) -> str:
@@ -375,7 +395,8 @@ def plot_decision_guide(rows: list[dict], model: str):
     panels = {}
     for r in rows:
         panels.setdefault(r["setting"], []).append(r)
-    lines = [max(textwrap.fill(shown(r["operation"]), LABEL_WIDTH).count("\n") + 1 for r in p) for p in panels.values()]
+    lines = [max(textwrap.fill(shown(r["operation"]),
+                               LABEL_WIDTH).count("\n") + 1 for r in p) for p in panels.values()]
     heights = [len(p) * n + 1.2 for p, n in zip(panels.values(), lines)]  # a wrapped label gets its room
     height = 0.32 * sum(heights) + 2.6
     fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, height), squeeze=False,
@@ -386,7 +407,8 @@ def plot_decision_guide(rows: list[dict], model: str):
                            "label: cache size as % of the exact cache")
     fig.suptitle(f"Decision guide: top-1 agreement with exact decoding\nmodel: {model} (chapters 1, 4, 5)")
     handles = [Patch(color=v.colour, label=v.label) for v in VERDICTS]
-    handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="", label=f"article ({ARTICLE_MODEL})"))
+    handles.append(plt.Line2D([], [], marker="D", color="black", linestyle="",
+                              label=f"article ({ARTICLE_MODEL})"))
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))  # room at the top for the two-line title
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1)
     return fig
@@ -394,7 +416,8 @@ def plot_decision_guide(rows: list[dict], model: str):
 
 def _guide_panel(ax, rows: list[dict], name: str) -> None:
     y = list(range(len(rows)))
-    ax.barh(y, [r["top1"] if r["top1"] is not None else 0 for r in rows], color=[r["verdict"].colour for r in rows])
+    ax.barh(y, [r["top1"] if r["top1"] is not None else 0 for r in rows],
+            color=[r["verdict"].colour for r in rows])
     for i, r in enumerate(rows):  # a column right of the 100% line, clear of the bars and marks
         ax.text(102, i, f"cache {fmt(r['bytes_pct'], 3)}%", va="center", fontsize=9)
         if r["top1"] is None:  # compared in its cached state, not in decoded tokens: no bar
@@ -404,7 +427,8 @@ def _guide_panel(ax, rows: list[dict], name: str) -> None:
             ax.plot([lo, hi], [i, i], color="black", linewidth=1.2, zorder=3)
     marked = [(i, r["article_top1"]) for i, r in enumerate(rows) if r["article_top1"] is not None]
     ax.scatter([v for _, v in marked], [i for i, _ in marked], marker="D", color="black", s=18, zorder=4)
-    ax.set_yticks(y, [textwrap.fill(shown(r["operation"]), LABEL_WIDTH) for r in rows])  # the bars keep the width
+    # the bars keep the width
+    ax.set_yticks(y, [textwrap.fill(shown(r["operation"]), LABEL_WIDTH) for r in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, 140)
     ax.set_xticks(range(0, 101, 20))  # the space right of 100% holds the size labels, not a scale

@@ -180,7 +180,8 @@ class CompactGuide:
         head += [f"top-1 % [95 % CI], {html.escape(m)}" for m in self.models]
         head += [f"keys % with / before the question, {html.escape(m)}" for m in self.models]
         follow = any(c != "—" for r in self.rows for c in r.followup)
-        head += [f"keys % on a follow-up question ({' / '.join(map(html.escape, self.models))})"] if follow else []
+        if follow:
+            head += [f"keys % on a follow-up question ({' / '.join(map(html.escape, self.models))})"]
         head += ["time"]
         out = [
             '<table class="compact-guide" style="font-size:0.85em">',

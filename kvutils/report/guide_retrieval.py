@@ -68,7 +68,8 @@ def _axis(retrieval: dict, model: str, label_in) -> dict | None:
             correct, logprob = tests.get("correct"), tests.get("key_logprob")
             # chapter 4's rule, so the guide and the page agree: fewer keys (McNemar), or the key's
             # log-probability below the exact cache's by more than the margin (`chapter4_verdicts`)
-            verdict = retrieval_verdict([r["exact"]["per_prompt"][i] for i in r["ops"][label][regime]["prompts"]],
+            verdict = retrieval_verdict(
+                [r["exact"]["per_prompt"][i] for i in r["ops"][label][regime]["prompts"]],
                                         records, built=len(built["prompts"]))
             lost = verdict.mark.split()[0] == LOSES
             out[hay][regime] = {"correct": sum(bool(x["correct"]) for x in records), "n": len(records),
@@ -76,7 +77,8 @@ def _axis(retrieval: dict, model: str, label_in) -> dict | None:
                                 "mcnemar": correct.verdict if correct else None,
                                 "key_logprob": logprob.verdict if logprob else None,
                                 "construction_losses": len(built["prompts"]), "construction_wrong": wrong,
-                                "verdict": verdict.words, "lost": lost, "followup": _followup(r, label, regime)}
+                                "verdict": verdict.words, "lost": lost, "followup": _followup(r, label,
+                                                                                              regime)}
     return out or None
 
 
@@ -133,8 +135,8 @@ def retrieval_summary(retrieval: dict, model: str) -> str:
     """One cell for the conclusions' summary table: the exact cache's keys per gated haystack, and
     which methods lose keys (a test or the construction, in either regime) and which show no loss."""
     result = haystacks(retrieval.get(model) or {})
-    exact = [f"{hay} {sum(bool(x['correct']) for x in r['exact']['per_prompt'])} of {len(r['exact']['per_prompt'])} "
-             "prompts" for hay, r in result.items()]
+    exact = [f"{hay} {sum(bool(x['correct']) for x in r['exact']['per_prompt'])} of "
+             f"{len(r['exact']['per_prompt'])} prompts" for hay, r in result.items()]
     gated = {hay: r for hay, r in result.items() if any(r.get("gate", {}).values())}
     if not gated:
         return f"exact cache: {', '.join(exact) or 'not run'}; below the gate, no method judged"

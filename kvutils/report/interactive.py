@@ -43,7 +43,8 @@ def plotly_js_path() -> Path:
 
     path = Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
     if not path.is_file():
-        raise RuntimeError(f"the plotly package at {path.parent.parent} ships no {PLOTLY_JS}; reinstall plotly")
+        raise RuntimeError(f"the plotly package at {path.parent.parent} ships no {PLOTLY_JS}; reinstall "
+                           "plotly")
     return path
 
 
@@ -91,7 +92,8 @@ def wrap(text: str | None, width: int) -> str | None:
     if not text:
         return text
     return "<br>".join(line for part in text.split("<br>")
-                       for line in textwrap.wrap(part, width, break_long_words=False, break_on_hyphens=False) or [""])
+                       for line in textwrap.wrap(part, width, break_long_words=False,
+                                                 break_on_hyphens=False) or [""])
 
 
 def fit_to_column(figure) -> None:
@@ -103,12 +105,15 @@ def fit_to_column(figure) -> None:
     title = wrap(layout.title.text, TITLE_CHARS)
     lines = title.count("<br>") + 1 if title else 0
     figure.update_layout(autosize=True, width=None,
-                         title={"text": title, "x": 0.01, "xanchor": "left", "yref": "container", "yanchor": "top",
+                         title={"text": title, "x": 0.01, "xanchor": "left", "yref": "container",
+                                "yanchor": "top",
                                 "y": 1 - TITLE_TOP_PX / height, "font": {"size": TITLE_FONT_PX}},
                          margin={"t": TITLE_TOP_PX + TITLE_LINE_PX * lines + 12, "l": 10, "r": 10, "b": 10,
                                  "autoexpand": True})
-    figure.for_each_xaxis(lambda axis: axis.update(automargin=True, title_text=wrap(axis.title.text, X_TITLE_CHARS)))
-    figure.for_each_yaxis(lambda axis: axis.update(automargin=True, title_text=wrap(axis.title.text, Y_TITLE_CHARS)))
+    figure.for_each_xaxis(lambda axis: axis.update(automargin=True, title_text=wrap(axis.title.text,
+                                                                                    X_TITLE_CHARS)))
+    figure.for_each_yaxis(lambda axis: axis.update(automargin=True, title_text=wrap(axis.title.text,
+                                                                                    Y_TITLE_CHARS)))
     figure.for_each_trace(lambda trace: trace.update(name=wrap(trace.name, LEGEND_CHARS)))
     if layout.legend.title.text:
         figure.update_layout(legend_title_text=wrap(layout.legend.title.text, LEGEND_CHARS))
@@ -129,7 +134,8 @@ def chart(figure, config: dict | None = None) -> Chart:
             f'style="width:100%;max-width:100%;min-height:{figure.layout.height or 450}px">'
             f'</div>\n<script>(function () {{\n  const el = document.getElementById("{div}");\n'
             f'  if (!window.Plotly) {{ el.textContent = {json.dumps(NO_PLOTLY)}; return; }}\n'
-            f'  const spec = {spec};\n  Plotly.newPlot(el, spec.data, spec.layout, spec.config);\n}})();</script>')
+            f'  const spec = {spec};\n  Plotly.newPlot(el, spec.data, spec.layout, '
+            'spec.config);\n})();</script>')
     return Chart(figure, html)
 
 
@@ -150,7 +156,8 @@ def scatter(df, x: str, y: str, *, title: str, x_label: str, y_label: str, hover
         raise ValueError(f"columns {missing} are not in the DataFrame; it has {list(df.columns)}")
     if df.empty:
         raise ValueError("df: no rows to plot")
-    figure = px.scatter(df, x=x, y=y, color=color, symbol=symbol, hover_data=list(hover), log_x=log_x, log_y=log_y,
+    figure = px.scatter(df, x=x, y=y, color=color, symbol=symbol, hover_data=list(hover), log_x=log_x,
+                        log_y=log_y,
                         title=title, labels={x: x_label, y: y_label}, height=height, template="plotly_white")
     figure.update_traces(marker={"size": 10, "line": {"width": 1, "color": "white"}})
     return chart(figure)

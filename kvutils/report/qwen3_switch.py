@@ -42,7 +42,8 @@ def plot_losses(numbers: dict):
     fig, axes = plt.subplots(len(numbers), 1, figsize=(7.4, 5.4 * len(numbers)), squeeze=False)
     for ax, (model, r) in zip(axes[:, 0], numbers.items()):
         for name, a in r["training"]["adapters"].items():
-            ax.plot(range(1, len(a["losses"]) + 1), a["losses"], marker="." if len(a["losses"]) < 40 else None,
+            ax.plot(range(1, len(a["losses"]) + 1), a["losses"],
+                    marker="." if len(a["losses"]) < 40 else None,
                     linestyle="--" if a["activated"] else "-", label=adapter_label(r, name))
         ax.set_xlabel("training step")
         ax.set_ylabel("cross-entropy of the label token (nats)")
@@ -54,7 +55,8 @@ def plot_losses(numbers: dict):
     return fig
 
 
-POLICY_LABEL = {"tail_patch": "LoRA tail, tail patch (exact)", "stale": "LoRA tail, stale reuse of the base cache",
+POLICY_LABEL = {"tail_patch": "LoRA tail, tail patch (exact)",
+                "stale": "LoRA tail, stale reuse of the base cache",
                 "activated": "activated LoRA of the same k, base cache reused"}
 
 
@@ -70,11 +72,13 @@ def quality_cost_chart(numbers: dict):
     table = curve_table(numbers).assign(
         **{"switch time (% of recompute)": lambda t: 100 * t.switch_time_fraction,
            "switch FLOPs (% of recompute)": lambda t: 100 * t.switch_flops_fraction,
-           "95% interval": lambda t: [f"{fmt(lo, 3)}–{fmt(hi, 3)}" for lo, hi in zip(t.ci95_low_pct, t.ci95_high_pct)],
+           "95% interval": lambda t: [f"{fmt(lo, 3)}–{fmt(hi, 3)}" for lo, hi in zip(t.ci95_low_pct,
+                                                                                     t.ci95_high_pct)],
            "policy": lambda t: t.policy.map(POLICY_LABEL)})
     return interactive.scatter(
         table, x="switch time (% of recompute)", y="accuracy_pct", color="policy", symbol="model",
-        hover=["k", "accuracy_pct", "95% interval", "n", "auc", "switch FLOPs (% of recompute)", "extra_bytes_per_token"],
+        hover=["k", "accuracy_pct", "95% interval", "n", "auc", "switch FLOPs (% of recompute)",
+               "extra_bytes_per_token"],
         title=f"Held-out accuracy against the cost of the switch — models: {', '.join(numbers)}",
         x_label="time of the switch (% of a full recompute under the adapter)",
         y_label="held-out accuracy (%)")
@@ -115,7 +119,8 @@ def plot_quality_cost(numbers: dict):
         top.xaxis.set_minor_locator(NullLocator())  # the log axis would add its own labels between the k
         top.set_xlabel("tail patch: switch time, % of a full recompute")
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8)  # below: no point hidden
+        # below: no point hidden
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8)
         ax.set_title(f"Held-out accuracy against switch cost\n{_title_model(model, r)}")
     fig.tight_layout()
     return fig
@@ -147,11 +152,13 @@ def plot_cost_exactness(numbers: dict):
                 continue
             for i, (x, y, k) in enumerate(zip(xs, ys, r["k_values"])):
                 offset = (6, 3 - 9 * (i % 2)) if policy == "stale" else (0, -12 - 9 * (i % 2))
-                ax.annotate(f"k={k}", (x, max(y, floor)), textcoords="offset points", xytext=offset, fontsize=8,
+                ax.annotate(f"k={k}", (x, max(y, floor)), textcoords="offset points", xytext=offset,
+                            fontsize=8,
                             ha="left" if policy == "stale" else "center", color=colour)
         colour, marker = POLICY_STYLE["activated"]
         act = max(scores[f"activated{k}"]["activated"]["max_abs_logit_diff"] for k in r["k_values"])
-        ax.scatter([1000 * cost["activated"]["seconds"]], [max(act, floor)], color=colour, marker=marker, s=55,
+        ax.scatter([1000 * cost["activated"]["seconds"]], [max(act, floor)], color=colour, marker=marker,
+                   s=55,
                    label=POLICY_TEXT["activated"] + ", every k, against one pass")
         ax.axhline(floor, color="grey", linestyle=":", linewidth=1)
         ax.annotate("exact: 0 is drawn at 1e-9", (0.01, floor), xycoords=("axes fraction", "data"),
@@ -159,7 +166,8 @@ def plot_cost_exactness(numbers: dict):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_ylim(floor / 30, None)
-        ax.set_xlabel(f"time to build the adapter's cache\nfor {cost['prefix_tokens']} prefix tokens (ms, log scale)")
+        ax.set_xlabel(f"time to build the adapter's cache\nfor {cost['prefix_tokens']} prefix tokens (ms, "
+                      "log scale)")
         ax.set_ylabel("max |logit difference| vs reference")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
@@ -176,7 +184,8 @@ def plot_cost_exactness(numbers: dict):
         ax_frac.set_xlabel("k / L (share of layers adapted)")
         ax_frac.set_ylabel("switch cost ÷ full recompute")
         ax_frac.grid(alpha=0.3)
-        ax_frac.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, fontsize=8)  # below: no point hidden
+        # below: no point hidden
+        ax_frac.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, fontsize=8)
         ax_frac.set_title(f"Tail patch cost against k/L\n{_title_model(model, r)}")
     fig.tight_layout()
     return fig
@@ -190,15 +199,18 @@ def plot_patch_map(numbers: dict):
     import numpy as np
 
     rows = max(len(r["patching"]["row_labels"]) for r in numbers.values())
-    fig, axes = plt.subplots(2 * len(numbers), 1, figsize=(7.4, 2 * len(numbers) * (0.36 * rows + 2.4)), squeeze=False)
+    fig, axes = plt.subplots(2 * len(numbers), 1, figsize=(7.4, 2 * len(numbers) * (0.36 * rows + 2.4)),
+                             squeeze=False)
     for (ax_flip, ax_delta), (model, r) in zip(axes[:, 0].reshape(-1, 2), numbers.items()):
         pm = r["patching"]
         flips = np.array(pm["flip_pct"], dtype=float)
         delta = np.array(pm["delta_logodds_mean"], dtype=float)
         bound = np.nanmax(np.abs(delta)) or 1.0
         for ax, values, cmap, vmin, vmax, unit in (
-                (ax_flip, flips, "viridis", 0, 100, f"right answers flipped (% of n = {pm['n_clean_right']})"),
-                (ax_delta, delta, "RdBu", -bound, bound, "mean change of log-odds (own − other label, nats)")):
+                (ax_flip, flips, "viridis", 0, 100,
+                 f"right answers flipped (% of n = {pm['n_clean_right']})"),
+                (ax_delta, delta, "RdBu", -bound, bound,
+                 "mean change of log-odds (own − other label, nats)")):
             image = ax.imshow(values, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax)
             fig.colorbar(image, ax=ax, label=unit, fraction=0.05)
             ax.set_xticks(range(len(pm["col_labels"])), pm["col_labels"], rotation=45)
@@ -210,7 +222,8 @@ def plot_patch_map(numbers: dict):
             ax.set_ylabel("position copied (prefix rows = control)")
         ax_flip.set_title(f"Answer flips — {_title_model(model, r)}\n{adapter_label(r, pm['adapter'])}; n = "
                           f"{pm['n_clean_right']} pairs the clean adapter answers right")
-        ax_delta.set_title(f"Log-odds change — {_title_model(model, r)}\nmean over all {pm['n_contexts']} pairs")
+        ax_delta.set_title(f"Log-odds change — {_title_model(model, r)}\nmean over all {pm['n_contexts']} "
+                           "pairs")
     fig.tight_layout()
     return fig
 
@@ -228,7 +241,8 @@ def switch_table(numbers: dict) -> pd.DataFrame:
                 accuracy = held[f"tail{k}"].get("tail_patch" if policy == "recompute" else policy)
                 rows.append(_row(model, _k_label(k, r["layers"]), policy, scores[f"tail{k}"][policy],
                                  cost["per_k"][str(k)][policy], accuracy))
-            rows.append(_row(model, _k_label(k, r["layers"]), "activated", scores[f"activated{k}"]["activated"],
+            rows.append(_row(model, _k_label(k, r["layers"]), "activated",
+                             scores[f"activated{k}"]["activated"],
                              cost["activated"], held[f"activated{k}"]["activated"]))
     return pd.DataFrame(rows).set_index(["model", "adapter", "policy"])
 
@@ -258,7 +272,8 @@ def chapter5_table(numbers: dict) -> pd.DataFrame:
         "exact reuse: mean KL / top-1 agreement (%)": {"article": "0 / 100 (exact fp32 cache, Pythia-160M)"},
         "tail patch: mean KL / top-1 agreement (%)": {"article": "— (not in the article)"},
         "stale cache: mean KL / top-1 agreement (%)": {
-            "article": f"{fmt(chunk['kl'])} / {fmt(chunk['top1_pct'])} (nearest: chunk cached in another context)"},
+            "article": f"{fmt(chunk['kl'])} / {fmt(chunk['top1_pct'])} (nearest: chunk cached in another "
+                       "context)"},
         "shared prefix, each context in its own pass: entries bit-identical": {
             "article": f"{e2['fp32']['bit_identical']}/{e2['n_prefixes']} prefixes (fp32, Pythia-160M)"},
         "tail patch time / full recompute, smallest k": {"article": "— (not in the article)"},
@@ -280,7 +295,8 @@ def chapter5_table(numbers: dict) -> pd.DataFrame:
             f"yes, {pm['n_contexts']}/{pm['n_contexts']} pairs" if pm["prefix_kv_max_diff"] == 0
             else f"no: max |Δ| {fmt(pm['prefix_kv_max_diff'], 3)}")
         frac = r["cost"]["per_k"][str(k_min)]["tail_time_fraction"]
-        rows["tail patch time / full recompute, smallest k"][col] = f"{fmt(frac, 3)} (k/L = {fmt(k_min / r['layers'], 3)})"
+        rows["tail patch time / full recompute, smallest k"][col] = (f"{fmt(frac, 3)} (k/L = "
+                                                                     f"{fmt(k_min / r['layers'], 3)})")
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.name = "metric"
     return page_table(table)

@@ -100,7 +100,8 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
             ax.plot(p[x], p["accuracy %"], marker=REGIME_MARKERS[p["regime"]], color=colours[p["method"]],
                     ms=6, mec="white", mew=0.5, lw=0, alpha=0.85)
         if sub.empty:
-            ax.text(0.5, 0.5, "no method judged:\nthe exact cache is below the 80 % gate", ha="center", va="center",
+            ax.text(0.5, 0.5, "no method judged:\nthe exact cache is below the 80 % gate", ha="center",
+                    va="center",
                     transform=ax.transAxes, fontsize=10)
         ax.set_title(f"{model}, {hay}", fontsize=11)
         ax.set_xlabel(xlabel)
@@ -110,7 +111,8 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
     handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in colours.items()]
-    handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r]) for r, mk in REGIME_MARKERS.items()]
+    handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r]) for r,
+                mk in REGIME_MARKERS.items()]
     handles.append(plt.Line2D([], [], color="black", ls="--", label="exact cache"))
     fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
     fig.suptitle(f"{title}\nmodels: {', '.join(retrieval)}")
@@ -127,7 +129,8 @@ def exact_table(retrieval: dict):
             for context in r["contexts"]:
                 rec = [x for x in r["exact"]["per_prompt"] if x["context"] == context]
                 depths = r["exact"]["by_depth"].get(str(context), {})
-                rows.append({"model": model, "haystack": hay, "context (tokens)": context, "prompts": len(rec),
+                rows.append({"model": model, "haystack": hay, "context (tokens)": context,
+                             "prompts": len(rec),
                              **{f"depth {d}": _pct(a) for d, a in depths.items()},
                              "all": _pct(sum(x["correct"] for x in rec) / len(rec)),
                              "judged (exact ≥ 80 %)": "yes" if r["gate"][str(context)] else "no"})
@@ -157,7 +160,8 @@ def depth_table(retrieval: dict):
                         row[f"{when} q., {d:g}"] = f"{100 * sum(per[d]) / len(per[d]):.0f}"
                 rows.append(row)
     table = pd.DataFrame(rows).fillna("")
-    return page_table(table.set_index("method") if rows else table)  # rows headed by the method, not 0, 1, 2 …
+    # rows headed by the method, not 0, 1, 2 …
+    return page_table(table.set_index("method") if rows else table)
 
 
 # --------------------------------------------------------------------------- the texts kept as evidence
@@ -175,7 +179,8 @@ def kl_points(retrieval: dict, frontier: dict) -> pd.DataFrame:
         correct: dict[str, list[bool]] = {}
         for hay in haystacks(result).values():
             for label, entry in hay["ops"].items():
-                correct.setdefault(label, []).extend(bool(x["correct"]) for x in entry[compared["regime"]]["per_prompt"])
+                correct.setdefault(label, []).extend(bool(
+                    x["correct"]) for x in entry[compared["regime"]]["per_prompt"])
         for level, v in (compared.get("levels") or {}).items():
             for label in v["methods"]:
                 kl_lo, kl_hi = compare.mean_interval(per_doc[label])
@@ -206,7 +211,8 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
     for i, (ax, (model, level)) in enumerate(zip(axes.flat, panels)):
         sub = points[(points["model"] == model) & (points["level"] == level)]
         for _, p in sub.iterrows():
-            ax.errorbar(p["mean KL"], p["accuracy %"], xerr=[[p["mean KL"] - p["kl_lo"]], [p["kl_hi"] - p["mean KL"]]],
+            ax.errorbar(p["mean KL"], p["accuracy %"], xerr=[[p["mean KL"] - p["kl_lo"]],
+                                                             [p["kl_hi"] - p["mean KL"]]],
                         yerr=[[p["accuracy %"] - p["acc_lo"]], [p["acc_hi"] - p["accuracy %"]]], fmt="o",
                         color=colours[p["method"]], ms=6, mec="white", mew=0.5, capsize=2, lw=1, alpha=0.85)
         tau, ci = sub["tau"].iloc[0], sub["tau_ci"].iloc[0]
@@ -237,8 +243,8 @@ def kvpress_comparison(retrieval: dict) -> str:
                 continue
             snap = r["ops"].get("snapkv@0.5")
             if snap:
-                out.append(f"{model} on {hay}, snapkv at 0.5: {_pct(snap['aware']['accuracy'])} with the question in the "
-                           f"prefill, {_pct(snap['agnostic']['accuracy'])} without")
+                out.append(f"{model} on {hay}, snapkv at 0.5: {_pct(snap['aware']['accuracy'])} with the "
+                           f"question in the prefill, {_pct(snap['agnostic']['accuracy'])} without")
             rand = r["ops"].get("random@0.25")
             snap25 = r["ops"].get("snapkv@0.25")
             if rand and snap25:
@@ -249,9 +255,10 @@ def kvpress_comparison(retrieval: dict) -> str:
                 out.append(question_window_clause(snap25, asked, rand))
     if not out:
         return "no model passed the exact cache's gate, so there is nothing to set beside kvpress's plots."
-    return ("kvpress's published plots (Llama-3.1-8B, RULER 4k) show SnapKV at 50 % keeping about 89 of 96 points with "
-            "the question in the compressed context and about 70 without, and random eviction beating SnapKV on a "
-            "single needle at 10 % compression. Ours, all accuracies over every context of the haystack: "
+    return ("kvpress's published plots (Llama-3.1-8B, RULER 4k) show SnapKV at 50 % keeping about 89 of 96 "
+            "points with the question in the compressed context and about 70 without, and random eviction "
+            "beating SnapKV on a single needle at 10 % compression. Ours, all accuracies over every context "
+            "of the haystack: "
             + "; ".join(out) + ".")
 
 
@@ -262,13 +269,15 @@ def question_window_clause(snap: dict, asked: dict, rand: dict | None) -> str:
     window = parse_op(next(iter(asked["specs"].values()))).setting("window")
     default = parse_op(next(iter(snap["specs"].values()))).setting("window")
     a, b = asked["aware"], snap["aware"]
-    p = compare.paired([float(x["correct"]) for x in a["per_prompt"]], [float(x["correct"]) for x in b["per_prompt"]],
+    p = compare.paired([float(x["correct"]) for x in a["per_prompt"]],
+                       [float(x["correct"]) for x in b["per_prompt"]],
                        f"the question's {window} tokens", f"its default {default}", unit="prompts")
-    share = (f"; the needle's entries the answer can read: {needle_share(a):.0f} % against {needle_share(b):.0f} %"
+    share = (f"; the needle's entries the answer can read: {needle_share(a):.0f} % against "
+             f"{needle_share(b):.0f} %"
              + (f" (random at 0.25: {needle_share(rand['aware']):.0f} %)" if rand else "")
              if np.isfinite(needle_share(a)) else "")
-    return (f"snapkv at 0.25 with the question in the prefill, observing the question's {window} tokens only: "
-            f"{_pct(a['accuracy'])} against {_pct(b['accuracy'])} observing its default {default} "
+    return (f"snapkv at 0.25 with the question in the prefill, observing the question's {window} tokens "
+            f"only: {_pct(a['accuracy'])} against {_pct(b['accuracy'])} observing its default {default} "
             f"({p.sentence(lower_is_better=False, metric='keys retrieved')}){share}")
 
 
@@ -287,11 +296,13 @@ def retrieval_setup(numbers: dict) -> str:
         for hay, r in haystacks(result).items():
             n = len(r["prompts"])
             needle = "RULER's magic number" if r["prompts"] and r["prompts"][0]["word"] else "the pass key"
-            parts.append(f"{model}, {hay} ({needle}): {counted(n, 'prompt')} at {listed(r['contexts'], 'context')} "
-                         f"tokens, {counted(len(r['ops']), 'method')} in 2 regimes")
+            parts.append(f"{model}, {hay} ({needle}): {counted(n, 'prompt')} at "
+                         f"{listed(r['contexts'], 'context')} tokens, {counted(len(r['ops']), 'method')} in "
+                         "2 regimes")
     if not parts:
         return "not run."
-    judged = sorted({lab for res in retrieval.values() for hay in haystacks(res).values() for lab in hay["ops"]},
+    judged = sorted({lab for res in retrieval.values() for hay in haystacks(
+        res).values() for lab in hay["ops"]},
                     key=lambda lab: (lab.split("@")[-1] if "@" in lab else "", lab))
     methods = f" The methods: {', '.join(short(lab) for lab in judged)}." if judged else ""
     return "; ".join(parts) + "." + methods

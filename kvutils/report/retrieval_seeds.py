@@ -17,8 +17,9 @@ def seeds_clause(label: str, regime: str, seeds: dict) -> str:
     """"random (evicts 25 %), question after compression: 7, 9 and 8 of 24 keys with seeds 0, 1 and
     2 (mean 33 %, range 29-38 %)"."""
     lo, hi = seeds["accuracy_range"]
-    return (f"{short(label)}, {REGIME_WORDS[regime]}: {_and(seeds['correct'])} of {seeds['n']} keys with seeds "
-            f"{_and(seeds['seed'])} (mean {100 * seeds['mean_accuracy']:.0f} %, range {100 * lo:.0f}–{100 * hi:.0f} %)")
+    return (f"{short(label)}, {REGIME_WORDS[regime]}: {_and(seeds['correct'])} of {seeds['n']} keys with "
+            f"seeds {_and(seeds['seed'])} (mean {100 * seeds['mean_accuracy']:.0f} %, range "
+            f"{100 * lo:.0f}–{100 * hi:.0f} %)")
 
 
 def seeds_findings(retrieval: dict) -> str:

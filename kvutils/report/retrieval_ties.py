@@ -16,6 +16,7 @@ def head_ties(retrieval: dict, frontier: dict) -> str:
         levels = sorted({label.split("@")[1] for hay in haystacks(result).values() for label in hay["ops"]
                          if label.startswith("adakv@") and f"snapkv@{label.split('@')[1]}" in hay["ops"]})
         if levels:
-            out.append(f"On {model}, which has one KV head per layer, AdaKV has no other head to move budget to: it "
-                       f"keeps what SnapKV keeps, so its rows at {' and '.join(levels)} are SnapKV's by construction")
+            out.append(f"On {model}, which has one KV head per layer, AdaKV has no other head to move budget "
+                       f"to: it keeps what SnapKV keeps, so its rows at {' and '.join(levels)} are SnapKV's "
+                       "by construction")
     return "".join(f" {text}." for text in out)

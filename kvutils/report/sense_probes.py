@@ -37,7 +37,8 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
     new = pythia["new_position_acc_pct"]
     rows = {
         "(a) old position: accuracy at every depth (%)": {
-            "article": f"{fmt(pythia['old_position_acc_pct_all_depths'])} at all {pythia['n_depths']} depths (Pythia)"},
+            "article": f"{fmt(pythia['old_position_acc_pct_all_depths'])} at all {pythia['n_depths']} depths "
+                       "(Pythia)"},
         "(b) new position: embeddings (%)": {"article": fmt(new["embedding"])},
         "(b) new position: after layer 1 (%)": {"article": fmt(new["layer_1"])},
         "(b) new position: after layer 2 (%)": {"article": fmt(new["layer_2"])},
@@ -50,7 +51,8 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
             "article": f"{fmt(att['to_continuation_min'])}–{fmt(att['to_continuation_max'])}"},
         "attention on the first token, largest": {"article": fmt(att["to_first_token_max"])},
         "attention on the old word, layer 2": {"article": fmt(att["to_old_word_layer_2"])},
-        "attention on the old word, largest from layer 5": {"article": f"< {fmt(att['to_old_word_below_from_layer_5'])}"},
+        "attention on the old word, largest from layer 5": {
+            "article": f"< {fmt(att['to_old_word_below_from_layer_5'])}"},
     }
     for model, r in numbers.items():
         col = f"this run: {model} ({r['family']}, {r['layers']} layers)"
@@ -63,7 +65,8 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
             continue
         distinct = sorted(set(old))
         rows["(a) old position: accuracy at every depth (%)"][col] = (
-            f"{fmt(distinct[0])} at all {len(old)} depths" if len(distinct) == 1 else ", ".join(map(fmt, old)))
+            f"{fmt(distinct[0])} at all {len(old)} depths" if len(distinct) == 1 else ", ".join(map(fmt,
+                                                                                                    old)))
         new_ours = p["new_position_pct"]
         peak, where = peak_depths(new_ours)
         rows["(b) new position: embeddings (%)"][col] = fmt(new_ours[0])
@@ -73,7 +76,8 @@ def chapter3_table(numbers: dict) -> pd.DataFrame:
         att_ours = r["attention"]
         rows["attention on the continuation, range over layers"][col] = (
             f"{fmt(min(att_ours['continuation']), 3)}–{fmt(max(att_ours['continuation']), 3)}")
-        rows["attention on the first token, largest"][col] = f"{fmt(max(att_ours['first_token']), 4)} ({r['first_token']})"
+        rows["attention on the first token, largest"][col] = (f"{fmt(max(att_ours['first_token']), 4)} "
+                                                              f"({r['first_token']})")
         rows["attention on the old word, layer 2"][col] = (
             fmt(att_ours["old_word"][1], 4) if len(att_ours["old_word"]) > 1 else "n/a")
         late = att_ours["old_word"][4:]
@@ -93,7 +97,8 @@ def plot_chapter3_probe(numbers: dict):
         if r["family"] == "causal":
             ax.plot(depth_fractions(p["new_position_pct"]), p["new_position_pct"], marker="o", markersize=3,
                     label=f"(b) {model}: word repeated at a new position")
-            ax.plot(depth_fractions(p["old_position_pct"]), p["old_position_pct"], linestyle="--", marker="x", markersize=4,
+            ax.plot(depth_fractions(p["old_position_pct"]), p["old_position_pct"], linestyle="--", marker="x",
+                    markersize=4,
                     label=f"(a) {model}: old cached position")
         else:
             ax.plot(depth_fractions(p["old_position_pct"]), p["old_position_pct"], marker="s", markersize=3,
@@ -125,7 +130,8 @@ def plot_chapter3_attention(numbers: dict):
     for ax, (model, r) in zip(axes[:, 0], causal.items()):
         att = r["attention"]
         layers = list(range(1, len(att["continuation"]) + 1))
-        ax.stackplot(layers, *[att[key] for key, _ in parts], labels=[label for _, label in parts], alpha=0.85)
+        ax.stackplot(layers, *[att[key] for key, _ in parts], labels=[label for _, label in parts],
+                     alpha=0.85)
         ax.set_xlim(1, layers[-1])
         ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
         ax.set_ylim(0, 1)
@@ -157,34 +163,41 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
            else f"at most {fmt(max(r['probe']['old_position_pct']))}%")
         for m, r in encoders.items()) or "no encoder run"
     out["attention"] = "; ".join(
-        f"{m}: {fmt(min(r['attention']['continuation']), 3)}–{fmt(max(r['attention']['continuation']), 3)} on the "
-        f"continuation, up to {fmt(max(r['attention']['first_token']), 3)} on the first token ({r['first_token']!r}), "
-        f"{fmt(r['attention']['old_word'][1], 3)} on the old word in layer 2 and "
-        + (f"at most {fmt(max(r['attention']['old_word'][4:]), 3)} from layer 5" if r["attention"]["old_word"][4:]
+        f"{m}: {fmt(min(r['attention']['continuation']), 3)}–{fmt(max(r['attention']['continuation']), 3)} "
+        f"on the continuation, up to {fmt(max(r['attention']['first_token']), 3)} on the first token "
+        f"({r['first_token']!r}), {fmt(r['attention']['old_word'][1], 3)} on the old word in layer 2 and "
+        + (f"at most {fmt(max(r['attention']['old_word'][4:]), 3)} from layer 5"
+           if r["attention"]["old_word"][4:]
            else f"the model has no layer 5 ({len(r['attention']['old_word'])} layers)")
         for m, r in causal.items()) or "no causal model run"
     out["new_reading"] = "; ".join(_new_reading(m, r["probe"]) for m, r in causal.items()) or (
         "no causal model run")
-    out["encoder_reading"] = "; ".join(_encoder_probe_reading(m, r["probe"]) for m, r in encoders.items()) or (
+    out["encoder_reading"] = "; ".join(_encoder_probe_reading(m, r["probe"]) for m,
+                                       r in encoders.items()) or (
         "no encoder run")
-    rewrites = encoders and all(any(rate.above for rate in depth_rates(r["probe"], "old")) for r in encoders.values())
+    rewrites = encoders and all(any(rate.above for rate in depth_rates(r["probe"],
+                                                                       "old")) for r in encoders.values())
     out["encoder_verdict"] = (
-        "The encoder rewrites the old position itself — which is exactly why its cache would go stale (chapter 2)"
-        if rewrites else "In this run the probe does not read the sense above chance at the encoder's original position "
+        "The encoder rewrites the old position itself — which is exactly why its cache would go stale "
+        "(chapter 2)"
+        if rewrites else "In this run the probe does not read the sense above chance at the encoder's "
+                         "original position "
         "on every encoder, so this run does not show the encoder rewriting it")
-    out["attention_reading"] = "; ".join(_attention_reading(m, r) for m, r in causal.items()) or "no causal model run"
+    out["attention_reading"] = "; ".join(_attention_reading(m, r) for m,
+                                         r in causal.items()) or "no causal model run"
     out["split_check"] = _split_check(causal)
     distance = next(iter(numbers.values()))["probe"]["distance"]
     out["distance"] = distance
     n_items = next(iter(numbers.values()))["probe"]["n_items"]
     out["n_items"] = str(n_items)
     out["step"] = fmt(100 / n_items)
-    out["method"] = (compare.METHOD + " A probe's accuracy at one depth is tested against chance (50 %) by an "
-                     "exact sign test over the words (a word's two senses are not independent items), with an "
-                     "interval that resamples words; \"from depth k on\" is written only when every depth from k to "
-                     "the last is above chance by that test (tested from the last depth back, so no correction for "
-                     "the number of depths is owed), and a single depth picked among many is judged at its "
-                     "Holm-adjusted p.")
+    out["method"] = (compare.METHOD + " A probe's accuracy at one depth is tested against chance (50 %) by "
+                                      "an "
+                     "exact sign test over the words (a word's two senses are not independent items), with "
+                     "an interval that resamples words; \"from depth k on\" is written only when every depth "
+                     "from k to the last is above chance by that test (tested from the last depth back, so "
+                     "no correction for the number of depths is owed), and a single depth picked among many "
+                     "is judged at its Holm-adjusted p.")
     return out
 
 
@@ -197,7 +210,8 @@ def depth_rates(probe: dict, where: str) -> list[compare.Rate]:
     n = probe["n_items"]
     items = probe.get(f"{where}_position_right")
     if items is not None:
-        return [compare.clustered_against_chance([d[i:i + SENSES_PER_WORD] for i in range(0, len(d), SENSES_PER_WORD)],
+        return [compare.clustered_against_chance([d[i:i + SENSES_PER_WORD] for i in range(0, len(d),
+                                                                                          SENSES_PER_WORD)],
                                                  0.5) for d in items]
     return [compare.against_chance(round(pct * n / 100), n, 0.5) for pct in probe[f"{where}_position_pct"]]
 
@@ -221,9 +235,9 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
         if earlier:
             also = (f"; before that, {listed(earlier, 'depth')} above chance too after Holm's correction, "
                     "but not every depth between")
-        return (f"from depth {start} on {subject} (every depth from {start} is above chance at n = {n} items; the "
-                f"weakest: {weakest.sentence()}{also}; tested from the last depth back, stopping at the first that "
-                "is not, so no correction for the number of depths is owed)")
+        return (f"from depth {start} on {subject} (every depth from {start} is above chance at n = {n} "
+                f"items; the weakest: {weakest.sentence()}{also}; tested from the last depth back, stopping "
+                "at the first that is not, so no correction for the number of depths is owed)")
     best = max(range(len(rates)), key=lambda d: rates[d].successes)
     adjusted = compare.holm([r.p for r in rates])
     if above:
@@ -240,16 +254,19 @@ def _above_chance(rates: list[compare.Rate], subject: str) -> str:
 
 
 def _new_reading(model: str, probe: dict) -> str:
-    """(b) at the repeated word: where the probe starts and from which depth, by the test, it reads the sense."""
+    """(b) at the repeated word: where the probe starts and from which depth, by the test, it reads the
+    sense."""
     new = probe["new_position_pct"]
     start = "is just the token again" if new[0] == 50 else f"already reads {fmt(new[0])}%"
     return (f"{model}: at the embeddings the repeated word {start} ({fmt(new[0])}%); "
-            + _above_chance(depth_rates(probe, "new"), "its state carries the sense the continuation implies"))
+            + _above_chance(depth_rates(probe, "new"),
+                            "its state carries the sense the continuation implies"))
 
 
 def _encoder_probe_reading(model: str, probe: dict) -> str:
     """(c) the encoder's original position, tested against chance per depth."""
-    return f"{model}: " + _above_chance(depth_rates(probe, "old"), "the probe reads the sense at its original position")
+    return f"{model}: " + _above_chance(depth_rates(probe, "old"),
+                                        "the probe reads the sense at its original position")
 
 
 def layer_tests(att: dict, a: str, b: str) -> list[compare.Paired] | None:
@@ -276,7 +293,8 @@ def layer_count(tests: list[compare.Paired], than: str) -> str:
     if lower:
         text += f", detectably less in {lower}"
     if rest:
-        text += (f", with no detectable difference at n = {items} items in {rest}" if compare.can_separate(items) else
+        text += (f", with no detectable difference at n = {items} items in {rest}" if compare.can_separate(
+            items) else
                  f", and no verdict is possible at n = {items} items in {rest} (the test needs at least 6)")
     return text
 
@@ -285,12 +303,13 @@ def _attention_reading(model: str, r: dict) -> str:
     """Where the repeated word looks, in the words the paired tests per layer support: the continuation
     against the old copy of the word, and the first token (the sink) against the continuation."""
     att = r["attention"]
-    sink = (f"the first token ({r['first_token']!r}), the \"attention sink\" that many models use as a place for "
-            "attention that has nowhere better to go")
-    cont_vs_old, sink_vs_cont = layer_tests(att, "continuation", "old_word"), layer_tests(att, "first_token", "continuation")
+    sink = (f"the first token ({r['first_token']!r}), the \"attention sink\" that many models use as a place "
+            "for attention that has nowhere better to go")
+    cont_vs_old, sink_vs_cont = layer_tests(att, "continuation", "old_word"), layer_tests(att, "first_token",
+                                                                                          "continuation")
     if cont_vs_old is None or sink_vs_cont is None:
-        return (f"{model}: these results hold no per-item attention shares, so no layer's shares are compared; "
-                f"{sink} takes at most {fmt(max(att['first_token']), 3)}")
+        return (f"{model}: these results hold no per-item attention shares, so no layer's shares are "
+                f"compared; {sink} takes at most {fmt(max(att['first_token']), 3)}")
     return (f"{model}: paired over the items of each layer, the continuation "
             + layer_count(cont_vs_old, "the old copy of the word") + f"; {sink}, "
             + layer_count(sink_vs_cont, "the continuation"))
@@ -301,15 +320,16 @@ SPLIT_TOLERANCE = 1e-6  # the four attention shares of a layer against 1 (softma
 
 def _split_check(causal: dict) -> str:
     """Whether the four attention shares, each summed over its own positions, add up to one."""
-    gaps = [abs(sum(r["attention"][p][layer] for p in ("continuation", "first_token", "old_word", "rest")) - 1)
+    gaps = [abs(sum(r["attention"][p][layer] for p in ("continuation", "first_token", "old_word",
+                                                       "rest")) - 1)
             for r in causal.values() for layer in range(len(r["attention"]["continuation"]))]
     if not gaps:
         return "no causal model run"
     worst = max(gaps, key=lambda g: g if g == g else float("inf"))  # a NaN gap is the worst
-    return (f"in this run they add up to one within {SPLIT_TOLERANCE:g} in every layer of every model (largest gap "
-            f"{fmt(worst, 2)})" if worst <= SPLIT_TOLERANCE else
-            f"in this run they do not add up to one everywhere (largest gap {fmt(worst, 3)}): the spans overlap or miss "
-            "positions")
+    return (f"in this run they add up to one within {SPLIT_TOLERANCE:g} in every layer of every model "
+            f"(largest gap {fmt(worst, 2)})" if worst <= SPLIT_TOLERANCE else
+            f"in this run they do not add up to one everywhere (largest gap {fmt(worst, 3)}): the spans "
+            "overlap or miss positions")
 
 
 @dataclass(frozen=True)
@@ -330,9 +350,11 @@ class BestDepth:
         """'right on 31 of 32 (97 %, 95 % interval 91–100 %; Holm-adjusted p = 0.0012 over 19 depths),
         above chance': the verdict is the adjusted test's."""
         lo, hi = self.rate.ci95
-        verdict = "above chance" if self.above else f"no detectable difference from chance at n = {self.rate.n}"
-        return (f"right on {self.rate.successes} of {self.rate.n} ({100 * self.rate.rate:.0f} %, 95 % interval "
-                f"{100 * lo:.0f}–{100 * hi:.0f} %; Holm-adjusted p = {self.holm_p:.2g} over {self.n_depths} depths), "
+        verdict = ("above chance" if self.above else "no detectable difference from chance at n = "
+                                                     f"{self.rate.n}")
+        return (f"right on {self.rate.successes} of {self.rate.n} ({100 * self.rate.rate:.0f} %, 95 % "
+                f"interval {100 * lo:.0f}–{100 * hi:.0f} %; Holm-adjusted p = {self.holm_p:.2g} over "
+                f"{self.n_depths} depths), "
                 + verdict)
 
 
@@ -369,7 +391,8 @@ def chapter3_findings(numbers: dict) -> PageFindings:
     box = ([old] if causal else []) + new[:2] + enc[:1] + ([attention] if attention else [])
     reads = bool(new) and all(f.claim == "A new copy reads the sense." for f in new)
     answer = Finding("answer", "In later positions." if reads else "Not shown by this run.",
-                     "The cached state never changes; a later copy of the word reads the sense from the context."
+                     "The cached state never changes; a later copy of the word reads the sense from the "
+                     "context."
                      if reads else "This run does not show a later copy reading the sense; see the evidence.")
     return PageFindings(answer, tuple(box[:5]), {
         "probe": Section(new[0] if new else old, tuple([old] + new[1:] + enc), (
@@ -377,7 +400,8 @@ def chapter3_findings(numbers: dict) -> PageFindings:
             f"(a) old position: {glue['old']}.", f"(b) new position: {glue['new']}.",
             f"{glue['new_reading']}.", f"(c) encoder: {glue['encoder']}; {glue['encoder_reading']}.",
             f"{glue['encoder_verdict']}.")),
-        "attention": Section(attention or old, (), (f"{glue['attention']}.", f"Per layer: {glue['attention_reading']}.",
+        "attention": Section(attention or old, (), (f"{glue['attention']}.",
+                                                    f"Per layer: {glue['attention_reading']}.",
                                                     f"The four shares: {glue['split_check']}.")),
     })
 
@@ -388,7 +412,8 @@ def _new_finding(model: str, probe: dict) -> Finding:
     held = holm_above(rates)
     claim = "A new copy reads the sense." if best.above else "A new copy did not read the sense detectably."
     return Finding(f"new_{model}", claim,
-                   "{model}: best at depth {depth}, {acc} % right; above chance at {held} of {depths} depths.",
+                   "{model}: best at depth {depth}, {acc} % right; "
+                   "above chance at {held} of {depths} depths.",
                    (("model", model), ("held", len(held)), ("depths", len(rates)), ("depth", best.depth),
                     ("acc", 100 * best.rate.rate)), probe_test(best.rate, HOLM_TEST, best.holm_p))
 
@@ -396,19 +421,24 @@ def _new_finding(model: str, probe: dict) -> Finding:
 def _encoder_finding(model: str, probe: dict) -> Finding:
     rates = depth_rates(probe, "old")
     start = compare.first_from(rates)
-    weakest = min(rates[start:], key=lambda r: (r.successes, -r.p)) if start is not None else best_depth(rates).rate
+    weakest = min(rates[start:], key=lambda r: (r.successes,
+                                                -r.p)) if start is not None else best_depth(rates).rate
     return Finding(f"encoder_{model}", "An encoder rewrites the old position." if start is not None else
                    "This encoder's old position did not read the sense detectably.",
-                   "{model} reads it at the original position from depth {start} on; weakest depth {acc} % right.",
-                   (("model", model), ("start", start), ("acc", 100 * weakest.rate)), probe_test(weakest, SIGN_TEST))
+                   "{model} reads it at the original position from depth {start} on; weakest depth {acc} % "
+                   "right.",
+                   (("model", model), ("start", start), ("acc", 100 * weakest.rate)), probe_test(weakest,
+                                                                                                 SIGN_TEST))
 
 
 def _attention_finding(causal: dict) -> Finding | None:
-    tests = [t for r in causal.values() for t in (layer_tests(r["attention"], "continuation", "old_word") or [])]
+    tests = [t for r in causal.values() for t in (layer_tests(r["attention"], "continuation",
+                                                              "old_word") or [])]
     if not tests:
         return None
     more = sum(t.verdict == compare.A_HIGHER for t in tests)
-    return Finding("attention", "The new copy looks at the continuation, not the old word." if more == len(tests)
+    return Finding("attention",
+                   "The new copy looks at the continuation, not the old word." if more == len(tests)
                    else "The new copy does not always favour the continuation.",
                    "The continuation took more attention than the old copy in {more} of {layers} layers.",
                    (("more", more), ("layers", len(tests))),

@@ -37,7 +37,8 @@ def _acc(a: dict) -> str:
 
 def _excess_per_repeat(row: dict, share: float) -> list[float]:
     """Per timed repeat, the tail patch's time as a share of the recompute's, minus k/L."""
-    return [t / r - share for t, r in zip(row["tail_patch"]["seconds_repeats"], row["recompute"]["seconds_repeats"])]
+    return [t / r - share for t, r in zip(row["tail_patch"]["seconds_repeats"],
+                                          row["recompute"]["seconds_repeats"])]
 
 
 def fit_clause(model: str, training: dict, ks: list[int]) -> str:
@@ -46,11 +47,13 @@ def fit_clause(model: str, training: dict, ks: list[int]) -> str:
     across k on the same training examples (McNemar), where the run kept them."""
     adapters = training["adapters"]
     finals = ", ".join(f"{fmt(_final_loss(adapters[f'tail{k}']['losses']), 3)} (k = {k})" for k in ks)
-    text = (f"{model}: training loss at the end (mean of the last tenth of the steps, the same batches for every "
-            f"adapter) {finals} — described, not tested, as consecutive steps of one run are not independent")
+    text = (f"{model}: training loss at the end (mean of the last tenth of the steps, the same batches for "
+            f"every adapter) {finals} — described, not tested, as consecutive steps of one run are not "
+            "independent")
     train = {k: adapters[f"tail{k}"]["train"] for k in ks}
     if len(ks) > 1 and all("right_per_example" in a for a in train.values()):
-        word, steps = rsv.tested_trend({k: [float(x) for x in a["right_per_example"]] for k, a in train.items()},
+        word, steps = rsv.tested_trend({k: [float(x) for x in a["right_per_example"]] for k,
+                                        a in train.items()},
                                        "training examples")
         text += (f"; accuracy on {train[ks[0]]['n']} training examples "
                  + ", ".join(f"{fmt(a['accuracy_pct'], 3)}% (k = {k})" for k, a in train.items())
@@ -95,7 +98,8 @@ def what_models_are(names) -> str:
         if name in EMBEDDED:
             notes.append(f"{name}, {EMBEDDED[name].description}")
         elif name in TINY:
-            notes.append(f"{name}, a tiny random {TINY[name].model_type} model (seeded) that only the tests use")
+            notes.append(f"{name}, a tiny random {TINY[name].model_type} model (seeded) that only the tests "
+                         "use")
         else:
             notes.append(f"{name}, loaded from its own files")
     return "; ".join(notes)
@@ -107,14 +111,18 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
     clauses = {"setup": _setup, "zero_shot": rsv.zero_shot, "deepest": rsv.deepest, "knee": rsv.knee,
                "fit": lambda m, r: fit_clause(m, r["training"], r["k_values"]),
                "stale_acc": lambda m, r: rsv.against_tail(m, r, "tail", "stale", "stale reuse"),
-               "activated_acc": lambda m, r: rsv.against_tail(m, r, "activated", "activated", "the activated adapter"),
-               "exact": _exact, "stale": _stale, "activated": _activated, "cost": _cost, "cost_trend": _cost_trend,
-               "memory": lambda m, r: (f"{m}: {fmt(r['cost']['boundary_bytes_per_token'] / 1024, 4)} KiB per token "
+               "activated_acc": lambda m, r: rsv.against_tail(m, r, "activated", "activated",
+                                                              "the activated adapter"),
+               "exact": _exact, "stale": _stale, "activated": _activated, "cost": _cost,
+               "cost_trend": _cost_trend,
+               "memory": lambda m,
+               r: (f"{m}: {fmt(r['cost']['boundary_bytes_per_token'] / 1024, 4)} KiB per token "
                                        f"({r['hidden_size']} numbers in {parameters['dtype']})"),
                "patching": lambda m, r: rsv.patching(m, r, adapter_label(r, r["patching"]["adapter"])),
                "patch_where": rsv.where, "control": rsv.controls, "timings": _timings}
     return {**settings_glue(numbers, parameters),
-            **{key: "; ".join(clause(model, r) for model, r in numbers.items()) for key, clause in clauses.items()}}
+            **{key: "; ".join(clause(model, r) for model, r in numbers.items()) for key,
+               clause in clauses.items()}}
 
 
 def clipping_text(parameters: dict) -> str:
@@ -127,12 +135,15 @@ def clipping_text(parameters: dict) -> str:
 def settings_glue(numbers: dict, parameters: dict) -> dict[str, str]:
     """The chapter's settings and data, as the prose cites them."""
     task = parameters["task"]
-    out = {"models": ", ".join(numbers), "steps": _per_model_text(numbers, parameters, "steps"), "rank": str(parameters["rank"]),
-           "alpha": fmt(parameters["alpha"]), "lr": _per_model_text(numbers, parameters, "lr"), "targets": parameters["targets"],
+    out = {"models": ", ".join(numbers), "steps": _per_model_text(numbers, parameters, "steps"),
+           "rank": str(parameters["rank"]),
+           "alpha": fmt(parameters["alpha"]), "lr": _per_model_text(numbers, parameters, "lr"),
+           "targets": parameters["targets"],
            "batch_size": str(parameters["batch_size"]), "task": task,
            "marker": repr(parameters["marker"] or switch_tasks.MARKERS[task]), "dtype": parameters["dtype"],
            "method": compare.METHOD, "exact_examples": str(parameters["exact_examples"]),
-           "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in {parameters['dtype']}",
+           "tolerance": f"largest allowed difference {fmt(TOLERANCE[parameters['dtype']])} in "
+                        f"{parameters['dtype']}",
            "train_dtype": train_dtype_text(numbers, parameters), "what": what_models_are(numbers),
            "clipping": clipping_text(parameters)}
     if task == "senses":
@@ -140,22 +151,25 @@ def settings_glue(numbers: dict, parameters: dict) -> dict[str, str]:
                        f"{parameters['train_words'].replace(',', ', ')}, "
                        f"held out: {parameters['heldout_words'].replace(',', ', ')}")
     else:
-        held = parameters["eval_corpus"] or f"the held-out quarter (every 4th document) of {parameters['corpus']!r}"
-        out["data"] = (f"passages A of {parameters['passage_tokens']} tokens and B of {parameters['candidate_tokens']} "
-                       f"tokens, trained on documents of {parameters['corpus']!r}, scored on documents of {held}")
+        held = (parameters["eval_corpus"] or "the held-out quarter (every 4th document) of "
+                                             f"{parameters['corpus']!r}")
+        out["data"] = (f"passages A of {parameters['passage_tokens']} tokens and B of "
+                       f"{parameters['candidate_tokens']} tokens, trained on documents of "
+                       f"{parameters['corpus']!r}, scored on documents of {held}")
     return out
 
 
 def _setup(model: str, r: dict) -> str:
-    return (f"{model}: L = {r['layers']} layers, k ∈ {{{', '.join(map(str, r['k_values']))}}}, {r['n_train_examples']} "
-            f"training and {r['n_heldout_examples']} held-out examples")
+    return (f"{model}: L = {r['layers']} layers, k ∈ {{{', '.join(map(str, r['k_values']))}}}, "
+            f"{r['n_train_examples']} training and {r['n_heldout_examples']} held-out examples")
 
 
 def _exact(model: str, r: dict) -> str:
     sc, layers, ks = r["switch"]["scores"], r["switch"]["cache_layers"], r["k_values"]
     return (f"{model}: largest |logit difference| of the tail patch "
             + ", ".join(f"{fmt(sc[f'tail{k}']['tail_patch']['max_abs_logit_diff'], 3)} (k = {k})" for k in ks)
-            + f"; largest K/V difference {fmt(max(nan_max(layers[f'tail{k}']['tail_patch']) for k in ks), 3)}")
+            + "; largest K/V difference "
+            + fmt(max(nan_max(layers[f"tail{k}"]["tail_patch"]) for k in ks), 3))
 
 
 def _stale(model: str, r: dict) -> str:
@@ -163,7 +177,8 @@ def _stale(model: str, r: dict) -> str:
     word, steps = rsv.tested_trend({k: sc[f"tail{k}"]["stale"]["kl_per_example"] for k in ks}, "examples")
     return (f"{model}: its mean KL from the recompute {word} with k ({steps}) — " + "; ".join(
         f"k = {k}: max |Δlogit| {fmt(sc[f'tail{k}']['stale']['max_abs_logit_diff'], 3)}, mean KL "
-        f"{fmt(sc[f'tail{k}']['stale']['kl_mean'], 3)}, top-1 agreement {_pct(sc[f'tail{k}']['stale']['top1_agree_pct'])}; "
+        f"{fmt(sc[f'tail{k}']['stale']['kl_mean'], 3)}, top-1 agreement "
+        f"{_pct(sc[f'tail{k}']['stale']['top1_agree_pct'])}; "
         f"{_stale_layers(L, k, r['first_changed_layer'][str(k)])}" for k in ks))
 
 
@@ -171,26 +186,29 @@ def _activated(model: str, r: dict) -> str:
     sc, layers, ks = r["switch"]["scores"], r["switch"]["cache_layers"], r["k_values"]
     prefix = nan_max(d for k in ks for d in layers[f"activated{k}"]["prefix_vs_base"])
     worst = max(sc[f"activated{k}"]["activated"]["max_abs_logit_diff"] for k in ks)
-    return (f"{model}: reusing the whole base cache, the activated adapters are at most {fmt(worst, 3)} from one "
-            f"pass over the whole sequence; their prefix K/V differ from the base's by {fmt(prefix, 3)}")
+    return (f"{model}: reusing the whole base cache, the activated adapters are at most {fmt(worst, 3)} from "
+            f"one pass over the whole sequence; their prefix K/V differ from the base's by {fmt(prefix, 3)}")
 
 
 def _cost(model: str, r: dict) -> str:
     cost, ks, L = r["cost"], r["k_values"], r["layers"]
     return (f"{model} ({cost['prefix_tokens']}-token prefix): full recompute "
-            f"{fmt(1000 * cost['per_k'][str(ks[0])]['recompute']['seconds'], 3)} ms; tail patch as a share of it: "
+            f"{fmt(1000 * cost['per_k'][str(ks[0])]['recompute']['seconds'], 3)} ms; tail patch as a share "
+            "of it: "
             + ", ".join(f"k = {k}: {fmt(cost['per_k'][str(k)]['tail_time_fraction'], 3)} of the time and "
-                        f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = {fmt(k / L, 3)})"
+                        f"{fmt(cost['per_k'][str(k)]['tail_flops_fraction'], 3)} of the FLOPs (k/L = "
+                        f"{fmt(k / L, 3)})"
                         for k in ks))
 
 
 def _cost_trend(model: str, r: dict) -> str:
     cost, ks, L = r["cost"], r["k_values"], r["layers"]
     excess = [cost["per_k"][str(k)]["tail_time_fraction"] - k / L for k in ks]
-    shape, steps = rsv.tested_trend({k: _excess_per_repeat(cost["per_k"][str(k)], k / L) for k in ks}, "repeats")
+    shape, steps = rsv.tested_trend({k: _excess_per_repeat(cost["per_k"][str(k)], k / L) for k in ks},
+                                    "repeats")
     reading = ("largest at the smallest k, as a fixed cost per forward makes it" if shape == "falls" else
-               "the repeats do not show it largest at the smallest k, so this run cannot say whether a fixed cost "
-               "per forward dominates it")
+               "the repeats do not show it largest at the smallest k, so this run cannot say whether a fixed "
+               "cost per forward dominates it")
     return (f"{model}: the measured share minus k/L {shape} with k (medians "
             + ", ".join(f"{fmt(e, 2)}" for e in excess) + f"; paired by repeat: {steps}): {reading}")
 

@@ -1,5 +1,6 @@
 """Chapter 5's comparative sentences, each computed from a paired test of `kvutils.core.compare` on the
-same held-out examples (see `kvutils.studies.qwen3_switch.verdicts`): the adapters against the base model, stale
+same held-out examples (see `kvutils.studies.qwen3_switch.verdicts`): the adapters against the base model,
+stale
 reuse and the activated adapter against the tail patch, the knee, and the patching map with its two
 controls. Every function takes one model's results (`numbers[model]`) and returns a clause."""
 from __future__ import annotations
@@ -50,8 +51,8 @@ def _labels(r: dict) -> list[int]:
 def measures(a: dict) -> str:
     """Accuracy, balanced accuracy and AUC of one (adapter, policy), with n."""
     low, high = a["ci95_pct"]
-    return (f"accuracy {fmt(a['accuracy_pct'], 3)}% (95% interval {fmt(low, 3)}–{fmt(high, 3)}%, n = {a['n']}), "
-            f"balanced accuracy {fmt(a['balanced_accuracy_pct'], 3)}%, AUC {fmt(a['auc'], 3)}")
+    return (f"accuracy {fmt(a['accuracy_pct'], 3)}% (95% interval {fmt(low, 3)}–{fmt(high, 3)}%, n = "
+            f"{a['n']}), balanced accuracy {fmt(a['balanced_accuracy_pct'], 3)}%, AUC {fmt(a['auc'], 3)}")
 
 
 def zero_shot(model: str, r: dict) -> str:
@@ -76,9 +77,11 @@ def deepest(model: str, r: dict) -> str:
     held, ks = r["switch"]["heldout"], r["k_values"]
     deep, base = held[f"tail{ks[-1]}"]["tail_patch"], held["base"]["zero_shot"]
     name = f"the k = {ks[-1]} tail"
-    return (f"{model}: {name}: {measures(deep)}; " + verdict(sv.accuracy_pair(deep, base, name, "the base model"),
+    return (f"{model}: {name}: {measures(deep)}; " + verdict(sv.accuracy_pair(deep, base, name,
+                                                                              "the base model"),
                                                             "accuracy")
-            + "; " + verdict(sv.auc_pair(deep, base, _labels(r), name, "the base model"), "AUC", points=False))
+            + "; " + verdict(sv.auc_pair(deep, base, _labels(r), name, "the base model"), "AUC",
+                             points=False))
 
 
 def knee(model: str, r: dict) -> str:
@@ -101,16 +104,17 @@ def knee(model: str, r: dict) -> str:
             head += (f"; the deeper {these} detectably below it too, so accuracy does not rise with depth in "
                      "this run (the training losses below show whether each tail learned)")
         if best == max(ks):  # the curve still rises at its end: the sweep bounds the knee from below
-            head += (f"; k = {best} is also the deepest tail trained, so quality had not levelled off within the "
-                     f"sweep and the knee lies at k = {best} or deeper")
+            head += (f"; k = {best} is also the deepest tail trained, so quality had not levelled off within "
+                     f"the sweep and the knee lies at k = {best} or deeper")
     elif not k["resolved"]:
         n = rest[0].n if rest else 0
-        head = (f"not located at n = {n} held-out examples: no smaller k is detectably below {top} (the smallest, "
-                f"k = {k['knee_k']}, scores {fmt(acc[k['knee_k']], 3)}%), so the sweep cannot say where quality starts to "
-                "fall: at the smallest k trained or below it, or at a depth the test has too few examples to see")
+        head = (f"not located at n = {n} held-out examples: no smaller k is detectably below {top} (the "
+                f"smallest, k = {k['knee_k']}, scores {fmt(acc[k['knee_k']], 3)}%), so the sweep cannot say "
+                "where quality starts to fall: at the smallest k trained or below it, or at a depth the test "
+                "has too few examples to see")
     else:
-        head = (f"k = {k['knee_k']} ({fmt(acc[k['knee_k']], 3)}%): the smallest k with no detectable difference from "
-                f"{top}")
+        head = (f"k = {k['knee_k']} ({fmt(acc[k['knee_k']], 3)}%): the smallest k with no detectable "
+                f"difference from {top}")
     return f"{model}: {head} (of L = {r['layers']}; {tests})"
 
 
@@ -120,9 +124,9 @@ def against_tail(model: str, r: dict, adapter: str, policy: str, name: str) -> s
     parts = []
     for k in r["k_values"]:
         a, b = held[f"{adapter}{k}"][policy], held[f"tail{k}"]["tail_patch"]
-        parts.append(f"k = {k}: " + verdict(sv.accuracy_pair(a, b, f"{name} ({fmt(a['accuracy_pct'], 3)}%)",
-                                                             f"the tail patch ({fmt(b['accuracy_pct'], 3)}%)"),
-                                            "accuracy"))
+        pair = sv.accuracy_pair(a, b, f"{name} ({fmt(a['accuracy_pct'], 3)}%)",
+                                f"the tail patch ({fmt(b['accuracy_pct'], 3)}%)")
+        parts.append(f"k = {k}: " + verdict(pair, "accuracy"))
     return f"{model}: " + "; ".join(parts)
 
 
@@ -141,14 +145,18 @@ def patching(model: str, r: dict, adapter_label: str) -> str:
     head = (f"{model} ({adapter_label}, {pm['n_contexts']} pairs; the clean adapter answers right on "
             f"{pm['n_clean_right']} of them, the n of every cell's flips)")
     adapter = r["switch"]["heldout"][f"tail{pm['k']}"]["tail_patch"]
-    learned = sv.accuracy_pair(adapter, r["switch"]["heldout"]["base"]["zero_shot"], adapter_label, "the base model")
-    if learned.verdict != compare.A_HIGHER:  # a map of an adapter that does no better than the base reads nothing learned
+    learned = sv.accuracy_pair(adapter, r["switch"]["heldout"]["base"]["zero_shot"], adapter_label,
+                               "the base model")
+    # a map of an adapter that does no better than the base reads nothing learned
+    if learned.verdict != compare.A_HIGHER:
         head += (f"; the patched adapter is not detectably more accurate than the base model on the held-out "
                  f"examples ({fmt(adapter['accuracy_pct'], 3)}% against "
-                 f"{fmt(r['switch']['heldout']['base']['zero_shot']['accuracy_pct'], 3)}%, n = {learned.n}), so this "
-                 "map shows where an adapter that did not learn the task reads, not where the task is read")
+                 f"{fmt(r['switch']['heldout']['base']['zero_shot']['accuracy_pct'], 3)}%, n = {learned.n}), "
+                 "so this map shows where an adapter that did not learn the task reads, not where the task "
+                 "is read")
     if not whole:
-        return head + ": with no right answer to turn wrong, the map counts no flips; only its log-odds changes remain"
+        return (head + ": with no right answer to turn wrong, the map counts no flips; only its log-odds "
+                       "changes remain")
     return (head + f": copying all of what follows the shared prefix, in all layers, flips "
             f"{_flip_rate(sum(whole), len(whole))} right answers")
 
@@ -161,12 +169,14 @@ def where(model: str, r: dict) -> str:
     if w["n"] == 0:
         return f"{model}: no pair the clean adapter answers right, so no flip to place; {span}"
     if w["flipped"] == 0:
-        return f"{model}: copying all of what follows, in any one group of layers, flips none of {w['n']} right answers; {span}"
+        return (f"{model}: copying all of what follows, in any one group of layers, flips none of {w['n']} "
+                f"right answers; {span}")
     if w["above_every_other"]:
-        return (f"{model}: copying all of what follows in layers {layers} flips {_flip_rate(w['flipped'], w['n'])} right "
-                f"answers, detectably more than in any other group of layers (closest: "
-                f"{verdict(w['closest'], 'flips')}); {span}")
-    separated = ", ".join(f"layers {p.b} ({_signed(100 * p.effect)} points, p = {p.p:.2g})" for p in w["above"])
+        return (f"{model}: copying all of what follows in layers {layers} flips "
+                f"{_flip_rate(w['flipped'], w['n'])} right answers, detectably more than in any other group "
+                f"of layers (closest: {verdict(w['closest'], 'flips')}); {span}")
+    separated = ", ".join(
+        f"layers {p.b} ({_signed(100 * p.effect)} points, p = {p.p:.2g})" for p in w["above"])
     level = ", ".join(f"layers {p.b} ({_where(p, True)})" for p in w["not_above"])
     return (f"{model}: copying all of what follows in layers {layers} flips the most right answers, "
             f"{_flip_rate(w['flipped'], w['n'])}; the tests on the same {w['n']} pairs put it above "
@@ -178,9 +188,10 @@ def controls(model: str, r: dict) -> str:
     """The shared prefix (chapter 1's theorem: equal bits, so nothing can move) beside the same
     cells copied from another pair's context, which can fail."""
     pm = r["patching"]
-    theorem = (f"{model}: shared prefix — entries of the two passes differ by {fmt(pm['prefix_kv_max_diff'], 3)}, the "
-               f"answer's log-odds move by at most {fmt(pm['control_max_abs_delta'], 3)}: chapter 1's theorem "
-               "re-checked, a zero that holds by construction, not a measured null")
+    theorem = (f"{model}: shared prefix — entries of the two passes differ by "
+               f"{fmt(pm['prefix_kv_max_diff'], 3)}, the answer's log-odds move by at most "
+               f"{fmt(pm['control_max_abs_delta'], 3)}: chapter 1's theorem re-checked, a zero that holds by "
+               "construction, not a measured null")
     p = sv.control_pair(pm)
     if p is None:
         return theorem + "; no pair has a context of another prefix, so the control that can fail was not run"
@@ -188,8 +199,8 @@ def controls(model: str, r: dict) -> str:
     flips = (f"flips {_flip_rate(f['flipped_any'], f['n_clean_right'])} right answers in at least one cell"
              if f["n_clean_right"] else "has no right answer to flip")
     return (theorem + f". Another pair's prefix copied into the same cells moves the log-odds by up to "
-            f"{fmt(max(f['max_abs_delta_per_pair']), 3)} and {flips}; per pair, largest |change| against the shared "
-            "prefix's: "
+            f"{fmt(max(f['max_abs_delta_per_pair']), 3)} and {flips}; per pair, largest |change| against the "
+            "shared prefix's: "
             + verdict(p, "largest |change of log-odds|", points=False))
 
 

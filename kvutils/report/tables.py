@@ -33,9 +33,11 @@ def table_html(table: pd.DataFrame, short: dict[str, str] | None = None) -> str:
         text = str(label)
         shown = html.escape(short[text]) if text in short else label_html(text)
         cells = "".join(f"<td>{label_html(_cell_text(v))}</td>" for v in values)
-        rows.append(f'<tr><th class="{LABEL_CLASS}" title="{html.escape(text, quote=True)}">{shown}</th>{cells}</tr>')
-    return (f'<table class="dataframe {TABLE_CLASS}">\n<thead><tr><th class="{LABEL_CLASS}">{index_name}</th>{head}'
-            f'</tr></thead>\n<tbody>\n' + "\n".join(rows) + "\n</tbody>\n</table>")
+        rows.append(f'<tr><th class="{LABEL_CLASS}" '
+                    f'title="{html.escape(text, quote=True)}">{shown}</th>{cells}</tr>')
+    return (f'<table class="dataframe {TABLE_CLASS}">\n<thead><tr><th '
+            f'class="{LABEL_CLASS}">{index_name}</th>{head}</tr></thead>\n<tbody>\n' + "\n".join(
+                rows) + "\n</tbody>\n</table>")
 
 
 def _cell_text(value) -> str:

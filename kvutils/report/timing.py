@@ -39,8 +39,8 @@ def against_published(step: dict, published: float, published_context: int, who:
     A single number with no spread of its own admits no test, so the sentence places it and draws
     no verdict; at another context the two are not set against each other."""
     if step["context"] != published_context:
-        return (f"{who}'s {fmt(published, 4)}× is at {published_context} tokens and ours at {step['context']}, so the "
-                "two are not set against each other")
+        return (f"{who}'s {fmt(published, 4)}× is at {published_context} tokens and ours at "
+                f"{step['context']}, so the two are not set against each other")
     pairs = step.get("speedups")
     if not pairs:
         return f"{who}'s {fmt(published, 4)}× cannot be placed against a spread: this run kept no repeats"
@@ -49,10 +49,11 @@ def against_published(step: dict, published: float, published_context: int, who:
         side = "below" if published < lo else "above" if published > lo else "level with"
         where = f"{side} our one repeat's {fmt(lo, 3)}×"
     else:
-        where = ("below every one" if published < lo else "above every one" if published > hi else "within the range"
-                 ) + f" of our {len(pairs)} repeat pairs' speed-ups ({fmt(lo, 3)}–{fmt(hi, 3)}×)"
-    return (f"{who}'s {fmt(published, 4)}× (one published figure, no spread given) lies {where}; a single published "
-            "number admits no paired test, and the two machines differ")
+        side = ("below every one" if published < lo else "above every one" if published > hi
+                else "within the range")
+        where = side + f" of our {len(pairs)} repeat pairs' speed-ups ({fmt(lo, 3)}–{fmt(hi, 3)}×)"
+    return (f"{who}'s {fmt(published, 4)}× (one published figure, no spread given) lies {where}; a single "
+            "published number admits no paired test, and the two machines differ")
 
 
 def step_line(model: str, step: dict) -> str:

@@ -26,5 +26,6 @@ def weights_note(names) -> str:
     quantised = any("GGUF" in o for o in origins)
     return ("Weights: " + "; ".join(origins)
             + (". Every precision compared here (fp64, fp32, the cache's own casts) is applied to these "
-               "dequantised weights: the GGUF quantisation of the weights is part of the model, not of the cache"
+               "dequantised weights: the GGUF quantisation of the weights is part of the model, not of the "
+               "cache"
                if quantised else ""))

@@ -54,10 +54,12 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
     args = the_parser.parse_args(argv)
     causal = [k for k, e in {**EMBEDDED, **TINY}.items() if e.family == "causal"]
     if args.model not in causal:
-        the_parser.error(f"--model: {args.model!r} is not an embedded or tiny causal model; choose one of {causal}")
+        the_parser.error(f"--model: {args.model!r} is not an embedded or tiny causal model; choose one of "
+                         f"{causal}")
     try:  # before torch loads
         checks.check_int("--repeats", args.repeats, 1, 1000, "each repeat times every measurement again")
-        args.results_dir = str(results.check_output(args.results_dir, "bench", "--results-dir"))  # "~/…" expanded
+        # "~/…" expanded
+        args.results_dir = str(results.check_output(args.results_dir, "bench", "--results-dir"))
         earlier = earlier_records(args.results_dir)
     except ValueError as err:
         the_parser.error(str(err))
@@ -89,6 +91,6 @@ def earlier_records(results_dir: str | Path) -> dict:
         try:
             out["setup_s"] = float(text)
         except ValueError:
-            raise ValueError(f"--results-dir: {setup} should hold the set-up's seconds, but holds {text[:40]!r}; "
-                             "delete it or rerun make book") from None
+            raise ValueError(f"--results-dir: {setup} should hold the set-up's seconds, but holds "
+                             f"{text[:40]!r}; delete it or rerun make book") from None
     return out

@@ -35,7 +35,8 @@ def _first_divergence(cached_tokens: torch.Tensor, recompute_tokens: torch.Tenso
     """Per row, the first step whose tokens differ (= number of steps if none)."""
     differ = cached_tokens != recompute_tokens  # (batch, steps)
     steps = differ.shape[-1]
-    first = torch.where(differ.any(-1), differ.float().argmax(-1), torch.full_like(differ[:, 0], steps, dtype=torch.long))
+    first = torch.where(differ.any(-1), differ.float().argmax(-1), torch.full_like(differ[:, 0], steps,
+                                                                                   dtype=torch.long))
     return first.long()
 
 
@@ -194,7 +195,8 @@ def plan(p: Chapter1Parameters) -> Plan:
         prompts[r.name] = data.prompts_from_corpus(tokenizer, docs, p.n_prompts, p.prompt_tokens)
     # a per-step subset beside a per-step run would measure the same thing twice
     subset = 0 if p.recompute == "per_step" else min(p.per_step_prompts, p.n_prompts)
-    return Plan([r.name for r in resolved], checks.check_list("dtypes", p.dtypes, DTYPES), prompts, pairs, p.new_tokens,
+    return Plan([r.name for r in resolved], checks.check_list("dtypes", p.dtypes, DTYPES), prompts, pairs,
+                p.new_tokens,
                 p.recompute, p.batch_size, p.device, subset)
 
 

@@ -77,7 +77,8 @@ def bench_recompute(loaded: models.Loaded, prompt_tokens: int, new_tokens: int, 
             "speedup": statistics.median(per_step) / statistics.median(one_pass)}
 
 
-TEACHER_OPS = {"teacher": ("window:size=128,sinks=4", "float32"), "teacher_fp64": ("quantize_naive:bits=4", "float64"),
+TEACHER_OPS = {"teacher": ("window:size=128,sinks=4", "float32"), "teacher_fp64": ("quantize_naive:bits=4",
+                                                                                   "float64"),
                "teacher_fp32_discrete": ("quantize_naive:bits=4", "float32"),
                "teacher_press": ("snapkv:compression_ratio=0.5,window=32", "float32")}
 # the quick profile's sizes: the window must evict within its few tokens, SnapKV's observation
@@ -87,7 +88,8 @@ QUICK_SPECS = {"window:size=128,sinks=4": "window:size=16,sinks=4",
 DECODE_POLICY = "tova:compression_ratio=0.5"
 
 
-def bench_teacher(loaded: models.Loaded, prefill: int, decode: int, op: str = "window:size=128,sinks=4") -> dict:
+def bench_teacher(loaded: models.Loaded, prefill: int, decode: int,
+                  op: str = "window:size=128,sinks=4") -> dict:
     """Chapter 4's scoring of one cache operation on one real document: the fast path (one forward
     with a 4-D mask) against the step-by-step reference path, and how far apart their logits are."""
     from kvutils.cache.accept import tokenize_documents
@@ -100,7 +102,8 @@ def bench_teacher(loaded: models.Loaded, prefill: int, decode: int, op: str = "w
     used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, 1)
     doc, ids = used[0]
     cache_op = parse_op(op)
-    exact_kv = exact_prefill(loaded, ids[None, :prefill], views=cache_op.needs_views)  # shared, outside the timing
+    # shared, outside the timing
+    exact_kv = exact_prefill(loaded, ids[None, :prefill], views=cache_op.needs_views)
     start = time.perf_counter()
     fast = score_fast(loaded, cache_op, ids, prefill, decode, exact_kv)
     fast_s = time.perf_counter() - start
@@ -129,7 +132,8 @@ def bench_decode_policy(loaded: models.Loaded, prefill: int, decode: int, op: st
     policy = parse_op(op)
     pre = exact_prefill(loaded, ids[None, :prefill], views=policy.needs_views)  # shared, outside the timing
     times = {}
-    for key, (score, cache_op) in {"policy_step_s": (score_step, policy), "exact_fast_s": (score_fast, Exact()),
+    for key, (score, cache_op) in {"policy_step_s": (score_step, policy), "exact_fast_s": (score_fast,
+                                                                                           Exact()),
                                    "exact_step_s": (score_step, Exact())}.items():
         start = time.perf_counter()
         score(loaded, cache_op, ids, prefill, decode, pre)
@@ -151,7 +155,8 @@ def bench_step_path(loaded: models.Loaded, prefill: int, decode: int, bandwidth:
     from kvutils.cache.step_batched import step_start
     from kvutils.core import data
 
-    used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, docs, skip_short=True)
+    used, _ = tokenize_documents(loaded.tokenizer, data.load_corpus(), prefill + decode + 1, docs,
+                                 skip_short=True)
     ids = torch.stack([i for _, i in used])  # (docs, prefill + decode + 1)
     policy = parse_op(op)
     starts = [step_start(loaded, policy, i, prefill) for i in ids]  # the prefills, outside the timing
@@ -172,7 +177,8 @@ def bench_step_at(loaded: models.Loaded, context: int, repeats: int, bandwidth: 
     longest = max(data.load_corpus(), key=lambda d: len(d.text))
     ids = loaded.tokenizer(longest.text, return_tensors="pt").input_ids[:, :context]
     t = decode_step_times(loaded, ids, repeats)
-    return {"context": ids.shape[-1], "cached_ms": t.cached_ms, "uncached_ms": t.uncached_ms, "speedup": t.speedup,
+    return {"context": ids.shape[-1], "cached_ms": t.cached_ms, "uncached_ms": t.uncached_ms,
+            "speedup": t.speedup,
             "repeats": len(t.cached_repeats_ms), "cached_repeats_ms": t.cached_repeats_ms,
             "uncached_repeats_ms": t.uncached_repeats_ms,
             "speedups": t.speedups, "threads": torch.get_num_threads(),
@@ -203,7 +209,8 @@ def main(argv: list[str] | None = None, parsed=None) -> None:
     del loaded
     from kvutils.studies.qwen3_switch.bench import bench as switch_bench
 
-    report["switch"] = switch_bench(args.model, "1,2,4,L" if not args.quick else "1,L", switch_tokens, args.repeats)
+    report["switch"] = switch_bench(args.model, "1,2,4,L" if not args.quick else "1,L", switch_tokens,
+                                    args.repeats)
     report.update(earlier)
     report["machine"] = results.machine()
     report["wall_time_s"] = time.perf_counter() - started
@@ -219,30 +226,32 @@ def print_report(report: dict) -> None:
     print(f"load: first (GGUF conversion) {lo['first_load_s']:.1f} s, cached {lo['cached_load_s']:.2f} s "
           f"-> {lo['speedup']:.1f}x faster (target >= 5x)")
     print(f"decode: kvutils {d['kvutils_ms_per_token']:.1f} ms/token, transformers generate "
-          f"{d['generate_ms_per_token']:.1f} ms/token -> ratio {d['ratio_kvutils_over_generate']:.3f} (target <= 1.05)")
+          f"{d['generate_ms_per_token']:.1f} ms/token -> ratio {d['ratio_kvutils_over_generate']:.3f} "
+          "(target <= 1.05)")
     print(f"no-cache side of chapter 1: per-step {r['per_step_s']:.2f} s vs one pass {r['one_pass_s']:.3f} s "
           f"-> {r['speedup']:.1f}x")
     for key in TEACHER_OPS:
         t = report[key]
         print(f"teacher-forced scoring ({t['op']}, {t['dtype']}, {t['prefill']}+{t['decode']} tokens): fast "
-              f"{t['fast_s']:.2f} s vs step-by-step {t['step_s']:.2f} s -> {t['speedup']:.1f}x (target >= 10x); "
-              f"max logit diff {t['max_logit_diff']:.2e}")
+              f"{t['fast_s']:.2f} s vs step-by-step {t['step_s']:.2f} s -> {t['speedup']:.1f}x (target >= "
+              f"10x); max logit diff {t['max_logit_diff']:.2e}")
     pol = report["decode_policy"]
-    print(f"decode-time policy ({pol['op']}, step path only): {pol['policy_step_s']:.2f} s vs the exact cache's fast "
-          f"path {pol['exact_fast_s']:.2f} s -> {pol['over_exact_fast']:.1f}x, and its step path "
-          f"{pol['exact_step_s']:.2f} s -> {pol['over_exact_step']:.2f}x")
+    print(f"decode-time policy ({pol['op']}, step path only): {pol['policy_step_s']:.2f} s vs the exact "
+          f"cache's fast path {pol['exact_fast_s']:.2f} s -> {pol['over_exact_fast']:.1f}x, and its step "
+          f"path {pol['exact_step_s']:.2f} s -> {pol['over_exact_step']:.2f}x")
     s2k = report["step_2000"]
     print(f"decode step at {s2k['context']} tokens: cached {s2k['cached_ms']:.1f} ms vs recompute "
           f"{s2k['uncached_ms']:.0f} ms -> {s2k['speedup']:.1f}x; cached vs the bandwidth bound "
-          f"{s2k['bound_ms']:.1f} ms ({report['bandwidth_gb_s']:.1f} GB/s) -> {s2k['cached_ms'] / s2k['bound_ms']:.2f}x")
+          f"{s2k['bound_ms']:.1f} ms ({report['bandwidth_gb_s']:.1f} GB/s) -> "
+          f"{s2k['cached_ms'] / s2k['bound_ms']:.2f}x")
     sp = report["step_path"]
-    print(f"step path ({sp['op']}, {sp['documents']} documents decoded together, {sp['prefill']}+{sp['decode']} "
-          f"tokens): {sp['ms_per_token']:.1f} ms per decoded token vs the bandwidth bound of one cached step "
-          f"{sp['bound_ms']:.1f} ms -> {sp['over_bound']:.2f}x")
+    print(f"step path ({sp['op']}, {sp['documents']} documents decoded together, "
+          f"{sp['prefill']}+{sp['decode']} tokens): {sp['ms_per_token']:.1f} ms per decoded token vs the "
+          f"bandwidth bound of one cached step {sp['bound_ms']:.1f} ms -> {sp['over_bound']:.2f}x")
     for k, row in report["switch"].items():
         print(f"LoRA-tail switch, k={k}: tail patch {row['tail_patch_ms']:.0f} ms vs full recompute "
-              f"{row['recompute_ms']:.0f} ms -> {row['time_fraction']:.3f} of it (k/L = {row['k_over_L']:.3f}, "
-              f"FLOPs {row['flops_fraction']:.3f})")
+              f"{row['recompute_ms']:.0f} ms -> {row['time_fraction']:.3f} of it (k/L = "
+              f"{row['k_over_L']:.3f}, FLOPs {row['flops_fraction']:.3f})")
     times = report["chapter_wall_time_s"]
     for chapter, seconds in times.items():
         print(f"chapter {chapter}: {seconds:.0f} s (from its last results file)")

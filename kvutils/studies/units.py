@@ -14,8 +14,9 @@ A unit's inputs hash (`inputs_hash`) covers what it computes, and nothing else:
   code; the report layer, the notebooks' prose and the book's pages are never in it;
 - the data files that code names ("data/...") and the files and folders its parameters name (a
   corpus folder, a senses file, a local model's folder), by their bytes (a large file by size and time);
-- the pins (constraints.txt, pyproject.toml: the embedded models' packages, whose weights are checked
-  by sha256 in kvutils/models/registry.py, itself in every closure that loads a model);
+- the pins (constraints.txt, overrides.txt, pyproject.toml: the embedded models' packages, whose
+  weights are checked by sha256 in kvutils/models/registry.py, itself in every closure that loads a
+  model);
 - the sha256 of each results file it reads (`Unit.reads`).
 
 `run_unit` reuses a unit whose record (<results>/jobs/<unit>.json, kvutils.core.jobrecords) holds
@@ -43,7 +44,7 @@ from kvutils.core.catalog import NOTEBOOKS
 from kvutils.core.closure import closure, digest_files
 from kvutils.core.paths import REPO_ROOT
 
-PINS = ("constraints.txt", "pyproject.toml")
+PINS = ("constraints.txt", "overrides.txt", "pyproject.toml")
 LARGE = 16 << 20  # a file past 16 MiB (a model's weights) is hashed by its size and time, not its bytes
 RETRIEVAL = "retrieval-"  # retrieval-<model>: one retrieval model's unit
 
@@ -76,11 +77,13 @@ TIMING_PARAMETERS = ("models", "contexts", "timing_repeats", "corpus", "device")
 RETRIEVAL_PARAMETERS = ("retrieval_corpus", "retrieval_contexts", "retrieval_prompts", "filler_prompts",
                         "retrieval_depths", "device")
 COSTS_PARAMETERS = ("models", "table2_models", "ops", "corpus", "n_docs", "skip_short", "prefill", "decode",
-                    "chunk_decode", "contexts", "frontier_models", "frontier_ops", "frontier_docs", "frontier_prefill",
+                    "chunk_decode", "contexts", "frontier_models", "frontier_ops", "frontier_docs",
+                    "frontier_prefill",
                     "frontier_decode", "device")
 CHAPTER_UNITS = {
     "01": Unit("01", "01", (f"{NOTEBOOKS['01']}.json",), "kvutils.studies.cache_exactness:compute"),
-    "02": Unit("02", "02", (f"{NOTEBOOKS['02']}.json",), "kvutils.studies.sense_probes.study:compute_contrast"),
+    "02": Unit("02", "02", (f"{NOTEBOOKS['02']}.json",),
+               "kvutils.studies.sense_probes.study:compute_contrast"),
     "03": Unit("03", "03", (f"{NOTEBOOKS['03']}.json",), "kvutils.studies.sense_probes.study:compute_probes"),
     "05": Unit("05", "05", (f"{NOTEBOOKS['05']}.json",), "kvutils.studies.qwen3_switch.run:compute"),
 }
@@ -163,7 +166,8 @@ def inputs_hash(unit: Unit, checked, results_dir: str | Path, root: Path = REPO_
     h.update(digest_files(sources, root).encode())
     h.update(digest_files([root / name for name in data], root).encode())
     h.update(digest_files([root / pin for pin in PINS], root).encode())
-    for path in _named_paths(parameters, root):  # named inside the checkout: as a path of it, wherever it lies
+    # named inside the checkout: as a path of it, wherever it lies
+    for path in _named_paths(parameters, root):
         shown = path.relative_to(root) if path.is_relative_to(root) else path
         h.update(str(shown).encode() + b"\0" + _path_digest(path).encode())
     for name in unit.reads:
@@ -197,7 +201,8 @@ def unit_checkpoints(results_dir: Path, name: str, inputs: str) -> Iterator[int]
     folder.mkdir(parents=True, exist_ok=True)
     stored = stored_units(folder)
     if stored:
-        print(f"== {name}: resuming from the {stored} unit(s) an interrupted run stored ({folder})", flush=True)
+        print(f"== {name}: resuming from the {stored} unit(s) an interrupted run stored ({folder})",
+              flush=True)
     previous = os.environ.get(checkpoints.ENV)
     os.environ[checkpoints.ENV] = str(folder)
     try:
@@ -209,7 +214,8 @@ def unit_checkpoints(results_dir: Path, name: str, inputs: str) -> Iterator[int]
             os.environ[checkpoints.ENV] = previous
 
 
-def run_unit(unit: Unit, checked, results_dir: str | Path, *, profile: str = "full", extra: dict | None = None,
+def run_unit(unit: Unit, checked, results_dir: str | Path, *, profile: str = "full",
+             extra: dict | None = None,
              quiet: bool = False) -> dict:
     """Reuse `unit` or compute it (see the module's text); returns its record. `extra`: fields the
     caller adds to a computed unit's record (make book's threads and machine load)."""
@@ -220,8 +226,8 @@ def run_unit(unit: Unit, checked, results_dir: str | Path, *, profile: str = "fu
     why = jobrecords.stale_reason(record, expected, outputs)
     if why is None:
         if not quiet:
-            print(f"== {unit.name}: reused, computed at commit {record['commit'][:12]} on {record['finished']} "
-                  f"({record['wall_s']:.0f} s); its inputs are unchanged", flush=True)
+            print(f"== {unit.name}: reused, computed at commit {record['commit'][:12]} on "
+                  f"{record['finished']} ({record['wall_s']:.0f} s); its inputs are unchanged", flush=True)
         return record
     print(f"== {unit.name}: computing: {why}", flush=True)
     lock = f"unit-{unit.name}"

@@ -49,6 +49,10 @@ def test_uv_and_its_pip_fallback_install_the_same_pins():
     makefile = (REPO_ROOT / "Makefile").read_text()
     assert makefile.count("-e '.[book,test]' -c constraints.txt") == 2
     assert "uv pip install" in makefile and "config list" in makefile and "--find-links" in makefile
+    # uv alone drops jsonschema's [format-nongpl] extra (overrides.txt says why); the pin stays the same
+    overrides = [line for line in (REPO_ROOT / "overrides.txt").read_text().splitlines()
+                 if line and not line.startswith("#")]
+    assert "--overrides overrides.txt" in makefile and overrides == [f"jsonschema=={_constraints()['jsonschema']}"]
     assert "uv" in _constraints()
     from kvutils.models.install import NO_DEPS  # uv installs them as kvutils.install would, without dependencies
 

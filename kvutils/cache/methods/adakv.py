@@ -33,7 +33,8 @@ class AdaKVPress(Press):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.check_count(f"{self.name}: window", self.window)  # named as this op's, then SnapKV's own checks
+        # named as this op's, then SnapKV's own checks
+        checks.check_count(f"{self.name}: window", self.window)
         checks.check_count(f"{self.name}: kernel", self.kernel)
         SnapKVPress(self.compression_ratio, self.window, self.kernel)
         check_fraction(self.name, "safeguard", self.safeguard)

@@ -24,7 +24,8 @@ class Cast(CacheOp):
     def always_keeps(self):
         return FEWER_BITS
     transforms_storage: ClassVar[bool] = True
-    DTYPES: ClassVar[dict[str, int]] = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}  # bytes per element
+    # bytes per element
+    DTYPES: ClassVar[dict[str, int]] = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
     def __post_init__(self):
         if self.dtype not in self.DTYPES:

@@ -17,7 +17,8 @@ class Chunk(CacheOp):
 
     def check_lengths(self, prefill, decode):
         if self.chunk >= prefill:
-            reject(self.name, "chunk", self.chunk, f"smaller than prefill={prefill} (a context must precede it)")
+            reject(self.name, "chunk", self.chunk,
+                   f"smaller than prefill={prefill} (a context must precede it)")
 
     def _alone(self, loaded, ids):
         """(the context's length, the chunk's K/V computed alone)."""

@@ -43,7 +43,8 @@ class H2O(DecodePolicy):
         P = view.keys.shape[-2]
         budget = kept_per_head(P, self.compression_ratio)
         recent = min(int(budget * self.recent), budget)
-        acc = view.weights()[0].double().sum(1).view(view.keys.shape[1], view.groups, P).sum(1).cpu()  # (kv_heads, P)
+        # (kv_heads, P)
+        acc = view.weights()[0].double().sum(1).view(view.keys.shape[1], view.groups, P).sum(1).cpu()
         protected = torch.arange(P) >= P - recent
         held = top_mask(acc.masked_fill(protected, float("inf")), budget)
         return {"held": held, "acc": acc, "budget": budget, "recent": recent}

@@ -24,8 +24,9 @@ def backend_missing(backend: str) -> str | None:
         found = importlib.util.find_spec(package) is not None
     except ModuleNotFoundError:
         found = False
-    return None if found else (f"hf_quantized: backend={backend} needs the {package.split('.')[-1]!r} package "
-                               f"({'optimum-quanto' if backend == 'quanto' else 'hqq'} on PyPI), not installed here")
+    return None if found else (f"hf_quantized: backend={backend} needs the {package.split('.')[-1]!r} "
+                               f"package ({'optimum-quanto' if backend == 'quanto' else 'hqq'} on PyPI), not "
+                               "installed here")
 
 
 def refusal(config, op: HFQuantized) -> str | None:
@@ -33,7 +34,8 @@ def refusal(config, op: HFQuantized) -> str | None:
     kinds = set(layer_types(config))
     if kinds - {"full_attention"}:
         others = " and ".join(kind.replace("_", "-") for kind in sorted(kinds - {"full_attention"}))
-        return f"transformers' QuantizedCache refuses models with {others} layers (only full attention is supported)"
+        return (f"transformers' QuantizedCache refuses models with {others} layers (only full attention is "
+                "supported)")
     return backend_missing(op.backend)
 
 
@@ -67,7 +69,8 @@ class HFQuantized(CacheOp):
     def __post_init__(self):
         if self.backend not in BACKENDS:
             reject(self.name, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
-        checks.check_int(f"{self.name}: nbits", self.nbits, 1, 8, "quanto and hqq store at most 8 bits a value")
+        checks.check_int(f"{self.name}: nbits", self.nbits, 1, 8,
+                         "quanto and hqq store at most 8 bits a value")
         checks.check_count(f"{self.name}: group", self.group)
         checks.check_count(f"{self.name}: residual", self.residual)
         missing = backend_missing(self.backend)  # when the op is parsed, not after a model loaded
@@ -78,7 +81,8 @@ class HFQuantized(CacheOp):
     def spec(self) -> str:
         if self.backend == "fp8":  # per-tensor: the group-wise settings do not apply
             return f"{self.name}:backend=fp8"
-        return f"{self.name}:backend={self.backend},nbits={self.nbits},group={self.group},residual={self.residual}"
+        return (f"{self.name}:backend={self.backend},nbits={self.nbits},group={self.group},"
+                f"residual={self.residual}")
 
     def make_cache(self, config):
         from transformers.cache_utils import QuantizedCache

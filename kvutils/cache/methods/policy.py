@@ -40,7 +40,8 @@ class DecodePolicy(CacheOp):
     def stack(self, states: list[dict]) -> dict:
         import torch
 
-        return {k: torch.stack([s[k] for s in states]) if torch.is_tensor(v) else v for k, v in states[0].items()}
+        return {k: torch.stack([s[k] for s in states]) if torch.is_tensor(v) else v for k,
+                v in states[0].items()}
 
     def step(self, state, weights):
         import torch

@@ -60,7 +60,8 @@ class QuantizeKivi(CacheOp):
     def store_keys(self, keys, slots):
         import torch
 
-        if int(slots[0]) % self.group or not torch.equal(slots, torch.arange(int(slots[0]), int(slots[0]) + len(slots))):
+        if int(slots[0]) % self.group or not torch.equal(slots, torch.arange(int(slots[0]),
+                                                                             int(slots[0]) + len(slots))):
             raise ValueError(f"{self.name}: stores whole groups of {self.group} contiguous tokens")
         seq, whole = keys.shape[-2], keys.shape[-2] // self.group * self.group
         parts = []
@@ -74,7 +75,8 @@ class QuantizeKivi(CacheOp):
     def store_values(self, values, slots):
         d = values.shape[-1]
         if d % self.group:
-            reject(self.name, "group", self.group, f"a divisor of the head dimension {d} (values are quantised in "
+            reject(self.name, "group", self.group,
+                   f"a divisor of the head dimension {d} (values are quantised in "
                    "groups of `group` channels)")
         grouped = values.unflatten(-1, (d // self.group, self.group))
         return quantize_asymmetric(grouped, self.bits, dim=-1).flatten(-2)
@@ -83,7 +85,8 @@ class QuantizeKivi(CacheOp):
         return self.store_keys(keys, slots), self.store_values(values, slots)
 
     def stored_key_bytes(self, n, kv_heads, head_dim, element_bytes):
-        return n * kv_heads * head_dim * self.bits / 8 + math.ceil(n / self.group) * kv_heads * head_dim * 2 * SCALE_BYTES
+        return n * kv_heads * head_dim * self.bits / 8 + math.ceil(
+            n / self.group) * kv_heads * head_dim * 2 * SCALE_BYTES
 
     def stored_value_bytes(self, n, kv_heads, head_dim, element_bytes):
         return n * kv_heads * (head_dim * self.bits / 8 + math.ceil(head_dim / self.group) * 2 * SCALE_BYTES)

@@ -32,6 +32,7 @@ class RandomPress(Press):
     def score(self, view):
         import torch
 
-        # within 64 bits for every seed: torch takes no larger one (the same draw as before for seeds < 1.8e14)
+        # within 64 bits for every seed: torch takes no larger one (the same draw as before for seeds <
+        # 1.8e14)
         g = torch.Generator().manual_seed((self.seed * 100_003 + view.layer) % (1 << 64))
         return torch.rand(view.keys.shape[1:3], generator=g)

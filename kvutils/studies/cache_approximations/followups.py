@@ -1,6 +1,7 @@
 """Chapter 4's follow-up questions (issue 51, SCBench's multi-turn setting): compress once, ask again.
 
-A real-text haystack carries TURNS needles of different shapes (`kvutils.core.haystack.build_prompts(turns=...)`),
+A real-text haystack carries TURNS needles of different shapes
+(`kvutils.core.haystack.build_prompts(turns=...)`),
 asked in turn in one conversation; which needle comes first rotates, so every depth is asked first
 and as each follow-up equally often. Each method compresses the cache once per regime (before the
 first question: the prompt cache; with it: the question-aware cache) and every later question and
@@ -22,13 +23,14 @@ import numpy as np
 from kvutils.cache.retrieval import REGIMES, STEP_FOLLOWUPS, lost_by_construction
 from kvutils.core import compare
 
-# needles per real-text haystack in make book: turn 1 and TURNS - 1 follow-ups (one per depth and shape, rotated:
-# `kvutils.core.haystack.turn_depths`, `turn_shapes`). With RULER's one shape for every needle the exact cache of
-# smollm2-135m fell below the gate (1,024 tokens, 24 pydoc haystacks: turn 1 19/24, follow-ups 24/48; a follow-up's
-# first digit copied the previous answer's); with three shapes, 24/24 and 45/48 (2,048: 23/24, 42/48). Each
-# follow-up is teacher-forced through every method's cache in both regimes, so a method's cost grows with the
-# chain: with 3 turns retrieval cost 2.2 times its one-question cost (5,354 s of one core for both models against
-# 2,483 s); with 2 turns on 18 haystacks per context instead of 24 it is about what one question cost (issue 51)
+# needles per real-text haystack in make book: turn 1 and TURNS - 1 follow-ups (one per depth and shape,
+# rotated: `kvutils.core.haystack.turn_depths`, `turn_shapes`). With RULER's one shape for every needle the
+# exact cache of smollm2-135m fell below the gate (1,024 tokens, 24 pydoc haystacks: turn 1 19/24, follow-ups
+# 24/48; a follow-up's first digit copied the previous answer's); with three shapes, 24/24 and 45/48 (2,048:
+# 23/24, 42/48). Each follow-up is teacher-forced through every method's cache in both regimes, so a method's
+# cost grows with the chain: with 3 turns retrieval cost 2.2 times its one-question cost (5,354 s of one core
+# for both models against 2,483 s); with 2 turns on 18 haystacks per context instead of 24 it is about what
+# one question cost (issue 51)
 TURNS = 2
 
 
@@ -79,7 +81,8 @@ def summarise(result: dict, exact_followups: list[list[dict]], gate: float) -> d
     result["exact"]["followups"] = block(exact_followups)
     contexts = [p["context"] for p in result["prompts"]]
     result["gate_followups"] = {
-        str(c): _mean(x["correct"] for i, rs in enumerate(exact_followups) if contexts[i] == c for x in rs) >= gate
+        str(c): _mean(x["correct"] for i,
+                      rs in enumerate(exact_followups) if contexts[i] == c for x in rs) >= gate
         for c in result["contexts"]}
     return result
 
@@ -119,7 +122,8 @@ def verdicts(result: dict) -> list[dict]:
                 f"{label} turn 1", "correct", regime, "turn1")
             ex = [exact[r["prompts"][j]] for j in keep]
             for metric in ("correct", "key_logprob"):
-                add(shares(fups, metric), shares(ex, metric), f"{label} follow-ups", "exact follow-ups", metric,
+                add(shares(fups, metric), shares(ex, metric), f"{label} follow-ups", "exact follow-ups",
+                    metric,
                     regime, "exact")
         if kept["agnostic"] and len(kept["agnostic"]) == len(kept["aware"]):
             add(shares(kept["agnostic"]), shares(kept["aware"]), f"{label} agnostic follow-ups",

@@ -46,7 +46,8 @@ def default_specs(prefill: int, decode: int) -> list[str]:
     out = []
     for spec in frontier_ops():
         op = parse_op(spec)
-        budget = matched_budget(prefill, decode, op.compression_ratio) if isinstance(op, DecodePolicy) else prefill
+        budget = matched_budget(prefill, decode,
+                                op.compression_ratio) if isinstance(op, DecodePolicy) else prefill
         if budget < prefill:
             spec = f"{op.name}:compression_ratio={_ratio_for(prefill, budget)}"
         out.append(spec)
@@ -135,19 +136,23 @@ def construction_ties(config, ops: list[CacheOp], prefill: int) -> list[dict]:
         key = (op.setting("compression_ratio"), op.setting("window"), op.setting("kernel"))
         snap = snaps.get(key)
         if isinstance(op, AdaKVPress) and snap is not None and kv_heads == 1:
-            out.append({"a": op.spec, "b": snap.spec, "why": "the model has one KV head per layer, so AdaKV has no "
+            out.append({"a": op.spec, "b": snap.spec,
+                        "why": "the model has one KV head per layer, so AdaKV has no "
                         "other head to move budget to: it keeps what SnapKV keeps"})
         if isinstance(op, PyramidKVPress) and snap is not None:
             layers = config.num_hidden_layers
             budgets = {op.budget(_stand_in(prefill, i, layers)) for i in range(layers)}
             if budgets == {kept_per_head(prefill, op.compression_ratio)}:
-                out.append({"a": op.spec, "b": snap.spec, "why": f"at compression {op.compression_ratio:g} the pyramid "
-                            f"does not fit a {prefill}-token prefill, so PyramidKV falls back to SnapKV's budget "
-                            "on every layer (kvpress's rule)"})
-        if isinstance(op, (SnapKVPress, AdaKVPress)) and kept_per_head(prefill, op.compression_ratio) <= op.window:
-            out.append({"a": op.spec, "b": None, "why": f"its budget ({kept_per_head(prefill, op.compression_ratio)} "
-                        f"entries per KV head) is no larger than its observation window ({op.window}), which it always "
-                        "keeps: it holds only the most recent prefill tokens, no sinks"})
+                out.append({"a": op.spec, "b": snap.spec,
+                            "why": f"at compression {op.compression_ratio:g} the pyramid "
+                            f"does not fit a {prefill}-token prefill, so PyramidKV falls back to SnapKV's "
+                            "budget on every layer (kvpress's rule)"})
+        if isinstance(op, (SnapKVPress, AdaKVPress)) and kept_per_head(prefill,
+                                                                       op.compression_ratio) <= op.window:
+            out.append({"a": op.spec, "b": None,
+                        "why": f"its budget ({kept_per_head(prefill, op.compression_ratio)} "
+                        f"entries per KV head) is no larger than its observation window ({op.window}), which "
+                        "it always keeps: it holds only the most recent prefill tokens, no sinks"})
     return out
 
 

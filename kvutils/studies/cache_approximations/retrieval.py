@@ -51,7 +51,8 @@ SEED = 0
 
 
 def precision() -> tuple[str, ...]:
-    """The precision rows, scored at fixed settings (each class's `retrieval`), in the registry's place order."""
+    """The precision rows, scored at fixed settings (each class's `retrieval`), in the registry's place
+    order."""
     return registry.retrieval_fixed()
 
 
@@ -87,7 +88,8 @@ def method_specs(prompt: Prompt, config=None, levels=LEVELS, seeds=RANDOM_SEEDS)
             for seed in seeds[1:]:
                 out[f"{SEED_LABEL}{seed}@{r:g}"] = parse_op(f"random:compression_ratio={r},seed={seed}").spec
         if "snapkv" in presses() and r in QUESTION_WINDOW_LEVELS:
-            question = max(1, prompt.answer - 1 - prompt.question)  # (aware) the prefill's last tokens: the question
+            # (aware) the prefill's last tokens: the question
+            question = max(1, prompt.answer - 1 - prompt.question)
             out[f"{QUESTION_WINDOW}@{r:g}"] = parse_op(f"snapkv:compression_ratio={r},window={question}").spec
         for name in policies():
             out[f"{name}@{r:g}"] = parse_op(frontier.matched_policy(name, P, D, r)).spec
@@ -118,7 +120,8 @@ def needle_summary(shares: list, records: list[dict]) -> dict:
     how many of those were still answered right."""
     lost = [i for i, s in enumerate(shares) if lost_by_construction(s)]
     return {"needle_kept_mean": np.asarray(shares, dtype=float).mean(0).round(4).tolist(),
-            "construction_losses": {"prompts": lost, "correct": sum(bool(records[i]["correct"]) for i in lost)}}
+            "construction_losses": {"prompts": lost,
+                                    "correct": sum(bool(records[i]["correct"]) for i in lost)}}
 
 
 def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, dict[str, str]],
@@ -139,7 +142,8 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
 
         def hopeless(records, allowed=allowed):
             return sum(not r["correct"] for r in records) > allowed
-        run = score_retrieval(loaded, list(labels_by_context[context].values()), at, REGIMES, progress, hopeless)
+        run = score_retrieval(loaded, list(labels_by_context[context].values()), at, REGIMES, progress,
+                              hopeless)
         exact += run["exact"]
         exact_followups += run["exact_followups"]
         kept += at
@@ -167,7 +171,8 @@ def score_haystack(loaded, prompts: list[Prompt], labels_by_context: dict[int, d
                           for p in prompts]))
     out = {"exact": {"per_prompt": exact, "accuracy": _accuracy(exact), "by_depth": by_depth(exact),
                      "held_bytes": full},
-           "gate": gate, "contexts": contexts, "not_run": not_run, "prompts": [p.record() for p in prompts], "ops": ops,
+           "gate": gate, "contexts": contexts, "not_run": not_run, "prompts": [p.record() for p in prompts],
+           "ops": ops,
            "refused": refused, "seconds": seconds}
     return followups.summarise(out, exact_followups, GATE)
 
@@ -177,11 +182,13 @@ def _collect(ops: dict, scored: dict, labels: dict[str, str], context: int, prom
     for label, spec in labels.items():
         if spec not in scored:
             continue
-        entry = ops.setdefault(label, {"specs": {}, "level": level_of(label), "family": parse_op(spec).family})
+        entry = ops.setdefault(label, {"specs": {}, "level": level_of(label),
+                                       "family": parse_op(spec).family})
         entry["specs"][str(context)] = spec
         for regime in REGIMES:
             got = scored[spec][regime]
-            r = entry.setdefault(regime, {"per_prompt": [], "held_bytes": [], "needle_kept": [], "prompts": []})
+            r = entry.setdefault(regime, {"per_prompt": [], "held_bytes": [], "needle_kept": [],
+                                          "prompts": []})
             r["per_prompt"] += got["per_prompt"]
             r["held_bytes"] += got["held_bytes"]
             r["needle_kept"] += got["needle_kept"]
@@ -208,7 +215,8 @@ def fold_seeds(ops: dict) -> dict:
             seeds["correct"].append(sum(x["correct"] for x in extra[regime]["per_prompt"]))
             n = len(base[regime]["per_prompt"])
             accuracy = [k / n for k in seeds["correct"]]
-            seeds.update(n=n, mean_accuracy=float(np.mean(accuracy)), accuracy_range=[min(accuracy), max(accuracy)])
+            seeds.update(n=n, mean_accuracy=float(np.mean(accuracy)), accuracy_range=[min(accuracy),
+                                                                                      max(accuracy)])
     return out
 
 
@@ -234,9 +242,11 @@ def verdicts(result: dict) -> list[dict]:
             level = entry["level"]
             for base in (f"random@{level:g}", f"window@{level:g}") if level is not None else ():
                 other = result["ops"].get(base)
-                if base != label and other is not None and other[regime]["prompts"] == entry[regime]["prompts"]:
+                paired = other is not None and other[regime]["prompts"] == entry[regime]["prompts"]
+                if base != label and paired:
                     both(label, records, base, other[regime]["per_prompt"], regime, base.split("@")[0])
-        both(f"{label} aware", entry["aware"]["per_prompt"], f"{label} agnostic", entry["agnostic"]["per_prompt"],
+        both(f"{label} aware", entry["aware"]["per_prompt"], f"{label} agnostic",
+             entry["agnostic"]["per_prompt"],
              "both", "regime")
     return out
 
@@ -307,7 +317,8 @@ def score_model(loaded, prompts_by_haystack: dict[str, list[Prompt]], progress: 
     out = {}
     for hay, prompts in prompts_by_haystack.items():
         hay_contexts = sorted({p.context for p in prompts})
-        labels = {c: method_specs(next(p for p in prompts if p.context == c), loaded.config) for c in hay_contexts}
+        labels = {c: method_specs(next(p for p in prompts if p.context == c),
+                                  loaded.config) for c in hay_contexts}
 
         def compute(prompts=prompts, labels=labels) -> dict:
             with torch.inference_mode():

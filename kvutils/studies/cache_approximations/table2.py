@@ -139,7 +139,8 @@ def checked(p: Chapter4Parameters) -> Checked:
     outside = [m for m in front if m not in names]
     if outside:
         raise ValueError(
-            f"frontier_models: {outside} not in models ({', '.join(names)}); the frontier runs on a subset of them"
+            f"frontier_models: {outside} not in models ({', '.join(names)}); the frontier runs on a subset "
+            "of them"
         )
     for op in front_ops if front else []:  # with no frontier model, frontier_ops are not run
         _check_lengths("frontier_ops", op, p.frontier_prefill, p.frontier_decode)
@@ -274,7 +275,8 @@ def score_costs(p: CostsPlan) -> tuple[dict, list[dict]]:
 
 
 def compute(p: Chapter4Parameters, folder: Path, unit) -> None:
-    """The unit (kvutils.studies.units.COSTS): Table 2, the frontier and Table 1's bytes, written atomically."""
+    """The unit (kvutils.studies.units.COSTS): Table 2, the frontier and Table 1's bytes, written
+    atomically."""
     started = time.time()
     numbers, described = score_costs(plan(p))
     results.write_json_atomic(

@@ -76,8 +76,8 @@ class Chapter4Parameters(Declared):
                               meaning="methods on the frontier", note=FRONTIER_OPS,
                               allowed="specs separated by `;` (no chunk operations)")
     frontier_docs: int = param(16,
-                               "documents scored on the frontier (16, as Table 2: enough for an interval wholly "
-                               "below the line): the first with frontier_prefill + frontier_decode + "
+                               "documents scored on the frontier (16, as Table 2: enough for an interval "
+                               "wholly below the line): the first with frontier_prefill + frontier_decode + "
                                "1 tokens (shorter ones are skipped)",
                                meaning="documents scored on the frontier (the first of `corpus` with "
                                        "`frontier_prefill` + `frontier_decode` + 1 tokens; shorter ones are "

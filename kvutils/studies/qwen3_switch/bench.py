@@ -29,5 +29,6 @@ def bench(model: str = "smollm2-135m", k_values: str = "1,2,4,L", tokens: int = 
     cost = switch_costs(mp, peft_model, device, repeats)
     return {str(k): {"k_over_L": row["k_over_L"], "time_fraction": row["tail_time_fraction"],
                      "flops_fraction": row["tail_flops_fraction"],
-                     "recompute_ms": 1000 * row["recompute"]["seconds"], "tail_patch_ms": 1000 * row["tail_patch"]["seconds"]}
+                     "recompute_ms": 1000 * row["recompute"]["seconds"],
+                     "tail_patch_ms": 1000 * row["tail_patch"]["seconds"]}
             for k, row in cost["per_k"].items()}

@@ -31,7 +31,8 @@ def check_exactness(numbers: dict, dtype: str) -> None:
             if not all(d == 0 for d in layers["stale"][:r["layers"] - k]):
                 problems.append(f"{model} k={k}: stale cache differs below the tail: {layers['stale']}")
             if not all(d is not None and d > 0 for d in layers["stale"][first:]):
-                problems.append(f"{model} k={k}: stale cache equals the recompute inside the tail: {layers['stale']}")
+                problems.append(f"{model} k={k}: stale cache equals the recompute inside the tail: "
+                                f"{layers['stale']}")
             prefix = r["switch"]["cache_layers"][f"activated{k}"]["prefix_vs_base"]
             if not all(d is None or d == 0 for d in prefix) or all(d is None for d in prefix):
                 problems.append(f"{model} k={k}: the activated adapter changed the prefix's K/V: {prefix}")
@@ -40,6 +41,7 @@ def check_exactness(numbers: dict, dtype: str) -> None:
         # batched forward need not round every batch row the same way on multi-threaded CPUs
         if not (patch["prefix_kv_max_diff"] == 0 and _within(patch["control_max_abs_delta"], tol)):
             problems.append(f"{model}: patching the shared prefix moved the answer by "
-                            f"{patch['control_max_abs_delta']} (its entries differ by {patch['prefix_kv_max_diff']})")
+                            f"{patch['control_max_abs_delta']} (its entries differ by "
+                            f"{patch['prefix_kv_max_diff']})")
     if problems:
         raise AssertionError("chapter 5 identities failed:\n  " + "\n  ".join(problems))

@@ -14,7 +14,14 @@ from tqdm import tqdm
 from kvutils.core import cores
 from kvutils.lora.boundary import copy_cache, new_cache
 from kvutils.lora.patching import answer_map, runs
-from kvutils.lora.switching import answer_logits, base_prefill, compare_logits, layer_differences, nan_max, switch_cache
+from kvutils.lora.switching import (
+    answer_logits,
+    base_prefill,
+    compare_logits,
+    layer_differences,
+    nan_max,
+    switch_cache,
+)
 from kvutils.studies.qwen3_switch.tasks import CONTINUATION_BINS, CONTROL_BINS
 from kvutils.studies.qwen3_switch.verdicts import auc, balanced_accuracy
 
@@ -79,7 +86,8 @@ def heldout_accuracy(mp: ModelPlan, model, device: str) -> dict:
             patch = switch_cache(model, "tail_patch", pre, ids, f"tail{k}", k)
             answers[(f"tail{k}", "tail_patch")] = answer_logits(model, f"tail{k}", patch, marker)
             answers[(f"tail{k}", "stale")] = answer_logits(model, f"tail{k}", copy_cache(pre.kv), marker)
-            answers[(f"activated{k}", "activated")] = answer_logits(model, f"activated{k}", copy_cache(pre.kv), marker)
+            answers[(f"activated{k}", "activated")] = answer_logits(model, f"activated{k}",
+                                                                    copy_cache(pre.kv), marker)
         order += group
         for key, logits in answers.items():
             logodds.setdefault(key, []).extend(_logodds(logits, group))
@@ -115,7 +123,8 @@ class _Scores:
         for i, e in enumerate(examples):
             self.rows.setdefault((adapter, policy), []).append({
                 "max_abs_logit_diff": gap["max_abs_logit_diff"][i].item(), "kl": gap["kl"][i].item(),
-                "top1_agree": bool(gap["top1_agree"][i]), "right": bool(logits[i, e.target] > logits[i, e.other])})
+                "top1_agree": bool(gap["top1_agree"][i]),
+                "right": bool(logits[i, e.target] > logits[i, e.other])})
 
     def summary(self) -> dict:
         out: dict = {}
@@ -154,7 +163,8 @@ def exactness(mp: ModelPlan, model, device: str, n: int) -> dict:
         pre = base_prefill(model, ids, starts)
         for k in mp.k_values:
             adapter = f"tail{k}"
-            caches = {p: switch_cache(model, p, pre, ids, adapter, k) for p in ("recompute", "stale", "tail_patch")}
+            caches = {p: switch_cache(model, p, pre, ids, adapter, k) for p in ("recompute", "stale",
+                                                                                "tail_patch")}
             logits = {p: answer_logits(model, adapter, copy_cache(c), marker) for p, c in caches.items()}
             for policy, value in logits.items():
                 scores.add(adapter, policy, value, logits["recompute"], group)
@@ -261,7 +271,9 @@ def patch_map(mp: ModelPlan, model, device: str, groups: int, task: str) -> dict
     out = answer_map(model, f"tail{mp.patch_k}", pairs, mp.marker_ids, mp.prefix_len, cols, CONTROL_BINS,
                      CONTINUATION_BINS, device, foreign=foreign_sources(pairs, mp.prefix_len))
     rest = "continuation" if task == "senses" else "passage B"
-    out["row_labels"] = mp.prefix_labels + [f"{rest} {i}/{CONTINUATION_BINS}" for i in range(1, CONTINUATION_BINS + 1)]
+    out["row_labels"] = mp.prefix_labels + [f"{rest} {i}/{CONTINUATION_BINS}" for i in range(
+        1, CONTINUATION_BINS + 1)]
     out["row_labels"].append(f"whole {rest}")
-    out["col_labels"] = [f"{g[0] + 1}–{g[-1] + 1}" if len(g) > 1 else str(g[0] + 1) for g in cols[:-1]] + ["all"]
+    out["col_labels"] = [f"{g[0] + 1}–{g[-1] + 1}" if len(g) > 1 else str(
+        g[0] + 1) for g in cols[:-1]] + ["all"]
     return {"adapter": f"tail{mp.patch_k}", "k": mp.patch_k, **out}

@@ -40,7 +40,8 @@ def run_model(p: Plan, mp: ModelPlan) -> tuple[dict, dict]:
     training["zero_shot"]["heldout"] = heldout["base"]["zero_shot"]
     for name, _, activated in adapter_names(mp):
         training["adapters"][name]["heldout"] = heldout[name]["activated" if activated else "tail_patch"]
-    exact = checkpoints.stored(f"{mp.name}-exactness", lambda: exactness(mp, model, p.device, p.exact_examples))
+    exact = checkpoints.stored(f"{mp.name}-exactness", lambda: exactness(mp, model, p.device,
+                                                                         p.exact_examples))
     switch = {"heldout": heldout, "heldout_examples": examples, **exact}
     timings["switch_s"] = time.perf_counter() - began - sum(timings.values())
     cost = checkpoints.stored(f"{mp.name}-cost", lambda: switch_costs(mp, model, p.device, p.timing_repeats))
@@ -54,8 +55,10 @@ def run_model(p: Plan, mp: ModelPlan) -> tuple[dict, dict]:
         "schedule": p.schedule, "warmup": p.warmup, "loss": p.loss,
         "max_grad_norm": p.max_grad_norm, "layers": mp.n_layers,
         "model_type": mp.model_type, "k_values": mp.k_values,
-        "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee["knee_k"], "knee": knee,
-        "first_changed_layer": {str(k): first_changed_layer(mp.n_layers, k, p.targets, family_of(mp.model_type))
+        "patch_k": mp.patch_k, "hidden_size": loaded.config.hidden_size, "knee_k": knee["knee_k"],
+        "knee": knee,
+        "first_changed_layer": {str(k): first_changed_layer(mp.n_layers, k, p.targets,
+                                                            family_of(mp.model_type))
                                 for k in mp.k_values},
         "n_train_examples": len(mp.train), "n_heldout_examples": len(mp.heldout),
         "training": training, "switch": switch, "cost": cost, "patching": patching, "timings": timings}

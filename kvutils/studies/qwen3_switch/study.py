@@ -1,7 +1,8 @@
 """Chapter 5: switch to a LoRA tail mid-sequence — train it, switch under four cache policies,
 and patch the cache to see where the adapter reads its answer.
 
-The task after the marker is one of `kvutils.studies.qwen3_switch.tasks` (`continuation`: does passage B continue
+The task after the marker is one of `kvutils.studies.qwen3_switch.tasks` (`continuation`: does passage B
+continue
 passage A?, or `senses`: name the sense of an ambiguous word). For every k of the sweep a LoRA tail
 and an activated LoRA of that depth are trained from cached boundary states, and scored on held-out
 examples under each switch policy.
@@ -74,7 +75,8 @@ class Plan:
 # --------------------------------------------------------------------------- checking the parameters
 
 
-ADAPTER_COPIES = 4  # fp32 words per adapter weight while training: the weight, its gradient, AdamW's two moments
+# fp32 words per adapter weight while training: the weight, its gradient, AdamW's two moments
+ADAPTER_COPIES = 4
 
 
 def adapter_bytes(config, k: int, rank: int, targets: list[str]) -> int:
@@ -86,7 +88,8 @@ def adapter_bytes(config, k: int, rank: int, targets: list[str]) -> int:
     kv_heads, head_dim = kv_shape(config)
     width, heads = config.hidden_size, config.num_attention_heads
     inner = getattr(config, "intermediate_size", None) or 4 * width
-    sides = {"q": width + heads * head_dim, "k": width + kv_heads * head_dim, "v": width + kv_heads * head_dim,
+    sides = {"q": width + heads * head_dim, "k": width + kv_heads * head_dim,
+             "v": width + kv_heads * head_dim,
              "o": heads * head_dim + width, "mlp": 3 * (width + inner)}
     return rank * sum(sides[t] for t in targets) * k * 4 * ADAPTER_COPIES
 
@@ -99,10 +102,10 @@ def check_rank_fits(config, ks: list[int], rank: int, targets: list[str], name: 
     need, memory = adapter_bytes(config, max(ks), rank, targets), psutil.virtual_memory().total
     if need > memory:
         fits = max(1, rank * memory // need)
-        raise ValueError(f"rank: {rank:,} would need {need / 2**30:,.1f} GiB for the k={max(ks)} tail of {name} while "
-                         f"training (weights, gradients and AdamW's two moments of rank x (in + out) per adapted "
-                         f"projection), more than this machine's {memory / 2**30:,.1f} GiB of memory; give at most "
-                         f"rank {fits:,}")
+        raise ValueError(f"rank: {rank:,} would need {need / 2**30:,.1f} GiB for the k={max(ks)} tail of "
+                         f"{name} while training (weights, gradients and AdamW's two moments of rank x (in + "
+                         f"out) per adapted projection), more than this machine's {memory / 2**30:,.1f} GiB "
+                         f"of memory; give at most rank {fits:,}")
 
 
 def parse_per_model(parameter: str, value, model_names: list[str]) -> dict[str, float | int]:
@@ -120,7 +123,8 @@ def parse_per_model(parameter: str, value, model_names: list[str]) -> dict[str, 
                          f"({', '.join(model_names)}) nor a known model; check the spelling")
     missing = [m for m in model_names if m not in values and default is None]
     if missing:
-        raise ValueError(f"{parameter}: no value for {', '.join(missing)}; add a default or {missing[0]}:value")
+        raise ValueError(f"{parameter}: no value for {', '.join(missing)}; add a default or "
+                         f"{missing[0]}:value")
     return {m: values.get(m, default) for m in model_names}
 
 
@@ -167,7 +171,8 @@ def check_contexts(examples: list[Example], tokenizer, prefix_len: int, m: int, 
             contexts.setdefault(e.group, []).append(e)
     for word, (a, b) in contexts.items():
         if a.ids[:prefix_len] != b.ids[:prefix_len] or len(tokenizer("The " + word).input_ids) != prefix_len:
-            problems.append(f"{word!r}: 'The {word}' is not the same {prefix_len} tokens at the start of both contexts")
+            problems.append(f"{word!r}: 'The {word}' is not the same {prefix_len} tokens at the start of "
+                            "both contexts")
         if min(len(a.ids), len(b.ids)) - m - prefix_len < CONTINUATION_BINS:
             problems.append(f"{word!r}: a continuation is shorter than {CONTINUATION_BINS} tokens")
     if problems:
@@ -200,8 +205,8 @@ def check_task(p: Chapter5Parameters) -> TaskData:
             raise ValueError(f"{name} must be even (each passage A is shown with its true continuation and "
                              f"with another document's passage), got {value}")
     if not isinstance(p.eval_corpus, str):
-        raise ValueError(f"eval_corpus must be a string: '' (the held-out quarter of corpus), a folder of .txt "
-                         f"files or a .jsonl file; got {p.eval_corpus!r}")
+        raise ValueError("eval_corpus must be a string: '' (the held-out quarter of corpus), a folder of "
+                         f".txt files or a .jsonl file; got {p.eval_corpus!r}")
     docs = data.load_corpus(p.corpus, parameter="corpus")
     if p.eval_corpus:
         train_docs, eval_docs = docs, data.load_corpus(p.eval_corpus, parameter="eval_corpus")
@@ -213,7 +218,8 @@ def check_task(p: Chapter5Parameters) -> TaskData:
     else:
         train_docs, eval_docs = switch_tasks.split_documents(docs)
         source = f"every 4th document of {p.corpus}"
-    return TaskData(p.task, marker, train_docs=tuple(train_docs), eval_docs=tuple(eval_docs), eval_source=source)
+    return TaskData(p.task, marker, train_docs=tuple(train_docs), eval_docs=tuple(eval_docs),
+                    eval_source=source)
 
 
 def plan(p: Chapter5Parameters) -> Plan:
@@ -236,24 +242,28 @@ def plan(p: Chapter5Parameters) -> Plan:
         check_rank_fits(config, ks, p.rank, target_list, r.name)
         p_k = parse_k(p.patch_k, n_layers, r.name, "patch_k")
         if p_k not in ks:
-            raise ValueError(f"patch_k: {p.patch_k!r} (k={p_k}) is not one of the trained k_values {ks} of {r.name}")
+            raise ValueError(f"patch_k: {p.patch_k!r} (k={p_k}) is not one of the trained k_values {ks} of "
+                             f"{r.name}")
         if p.patch_layer_groups > n_layers:
             raise ValueError(f"patch_layer_groups must be between 1 and {n_layers} (the layers of {r.name}), "
                              f"got {p.patch_layer_groups}")
         tokenizer = load_tokenizer(r.name)
         task_plan = (_senses_plan if td.task == "senses" else _continuation_plan)(
-            td, tokenizer, r.name, seed=p.seed, passage_tokens=p.passage_tokens, candidate_tokens=p.candidate_tokens,
+            td, tokenizer, r.name, seed=p.seed, passage_tokens=p.passage_tokens,
+            candidate_tokens=p.candidate_tokens,
             n_train=p.n_train, n_heldout=p.n_heldout)
         marker_ids, train, heldout, pairs, prefix_len, labels = task_plan
         if p.exact_examples > len(heldout):
-            raise ValueError(f"exact_examples: {p.exact_examples} is more than the {len(heldout)} held-out examples "
-                             f"of {r.name}; give at most {len(heldout)}")
+            raise ValueError(f"exact_examples: {p.exact_examples} is more than the {len(heldout)} held-out "
+                             f"examples of {r.name}; give at most {len(heldout)}")
         longest = max(len(e.ids) for e in train + heldout)
         if longest > r.context:
-            raise ValueError(f"passage_tokens, candidate_tokens: an example of {r.name} has {longest} tokens (with the "
-                             f"marker and the question), more than its context of {r.context}; lower them")
+            raise ValueError(f"passage_tokens, candidate_tokens: an example of {r.name} has {longest} tokens "
+                             f"(with the marker and the question), more than its context of {r.context}; "
+                             "lower them")
         if p.bench_tokens > r.context:
-            raise ValueError(f"bench_tokens: {p.bench_tokens} is more than {r.name}'s context of {r.context} tokens")
+            raise ValueError(f"bench_tokens: {p.bench_tokens} is more than {r.name}'s context of {r.context} "
+                             "tokens")
         bench = data.prompts_from_corpus(tokenizer, bench_docs, 1, p.bench_tokens, parameter="bench_tokens")
         plans.append(ModelPlan(r.name, config.model_type, n_layers, ks, p_k, marker_ids, train, heldout,
                                pairs[:p.patch_pairs], prefix_len, labels, bench, learning_rates[r.name],
@@ -290,11 +300,12 @@ def _continuation_plan(td: TaskData, tokenizer, name: str, *, seed: int, passage
         raise ValueError("marker must give at least one token")
     train = switch_tasks.continuation_examples(tokenizer, list(td.train_docs), n_train, passage_tokens,
                                                candidate_tokens, marker_ids, seed, name, "corpus")
+    eval_parameter = ("eval_corpus" if td.eval_source and "every 4th" not in td.eval_source
+                      else "corpus (its held-out quarter)")
     heldout = switch_tasks.continuation_examples(tokenizer, list(td.eval_docs), n_heldout, passage_tokens,
-                                                 candidate_tokens, marker_ids, seed + 1, name,
-                                                 "eval_corpus" if td.eval_source and "every 4th" not in td.eval_source
-                                                 else "corpus (its held-out quarter)")
+                                                 candidate_tokens, marker_ids, seed + 1, name, eval_parameter)
     prefix_len = len(tokenizer("", add_special_tokens=True).input_ids) + passage_tokens
     pairs = [(heldout[i], heldout[i + 1]) for i in range(0, len(heldout), 2)]  # the same A, true / foreign B
     bins = min(prefix_len, CONTROL_BINS)
-    return marker_ids, train, heldout, pairs, prefix_len, [f"passage A {i}/{bins}" for i in range(1, bins + 1)]
+    return marker_ids, train, heldout, pairs, prefix_len, [f"passage A {i}/{bins}" for i in range(1,
+                                                                                                  bins + 1)]

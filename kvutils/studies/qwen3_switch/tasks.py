@@ -51,7 +51,8 @@ def senses_examples(tokenizer, words: list[data.Word], marker_ids: list[int], na
     for w in words:
         labels = [label_token(tokenizer, w, s, name) for s in w.senses]
         for s, sense in enumerate(w.senses):
-            texts = [("context", w.prefix + sense.continuation)] + [("reference", r) for r in sense.references]
+            texts = [("context", w.prefix + sense.continuation)] + [("reference",
+                                                                     r) for r in sense.references]
             for kind, text in texts:
                 ids = tokenizer(text, add_special_tokens=True).input_ids + marker_ids
                 out.append(Example(w.word, s, kind, tuple(ids), labels[s], labels[1 - s]))
@@ -92,7 +93,8 @@ def _windows(tokenizer, docs: list[data.Document], a: int, b: int) -> list[tuple
                 apart.append(s)
                 free = s + a + b
         chosen = set(apart)
-        out.append((ids, apart, [s for s in fits if s not in chosen], [s for s in starts if s + b <= len(ids)]))
+        out.append((ids, apart, [s for s in fits if s not in chosen],
+                    [s for s in starts if s + b <= len(ids)]))
     return out
 
 
@@ -107,10 +109,11 @@ def continuation_examples(tokenizer, docs: list[data.Document], n: int, a: int, 
     usable = [i for i, (_, apart, _, _) in enumerate(windows) if apart]
     available = sum(len(apart) + len(rest) for _, apart, rest, _ in windows)
     if len(usable) < 2 or available < n // 2:
-        raise ValueError(f"{parameter}: its {len(docs)} documents give {available} passages of {a} + {b} tokens "
-                         f"for {name} (in {len(usable)} documents); {n // 2} are needed for {n} examples, from "
-                         "at least two documents. Give more or longer documents, or lower passage_tokens and "
-                         "candidate_tokens or the number of examples (n_train, n_heldout).")
+        raise ValueError(f"{parameter}: its {len(docs)} documents give {available} passages of {a} + {b} "
+                         f"tokens for {name} (in {len(usable)} documents); {n // 2} are needed for {n} "
+                         "examples, from at least two documents. Give more or longer documents, or lower "
+                         "passage_tokens and candidate_tokens or the number of examples (n_train, "
+                         "n_heldout).")
     rng, spare = random.Random(seed), random.Random(seed + 10_007)
     queues = {i: rng.sample(windows[i][1], len(windows[i][1])) for i in usable}
     overlapping = {i: spare.sample(windows[i][2], len(windows[i][2])) for i in usable}

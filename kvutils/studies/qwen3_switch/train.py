@@ -59,9 +59,11 @@ def base_pass(p: Plan, mp: ModelPlan, model, train: Batch) -> tuple[dict[int, to
 
     def compute() -> dict:
         with training_precision(p.train_dtype, p.device):
-            boundary, cache = states_and_prefix_cache(model, train.ids, train.mask, starts, len(mp.marker_ids))
+            boundary, cache = states_and_prefix_cache(model, train.ids, train.mask, starts,
+                                                      len(mp.marker_ids))
         dtype = getattr(torch, p.dtype)
-        return {"boundary": {str(layer): states.to(dtype) for layer, states in boundary.items()},  # autocast may leave bf16
+        # autocast may leave bf16
+        return {"boundary": {str(layer): states.to(dtype) for layer, states in boundary.items()},
                 "prefix": cache_layers(cache)}
 
     stored = checkpoints.stored(f"{mp.name}-base-pass", compute)
@@ -69,7 +71,8 @@ def base_pass(p: Plan, mp: ModelPlan, model, train: Batch) -> tuple[dict[int, to
             cache_from_layers(model, stored["prefix"]))
 
 
-def _train_one(p: Plan, mp: ModelPlan, model, name: str, k: int, activated: bool, boundary, prefix_cache, train: Batch,
+def _train_one(p: Plan, mp: ModelPlan, model, name: str, k: int, activated: bool, boundary, prefix_cache,
+               train: Batch,
                fit: tuple[Batch, torch.Tensor]) -> dict:
     """One adapter trained (its weights and its numbers): `boundary(start)` and `prefix_cache()` give
     the base pass's states, made when first asked for."""
@@ -82,7 +85,8 @@ def _train_one(p: Plan, mp: ModelPlan, model, name: str, k: int, activated: bool
     fit_batch, fit_other = fit
     entry = {"k": k, "activated": activated, "losses": losses, "train_seconds": time.perf_counter() - began,
              "trainable_parameters": sum(t.numel() for t in adapter_parameters(model, name)),
-             "train": accuracy(model, name, boundary(start)[:len(fit_other)], fit_batch, fit_other, start, activated)}
+             "train": accuracy(model, name, boundary(start)[:len(fit_other)], fit_batch, fit_other, start,
+                               activated)}
     return {"weights": adapter_parameters(model, name), "entry": entry}
 
 
@@ -109,8 +113,10 @@ def train_all(p: Plan, mp: ModelPlan, model, pad_id: int) -> tuple[object, dict]
         model = lora_tail(model, k, p.rank, p.alpha, p.targets, adapter_name=name, seed=p.seed,
                           invocation_tokens=mp.marker_ids if activated else None)
         done = checkpoints.stored(f"{mp.name}-{name}-trained", functools.partial(
-            _train_one, p, mp, model, name, k, activated, boundary, lambda: base[1], train, (fit_batch, train_other[fit])))
-        with torch.no_grad():  # the same weights where it was just trained; the stored ones where it was read back
+            _train_one, p, mp, model, name, k, activated, boundary, lambda: base[1], train,
+            (fit_batch, train_other[fit])))
+        # the same weights where it was just trained; the stored ones where it was read back
+        with torch.no_grad():
             for param, value in zip(adapter_parameters(model, name), done["weights"]):
                 param.copy_(value)
         out["adapters"][name] = done["entry"]

@@ -106,7 +106,8 @@ def knee(held: dict, ks: Sequence[int]) -> dict:
 def cell_flips(pm: dict, row: int, col: int) -> list[int]:
     """Per pair where the clean adapter answers right, 1 if patching this cell flipped its answer."""
     out = []
-    for clean, after, before in zip(pm["per_pair"]["clean"], pm["per_pair"]["patched"], pm["per_pair"]["unpatched"]):
+    for clean, after, before in zip(pm["per_pair"]["clean"], pm["per_pair"]["patched"],
+                                    pm["per_pair"]["unpatched"]):
         if clean > 0 and row < len(after):
             out.append(int((after[row][col] > 0) != (before[row][col] > 0)))
     return out
@@ -124,7 +125,8 @@ def where_it_reads(pm: dict) -> dict:
     others = [compare.paired_binary(flips[top], flips[c], pm["col_labels"][top], pm["col_labels"][c], "pairs")
               for c in groups if c != top] if n else []
     above = [p for p in others if p.better(lower_is_better=False) == p.a]
-    return {"top": top, "flipped": sum(flips[top]), "n": n, "above_every_other": bool(others) and len(above) == len(others),
+    return {"top": top, "flipped": sum(flips[top]), "n": n,
+            "above_every_other": bool(others) and len(above) == len(others),
             "above": above, "not_above": [p for p in others if p not in above],
             "closest": min(others, key=lambda p: p.effect, default=None)}
 
@@ -137,7 +139,9 @@ def control_pair(pm: dict) -> compare.Paired | None:
         return None
     rows, cols = pm["control_rows"], len(pm["col_labels"])
     same = [max(abs(a[r][c] - b[r][c]) for r in range(rows) for c in range(cols))
-            for a, b, f in zip(pm["per_pair"]["patched"], pm["per_pair"]["unpatched"], pm["per_pair"]["foreign_patched"])
+            for a, b, f in zip(pm["per_pair"]["patched"], pm["per_pair"]["unpatched"],
+                               pm["per_pair"]["foreign_patched"])
             if f is not None]
-    return compare.paired(foreign["max_abs_delta_per_pair"], same, "another pair's prefix", "the shared prefix",
+    return compare.paired(foreign["max_abs_delta_per_pair"], same, "another pair's prefix",
+                          "the shared prefix",
                           "pairs")

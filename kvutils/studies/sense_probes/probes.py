@@ -301,7 +301,8 @@ def context_divergence(ws: WordStates) -> dict:
            "states_bit_identical_words": sum(torch.equal(pair[0], pair[1]) for pair in ws.old),
            "n_words": ws.old.shape[0]}
     if ws.prefix_keys is not None:
-        rel = torch.stack([(a.double() - b.double()).flatten(1).norm(dim=1) / a.double().flatten(1).norm(dim=1)
+        rel = torch.stack([(a.double() - b.double()).flatten(1).norm(dim=1) / a.double().flatten(1).norm(
+            dim=1)
                            for a, b in ws.prefix_keys])  # (words, layers)
         out["key_relative_diff_mean"] = rel.mean(0).tolist()
         out["key_relative_diff_max"] = rel.max(0).values.tolist()
@@ -337,7 +338,8 @@ def probe(ws: WordStates, distance: str) -> dict:
     and, where there is one, at the new position; with every item's outcome per depth
     (`*_right`: [depth][item], 1 right, 0 wrong) so the tests against chance can be recomputed."""
     old = nearest_centroid_right(ws.old, ws.centroids, distance)
-    out = {"old_position_pct": (100 * old.double().mean(dim=(0, 1))).tolist(), "old_position_right": _per_depth(old),
+    out = {"old_position_pct": (100 * old.double().mean(dim=(0, 1))).tolist(),
+           "old_position_right": _per_depth(old),
            "n_items": ws.old.shape[0] * ws.old.shape[1], "distance": distance}
     if ws.new is not None:
         new = nearest_centroid_right(ws.new, ws.centroids, distance)

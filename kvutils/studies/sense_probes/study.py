@@ -47,7 +47,8 @@ def plan(p: Chapter2Parameters | Chapter3Parameters) -> Plan:
     for r in causal + encoders:
         tokenizer = load_tokenizer(r.name)
         data.check_words_for_tokenizer(words, tokenizer, r.name)
-        items[r.name] = probes.build_items(tokenizer, words, p.repeat_template, with_repeats=r.family == "causal")
+        items[r.name] = probes.build_items(tokenizer, words, p.repeat_template,
+                                           with_repeats=r.family == "causal")
     return Plan([r.name for r in causal], [r.name for r in encoders], words, items, p.distance,
                 p.repeat_template, p.batch_size, p.device)
 

@@ -24,8 +24,8 @@ def check_repeat_template(template: str, parameter: str = "repeat_template") -> 
     fields = [f for f, _, _ in parsed]
     decorated = [f for f, spec, conv in parsed if spec or conv]
     if decorated:
-        raise ValueError(f"{parameter}: {template!r} formats {decorated}; write plain fields such as {{word}}, "
-                         "without !conversions or :specs")
+        raise ValueError(f"{parameter}: {template!r} formats {decorated}; write plain fields such as "
+                         "{word}, without !conversions or :specs")
     unknown = sorted(set(fields) - set(REPEAT_FIELDS))
     if unknown:
         raise ValueError(f"{parameter}: unknown field(s) {unknown} in {template!r}; "
@@ -35,5 +35,6 @@ def check_repeat_template(template: str, parameter: str = "repeat_template") -> 
                          f"new position), e.g. {DEFAULT_REPEAT_TEMPLATE!r}")
     if fields.count("prefix") != 1:
         raise ValueError(f"{parameter}: {template!r} must contain {{prefix}} exactly once (where the word "
-                         f"first occurs, whose cached state the probe reads), e.g. {DEFAULT_REPEAT_TEMPLATE!r}")
+                         "first occurs, whose cached state the probe reads), e.g. "
+                         f"{DEFAULT_REPEAT_TEMPLATE!r}")
     return template
