@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
+from kvutils.book import in_page
+
 # Chromium with no network (else it keeps trying Google's hosts). The resolver rule leaves only
 # 127.0.0.1 resolvable, so a page reaching out fails and is reported (`_leaving`) with no request
 # routing, which left a font from Chromium's cache paused for ever (Chromium bug 1279953: MathJax's
@@ -52,57 +54,8 @@ MIN_CHART_PX = 600
 MIN_PLOT_SHARE = 0.5  # of a chart's width, for the plot itself (the rest: legend, axis titles)
 
 
-# Runs in the page: how wide its tables and charts are laid out in the text column (after every
-# Plotly chart has been resized to the window, as Plotly's responsive mode does on a resize).
-_LAYOUT_STATE = """async () => {
-  const column = document.querySelector('article.bd-article') || document.querySelector('main')
-    || document.body;
-  const plots = [...column.querySelectorAll('.js-plotly-plot')];
-  if (window.Plotly) { await Promise.all(plots.map(p => Plotly.Plots.resize(p))); }
-  const style = getComputedStyle(column);
-  const box = column.getBoundingClientRect();
-  const left = box.left + parseFloat(style.paddingLeft), right = box.right - parseFloat(style.paddingRight);
-  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
-    (el.classList.length ? '.' + [...el.classList].join('.') : '');
-  const overflow = el => {  // el or a box around it, up to the column, whose content is wider than it
-    const out = [];
-    for (let e = el; e; e = e.parentElement) {
-      if (e.scrollWidth > e.clientWidth + 1)
-        out.push(`${name(e)}: ${e.scrollWidth} px of content in ${e.clientWidth} px`);
-      if (e === column) break;
-    }
-    const r = el.getBoundingClientRect();
-    if (r.left < left - 1 || r.right > right + 1)
-      out.push(`${name(el)}: spans ${Math.round(r.left)}-${Math.round(r.right)} px, ` +
-               `the column ${Math.round(left)}-${Math.round(right)} px`);
-    return out;
-  };
-  const outside = (inner, outer) => inner.width > 0 && (
-    inner.left < outer.left - 1 || inner.right > outer.right + 1 ||
-    inner.top < outer.top - 1 || inner.bottom > outer.bottom + 1);
-  return {
-    column: Math.round(right - left),
-    tables: [...column.querySelectorAll('table')].map(t => ({
-      label: [...t.querySelectorAll('th')].slice(0, 3).map(h => h.textContent.trim()).join(' | ')
-        .slice(0, 80),
-      overflow: overflow(t)})),
-    charts: plots.map(p => {
-      const svg = p.querySelector('.main-svg').getBoundingClientRect();
-      const texts = [...p.querySelectorAll('.infolayer text[class$="title"], .legend')];
-      return {
-        id: p.id || (p.closest('[id]') || {}).id || 'chart',
-        width: Math.round(p.getBoundingClientRect().width),
-        plot: p._fullLayout ? Math.round(p._fullLayout._size.w) : 0, overflow: overflow(p),
-        cut: texts.filter(t => outside(t.getBoundingClientRect(), svg)).map(t =>
-          `${t.classList.contains('legend') ? 'legend' : t.getAttribute('class')} `
-          + `"${t.textContent.slice(0, 50)}"`)};
-    }),
-  };
-}"""
-
-
 def layout_problems(layout: dict, width: int) -> list[str]:
-    """What a reader at a window `width` px wide cannot read whole, from `_LAYOUT_STATE`'s report."""
+    """What a reader at a window `width` px wide cannot read whole, from `in_page.LAYOUT_STATE`'s report."""
     at = f"at {width} px"
     problems = [f"{at}: table [{t['label']}] is wider than the {layout['column']}-px column, its numbers "
                 f"need a sideways scroll ({'; '.join(t['overflow'])})"
@@ -194,27 +147,6 @@ def broken_links(html_dir: Path, page: str, hrefs: list[str]) -> list[str]:
     return problems
 
 
-# Runs in the page: what a reader sees of images, formulas and tables.
-_PAGE_STATE = """async () => {
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
-  const images = [...document.querySelectorAll('img')].map(i => ({
-    src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0 && i.naturalHeight > 0}));
-  const maths = [...document.querySelectorAll('.math')];
-  return {
-    images,
-    maths: maths.length,
-    typeset: maths.filter(m => m.querySelector('mjx-container')).length,
-    mathErrors: document.querySelectorAll('mjx-merror').length,
-    tables: document.querySelectorAll('article table, main table').length,
-    truncated: [...document.querySelectorAll('td')]
-      .filter(td => td.textContent.trim().endsWith('...')).length,
-    hrefs: [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href')),
-    charts: [...document.querySelectorAll('.kvutils-plotly[id^="kvutils-chart-"]')].map(c => ({
-      id: c.id, points: c.querySelectorAll('.scatterlayer .point').length})),
-  };
-}"""
-
-
 def check_site(html_dir: str | Path, chapter_dir: str = "book/chapters/",
                scheme: str = "http") -> dict[str, PageCheck]:
     """Open every page of the built site in headless Chromium, then run a search; return what was
@@ -278,12 +210,12 @@ def _check_page(context, base: str, page_path: str, is_chapter: bool) -> tuple[P
     try:
         page.goto(base + page_path, wait_until="load")
         _wait_until_quiet(page, in_flight)
-        state = page.evaluate(_PAGE_STATE)
+        state = page.evaluate(in_page.PAGE_STATE)
         shown = page.url.removeprefix(base).split("#")[0].split("?")[0]
         for width in LAYOUT_WIDTHS:
             page.set_viewport_size({"width": width, "height": WINDOW_HEIGHT})
             page.wait_for_timeout(200)  # the theme's layout settles (its sidebars fold away at narrow widths)
-            problems += layout_problems(page.evaluate(_LAYOUT_STATE), width)
+            problems += layout_problems(page.evaluate(in_page.LAYOUT_STATE), width)
     finally:
         page.close()
     problems += [f"image not loaded or zero-sized: {i['src']}" for i in state["images"] if not i["ok"]]
@@ -333,26 +265,6 @@ def _check_search(context, base: str) -> list[str]:
     finally:
         page.close()
     return problems
-
-
-# Runs in the page: the explorer's controls and what its Plotly figure holds now.
-_EXPLORER_STATE = """() => {
-  const root = document.getElementById('attention-explorer');
-  const gd = root.querySelector('.ae-plot');
-  const controls = {};
-  root.querySelectorAll('[data-control]').forEach(el => {
-    controls[el.dataset.control] = {
-      tag: el.tagName.toLowerCase(), type: el.type, value: el.value,
-      options: el.tagName === 'SELECT' ? [...el.options].map(o => o.value) : null,
-      min: el.min === undefined ? null : el.min, max: el.max === undefined ? null : el.max};
-  });
-  return {
-    draws: Number(root.dataset.draws || 0), controls,
-    traces: (gd.data || []).map(t => ({type: t.type, x: t.x, y: t.y, z: t.z, text: t.text})),
-    title: gd.layout && gd.layout.title ? gd.layout.title.text : null,
-    annotations: gd.layout ? (gd.layout.annotations || []).map(a => a.text) : [],
-  };
-}"""
 
 
 @dataclass
@@ -407,7 +319,7 @@ def check_explorer(html_dir: str | Path, page: str = EXPLORER_PAGE, scheme: str 
             except Exception:  # noqa: BLE001 -- playwright's TimeoutError
                 problems.append("the explorer never drew")
                 return check
-            state = tab.evaluate(_EXPLORER_STATE)
+            state = tab.evaluate(in_page.EXPLORER_STATE)
             check.states.append(state)
             for name in controls:
                 control = state["controls"][name]
@@ -422,7 +334,7 @@ def check_explorer(html_dir: str | Path, page: str = EXPLORER_PAGE, scheme: str 
                                           f".dataset.draws) > {state['draws']}", timeout=10_000)
                 except Exception:  # noqa: BLE001 -- playwright's TimeoutError; reported, not raised
                     problems.append(f"changing {name} to {value!r} did not redraw the explorer")
-                after = tab.evaluate(_EXPLORER_STATE)
+                after = tab.evaluate(in_page.EXPLORER_STATE)
                 check.changed[name] = json.dumps(after["traces"]) != json.dumps(state["traces"])
                 check.states.append(after)
                 state = after

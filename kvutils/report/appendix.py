@@ -213,6 +213,13 @@ def performance_rows(bench: dict) -> list[dict]:
          "ratio": s["speedup"],
          "target": "—", "met": None},
     ]
+    return rows + _measured_elsewhere_rows(bench)
+
+
+def _measured_elsewhere_rows(bench: dict) -> list[dict]:
+    """The rows of what a run measures only where it can: the teacher-forcing variants, the
+    decode-time policy, the bandwidth bound and chapter 5's switch."""
+    s, rows = bench["step_2000"], []
     for key, target in (("teacher_fp64", 1e-9), ("teacher_fp32_discrete", None), ("teacher_press", 1e-4)):
         if key in bench:
             q = bench[key]

@@ -35,29 +35,6 @@ def chapter1_table(numbers: dict) -> PageTable:
     """Metric | article (Pythia) | this run (one column per model). Rows follow the article's E1/E2;
     every decoding row names its no-cache procedure: the article's numbers are all per step, so they
     sit beside our per-step rows only."""
-    a = article()
-    e1, e2 = a["e1_decode"], a["e2_prefix"]
-    art_mode = "per step (article's procedure)"
-    art_decode = {
-        f"prompts decoded [{art_mode}]": str(e1["fp32"]["pythia-160m"]["n"]),
-        f"fp32: identical sequences [{art_mode}]": ", ".join(
-            f"{fraction(v['identical'], v['n'])} ({m})" for m, v in e1["fp32"].items()),
-        f"fp32: max |logit diff| [{art_mode}]": ", ".join(
-            f"{fmt(v['max_logit_diff'])} ({m})" for m, v in e1["fp32"].items()),
-        f"fp64: identical sequences [{art_mode}]": fraction(e1["fp64"]["pythia-160m"]["identical"],
-                                                            e1["fp64"]["pythia-160m"]["n"]),
-        f"fp64: max |logit diff| [{art_mode}]": fmt(e1["fp64"]["pythia-160m"]["max_logit_diff"]),
-        f"argmax agreement (%), every generated step [{art_mode}]": fmt(e1["argmax_agreement_pct"]),
-    }
-    art_rest = {
-        "fp32: median logit std": ", ".join(f"{fmt(v['median_logit_std'])} ({m})" for m,
-                                            v in e1["fp32"].items()),
-        "fp32: prefixes with bit-identical K/V": fraction(e2["fp32"]["bit_identical"], e2["n_prefixes"]),
-        "fp64: prefixes with bit-identical K/V": fraction(e2["fp64"]["bit_identical"], e2["n_prefixes"]),
-        "fp64: residue across continuations": fmt(e2["fp64"]["residue"]),
-        "fp32: max key diff, alone vs inside": fmt(e2["fp32"]["alone_vs_inside_max_key_diff"]),
-        "fp64: max key diff, alone vs inside": fmt(e2["fp64"]["alone_vs_inside_max_key_diff"]),
-    }
     rows: dict[str, dict[str, str]] = {}
     for model, by_dtype in numbers.items():
         column = f"this run: {model}"
@@ -85,7 +62,7 @@ def chapter1_table(numbers: dict) -> PageTable:
                                   (f"{p}: max key diff, alone vs inside",
                                    fmt(x["max_key_diff_alone_vs_inside"]))):
                 rows.setdefault(metric, {})[column] = value
-    for metric, value in {**art_decode, **art_rest}.items():
+    for metric, value in _article_column().items():
         rows.setdefault(metric, {})["article (Pythia)"] = value
     table = pd.DataFrame.from_dict(rows, orient="index")
     table["article (Pythia)"] = table["article (Pythia)"].fillna("—")  # the article ran per step only
@@ -93,6 +70,34 @@ def chapter1_table(numbers: dict) -> PageTable:
         "not run")
     table.index.name = "metric"
     return page_table(table.sort_index(key=lambda idx: [_row_order(m) for m in idx]))
+
+
+def _article_column() -> dict[str, str]:
+    """Chapter 1's table: the article's figures, metric by metric (its decoding is all per step)."""
+    a = article()
+    e1, e2 = a["e1_decode"], a["e2_prefix"]
+    art_mode = "per step (article's procedure)"
+    art_decode = {
+        f"prompts decoded [{art_mode}]": str(e1["fp32"]["pythia-160m"]["n"]),
+        f"fp32: identical sequences [{art_mode}]": ", ".join(
+            f"{fraction(v['identical'], v['n'])} ({m})" for m, v in e1["fp32"].items()),
+        f"fp32: max |logit diff| [{art_mode}]": ", ".join(
+            f"{fmt(v['max_logit_diff'])} ({m})" for m, v in e1["fp32"].items()),
+        f"fp64: identical sequences [{art_mode}]": fraction(e1["fp64"]["pythia-160m"]["identical"],
+                                                            e1["fp64"]["pythia-160m"]["n"]),
+        f"fp64: max |logit diff| [{art_mode}]": fmt(e1["fp64"]["pythia-160m"]["max_logit_diff"]),
+        f"argmax agreement (%), every generated step [{art_mode}]": fmt(e1["argmax_agreement_pct"]),
+    }
+    art_rest = {
+        "fp32: median logit std": ", ".join(f"{fmt(v['median_logit_std'])} ({m})" for m,
+                                            v in e1["fp32"].items()),
+        "fp32: prefixes with bit-identical K/V": fraction(e2["fp32"]["bit_identical"], e2["n_prefixes"]),
+        "fp64: prefixes with bit-identical K/V": fraction(e2["fp64"]["bit_identical"], e2["n_prefixes"]),
+        "fp64: residue across continuations": fmt(e2["fp64"]["residue"]),
+        "fp32: max key diff, alone vs inside": fmt(e2["fp32"]["alone_vs_inside_max_key_diff"]),
+        "fp64: max key diff, alone vs inside": fmt(e2["fp64"]["alone_vs_inside_max_key_diff"]),
+    }
+    return {**art_decode, **art_rest}
 
 
 def _row_order(metric: str) -> tuple:
