@@ -156,26 +156,54 @@ def tracked_copy(root: Path) -> Path:
     return root
 
 
+REPORT_COMMENT = "\n# a comment\n"  # what the quick book's clone adds to kvutils/report/names.py
+
+
 @pytest.fixture(scope="session")
 def quick_chapters(tmp_path_factory):
     """Every chapter executed once on the quick profile, then the benchmark on a tiny model (quick
     sizes) and the summary pages, each a job of make book's engine: (root, {chapter or page:
-    executed notebook}), with results in root/results, the jobs' log in root/build.log and the
-    executed copies in root/book/chapters."""
+    executed notebook}), with a fresh clone of the working tree in root/clone, results in
+    root/results, the jobs' log in root/build.log and the executed copies in root/book/chapters.
+
+    It is built as a change confined to the report layer is (issue 49): the studies and the
+    benchmark, with one page (chapter 2's), in the repository; then, in the clone, a comment added
+    to kvutils/report/names.py and make's jobs again, timed, which render every page and compute no
+    study. `make status` before and after the comment, and that last build's log and seconds, are
+    kept in root/report_change.json (tests/book/test_page_only_changes.py reads them)."""
+    import json
     import subprocess
+    import time
 
     from kvutils.book import chapters
     from kvutils.core.paths import REPO_ROOT
 
     root = tmp_path_factory.mktemp("quick")
+    clone = tracked_copy(root / "clone")
     results, out = root / "results", root / "book" / "chapters"
-    # as make book runs them: GNU make's jobs, two side by side, one thread each
     log = root / "build.log"
-    with log.open("w") as sink:
-        done = subprocess.run(["make", "--no-print-directory", "-j2", "jobs", "PROFILE=quick", f"RESULTS={results}",
-                               f"EXECUTED={out}", "JOB_THREADS=1"], cwd=REPO_ROOT, stdout=sink,
-                              stderr=subprocess.STDOUT, timeout=1800)
-    assert done.returncode == 0, log.read_text()[-5000:]
+
+    def make(*targets: str, cwd=clone) -> str:
+        # as make book runs them: GNU make's jobs, two side by side, one thread each
+        done = subprocess.run(["make", "--no-print-directory", "-j2", *targets, "PROFILE=quick", f"RESULTS={results}",
+                               f"EXECUTED={out}", "JOB_THREADS=1"], cwd=cwd, capture_output=True, text=True,
+                              timeout=1800)
+        with log.open("a") as sink:
+            sink.write(done.stdout + done.stderr)
+        assert done.returncode == 0, log.read_text()[-5000:]
+        return done.stdout
+
+    # in the repository (its job records name its commit): every study and the benchmark, one page
+    make("job-bench", "CHAPTER_PAGES=", cwd=REPO_ROOT)
+    make("job-page-02", cwd=REPO_ROOT)
+    before = make("status")
+    names = clone / "kvutils" / "report" / "names.py"
+    names.write_text(names.read_text() + REPORT_COMMENT)
+    after = make("status")
+    started = time.monotonic()
+    build = make("jobs")
+    (root / "report_change.json").write_text(json.dumps(
+        {"status_before": before, "status_after": after, "log": build, "seconds": time.monotonic() - started}))
     executed = {ch: out / f"{name}.ipynb" for ch, name in {**chapters.NOTEBOOKS, **chapters.PAGES}.items()}
     return root, executed
 

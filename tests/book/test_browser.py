@@ -39,23 +39,12 @@ def test_every_page_reads_offline_without_problems(site_report):
     assert not problems, problems
 
 
-def test_the_book_also_reads_from_its_files_alone(built_book):
-    """A reader who opens _build/html/index.html straight from disk (file://) gets the same book:
-    formulas, figures, search, no errors."""
+def test_the_book_reads_from_its_files_alone_as_make_dist_packs_it(built_book, site_report, tmp_path):
+    """A reader who opens the book straight from disk (file://), _build/html itself or `make dist`'s
+    archive unzipped elsewhere (the same files, byte for byte: one check serves both), gets the
+    whole book: every page the served book has, formulas, figures, search, none with a problem."""
     _chromium_or_skip()
-    from kvutils.book.browser_check import check_site
-
-    _, html = built_book
-    report = check_site(html, scheme="file")
-    problems = {page: check.problems for page, check in report.items() if check.problems}
-    assert not problems, problems
-    assert report["book/intro.html"].formulas >= 4
-
-
-def test_make_dist_unpacked_reads_offline(built_book, site_report, tmp_path):
-    """`make dist`'s archive, unzipped elsewhere and opened from its files (file://), is the whole
-    book: every page the served book has, none with a problem."""
-    _chromium_or_skip()
+    import hashlib
     import zipfile
 
     from kvutils.book.browser_check import check_site
@@ -64,10 +53,16 @@ def test_make_dist_unpacked_reads_offline(built_book, site_report, tmp_path):
     _, html = built_book
     archive = pack(html, tmp_path / "dist" / "kv-cache-book-test.zip")
     zipfile.ZipFile(archive).extractall(tmp_path / "unpacked")
-    report = check_site(tmp_path / "unpacked" / "kv-cache-book-test", scheme="file")
+    unpacked = tmp_path / "unpacked" / "kv-cache-book-test"
+
+    def files(folder):
+        return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
+    assert files(unpacked) == files(html)
+    report = check_site(unpacked, scheme="file")
     assert set(report) == set(site_report)
     problems = {page: check.problems for page, check in report.items() if check.problems}
     assert not problems, problems
+    assert report["book/intro.html"].formulas >= 4
 
 
 def test_every_page_of_the_book_was_opened(site_report, built_book):

@@ -15,16 +15,17 @@ from kvutils.book.jobs import jobs_for, record_path
 from kvutils.core.paths import REPO_ROOT
 
 
-def _make(*targets: str, results, executed, prefix: tuple[str, ...] = (), timeout: int = 900) -> str:
+def _make(*targets: str, results, executed, prefix: tuple[str, ...] = (), timeout: int = 900, cwd=REPO_ROOT) -> str:
     done = subprocess.run([*prefix, "make", "--no-print-directory", *targets, "PROFILE=quick", f"RESULTS={results}",
-                           f"EXECUTED={executed}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+                           f"EXECUTED={executed}"], cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return done.stdout
 
 
 def test_a_build_with_nothing_changed_reuses_every_job_on_one_core(quick_chapters, tmp_path):
-    """`taskset -c 0 make build-jobs` over the quick book's results: one job at a time, on one
-    core, and every job reused (the log names the commit each was computed at); no file changes."""
+    """`taskset -c 0 make build-jobs` over the quick book's results, in the clone that built them:
+    one job at a time, on one core, and every job reused (the log names the commit each was computed
+    at); no file changes."""
     root, _ = quick_chapters
     results, executed = tmp_path / "results", tmp_path / "chapters"
     shutil.copytree(root / "results", results)
@@ -32,7 +33,7 @@ def test_a_build_with_nothing_changed_reuses_every_job_on_one_core(quick_chapter
     before = {p: p.read_bytes() for p in [*results.rglob("*.json"), *executed.glob("*.ipynb")] if "jobs" not in p.parts}
     if shutil.which("taskset") is None:
         pytest.skip("taskset (util-linux) is not installed")
-    log = _make("build-jobs", results=results, executed=executed, prefix=("taskset", "-c", "0"))
+    log = _make("build-jobs", results=results, executed=executed, prefix=("taskset", "-c", "0"), cwd=root / "clone")
     assert "1 job(s) side by side, 1 torch thread(s) each, on 1 core(s)" in log
     for name, job in jobs_for("quick").items():
         said = f"== {name}: reused; " if job.kind == "page" else f"== {name}: reused, computed at commit "
