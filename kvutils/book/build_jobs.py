@@ -99,8 +99,8 @@ def run_pages(profile: str, results: Path, executed: Path, threads: int, only: l
 
     jobs = jobs_for(profile)
     stale = stale_pages(profile, results, executed, only)
-    for name in [n for n,
-                 j in jobs.items() if j.kind == "page" and (not only or n in only) and n not in stale]:
+    for name in [n for n, j in jobs.items()
+                 if j.kind == "page" and (not only or n in only) and n not in stale]:
         print(f"== {name}: reused; its notebook, kvutils and the results it reads are unchanged", flush=True)
 
     def render(name: str) -> None:

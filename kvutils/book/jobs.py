@@ -103,8 +103,8 @@ def check_job(name: str, profile: str) -> Job:
 def sources_digest(root: Path = REPO_ROOT) -> str:
     """One sha256 over kvutils' source files, data/ (chapter 3's explorer reads the senses file on its
     page) and the pins: their paths and bytes."""
-    files = sorted({p for pattern in SOURCES for p in (root / "kvutils").rglob(
-        pattern) if "__pycache__" not in p.parts})
+    files = sorted({p for pattern in SOURCES for p in (root / "kvutils").rglob(pattern)
+                    if "__pycache__" not in p.parts})
     data = sorted(p for p in (root / "data").rglob("*") if p.is_file())
     return digest_files([*files, *data, *(root / pin for pin in PINS)], root)
 

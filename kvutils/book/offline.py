@@ -76,8 +76,8 @@ def _drop_thebe(app, pagename, templatename, context, doctree) -> None:
         s for s in scripts
         if "thebe" not in str(getattr(s, "filename", s) or "")
         and "THEBE" not in str(getattr(s, "attributes", {}).get("body", ""))]
-    context["css_files"] = [c for c in context.get("css_files",
-                                                   []) if "thebe" not in str(getattr(c, "filename", c))]
+    context["css_files"] = [c for c in context.get("css_files", [])
+                            if "thebe" not in str(getattr(c, "filename", c))]
 
 
 def _drop_thebe_config(app, doctree, docname) -> None:

@@ -41,8 +41,8 @@ def parameters_cell(nb: dict) -> dict:
 def stale_cells(root: Path | None = None) -> list[str]:
     """The notebooks whose parameters cell is not their declaration's `cell_source()`."""
     return [notebook for notebook, declared in DECLARED.items()
-            if "".join(parameters_cell(_read(notebook_path(notebook,
-                                                           root)))["source"]) != declared.cell_source()]
+            if "".join(parameters_cell(_read(notebook_path(notebook, root)))["source"])
+            != declared.cell_source()]
 
 
 def unreadable_lines(source: str) -> list[str]:

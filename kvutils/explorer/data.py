@@ -169,8 +169,8 @@ def pack(parts: list[tuple[dict, bytes]], constructions: Mapping[str, str]) -> d
     models, blob, base = [], [], 0
     for description, chunk in parts:
         shifted = {**description, "pairs": {
-            word: {c: [{**side, "offset": side["offset"] + base} for side in sides] for c,
-                   sides in by_c.items()}
+            word: {c: [{**side, "offset": side["offset"] + base} for side in sides]
+                   for c, sides in by_c.items()}
             for word, by_c in description["pairs"].items()}}
         models.append(shifted)
         blob.append(chunk)

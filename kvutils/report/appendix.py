@@ -144,8 +144,8 @@ def packages_table(runs: dict) -> pd.DataFrame:
         for package, version in run["packages"].items():
             versions.setdefault(package, {}).setdefault(version, []).append(chapter[:2])
     rows = [{"package": p, "version": next(iter(v)) if len(v) == 1 else
-             "; ".join(f"{ver} (chapters {', '.join(chs)})" for ver, chs in v.items())} for p,
-             v in versions.items()]
+             "; ".join(f"{ver} (chapters {', '.join(chs)})" for ver, chs in v.items())}
+            for p, v in versions.items()]
     return pd.DataFrame(rows).set_index("package")
 
 
@@ -208,8 +208,8 @@ def performance_rows(bench: dict) -> list[dict]:
          "met": t["speedup"] >= 10 and t["max_logit_diff"] <= 1e-4},
         {"measure": f"decode step at {s['context']} tokens: recompute ÷ cached",
          "measured": _timed(s['uncached_ms'], s.get("uncached_repeats_ms"), "ms", 4) + " ÷ "
-                     + _timed(s['cached_ms'], s.get("cached_repeats_ms"),
-                              "ms") + f"; speed-up {speedup_text(s)}",
+                     + _timed(s['cached_ms'], s.get("cached_repeats_ms"), "ms")
+                     + f"; speed-up {speedup_text(s)}",
          "ratio": s["speedup"],
          "target": "—", "met": None},
     ]
@@ -262,8 +262,9 @@ def _measured_elsewhere_rows(bench: dict) -> list[dict]:
 
 def _timed(median: float, repeats: list[float] | None, unit: str, digits: int = 3) -> str:
     """A benchmark time with its spread where the repeats were kept, else the one number it has."""
-    return spread_text(repeats, unit,
-                       digits) if repeats else f"{fmt(median, digits)} {unit} (repeats not recorded)"
+    if repeats:
+        return spread_text(repeats, unit, digits)
+    return f"{fmt(median, digits)} {unit} (repeats not recorded)"
 
 
 def step_agreement(bench: dict, runs: dict) -> str:
@@ -279,9 +280,8 @@ def step_agreement(bench: dict, runs: dict) -> str:
             f"chapters. It ran alone on {bench['machine']['cores']} cores and {threads} torch thread(s). "
             f"Speed-up: {speedup_text(s)}. {published[:1].upper()}{published[1:]}.")
     ch4 = runs.get(NOTEBOOKS["04"], {}).get("numbers", {})
-    step = next((x for x in ch4.get("decode", {}).get(bench["model"],
-                                                      {}).get("steps", []) if x["context"] == s["context"]),
-                None)
+    steps = ch4.get("decode", {}).get(bench["model"], {}).get("steps", [])
+    step = next((x for x in steps if x["context"] == s["context"]), None)
     if step is None:
         return ours + (f" Chapter 4 did not time {bench['model']} at {s['context']} tokens in this build, "
                        "so there is nothing to set it beside")
@@ -345,8 +345,8 @@ def book_time_rows(bench: dict, runs: dict) -> list[dict]:
             rows.append({"step": step, "seconds": job["wall_s"], "counted": False, "job": job})
     if jobs:
         computed = [j for j in jobs.values() if j["status"] == "computed"]
-        span = (max(_job_start(j) + j["wall_s"] for j in computed) - min(_job_start(
-            j) for j in computed)) if computed else 0.0
+        span = (max(_job_start(j) + j["wall_s"] for j in computed)
+                - min(_job_start(j) for j in computed)) if computed else 0.0
         rows.append({"step": f"the {len(jobs)} jobs above, side by side: first start to last end of those "
                              "computed",
                      "seconds": span, "counted": True})
@@ -380,8 +380,8 @@ def book_times_table(bench: dict, runs: dict) -> pd.DataFrame:
     table["seconds"] = [fmt(s, 4) for s in table["seconds"]]
     table["job"] = [_how(r) for r in rows]
     table["machine around it"] = [_load_text(r["job"].get("load_before"), r["job"].get("load_after"))
-                                  if r.get("job") else _load_text(*(r.get(
-                                      "load") or {}).values()) for r in rows]
+                                  if r.get("job") else _load_text(*(r.get("load") or {}).values())
+                                  for r in rows]
     table["in the total"] = ["yes" if r["counted"] else "no (inside the jobs' span)" for r in rows]
     return table.set_index("step")
 
@@ -395,8 +395,8 @@ def plot_performance(bench: dict):
 
     rows = performance_rows(bench)
     labels = [textwrap.fill(r["measure"], 44) for r in rows]  # long names wrap rather than squeeze the bars
-    fig, ax = plt.subplots(figsize=(7.5, 0.42 * sum(len(t.splitlines()) for t in labels) / len(labels) * len(
-        rows) + 1.8))
+    mean_lines = sum(len(t.splitlines()) for t in labels) / len(labels)
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * mean_lines * len(rows) + 1.8))
     colours = ["#2a9d8f" if r["met"] else "#e76f51" if r["met"] is False else "#8d99ae" for r in rows]
     ax.barh(range(len(rows)), [r["ratio"] for r in rows], color=colours)
     ax.set_xscale("log")

@@ -90,8 +90,8 @@ def chapter2_glue(numbers: dict, batch_size: int | None = None) -> dict[str, str
         "causal": "; ".join(
             f"{m}: largest cosine distance {fmt(max(r['cosine_distance_max']))}, largest relative key "
             f"difference {fmt(max(r['key_relative_diff_max']))}, states bit-identical for "
-            f"{r['states_bit_identical_words']} of {r['n_words']} words" for m,
-            r in causal.items()) or "none run",
+            f"{r['states_bit_identical_words']} of {r['n_words']} words"
+            for m, r in causal.items()) or "none run",
         "encoder": "; ".join(
             f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, "
             f"{fmt(r['cosine_distance_mean'][1])} after layer 1 and {fmt(r['cosine_distance_mean'][-1])} "
@@ -101,8 +101,8 @@ def chapter2_glue(numbers: dict, batch_size: int | None = None) -> dict[str, str
             for m, r in encoders.items()) or "none run",
         "models": ", ".join(numbers),
         "n_words": str(next(iter(numbers.values()))["n_words"]),
-        "encoder_reading": "; ".join(_encoder_reading(m, r) for m,
-                                     r in encoders.items()) or "No encoder was run",
+        "encoder_reading": "; ".join(_encoder_reading(m, r) for m, r in encoders.items())
+                           or "No encoder was run",
         "causal_zero": causal_zero(causal, batch_size),
     }
     return out

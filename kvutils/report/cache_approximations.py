@@ -121,10 +121,10 @@ def blend_tests(table2: dict) -> dict[str, tuple[float, compare.Paired]]:
     out = {}
     for model, runs in table2.items():
         ops = _ops(runs["chunks"])
-        none = next((r for spec,
-                     r in ops.items() if r["name"] == "chunk_reuse" and "positions=reindexed" in spec), None)
-        partial = sorted((blend_fraction(spec), spec) for spec,
-                         r in ops.items() if r["name"] == "chunk_blend")
+        none = next((r for spec, r in ops.items()
+                     if r["name"] == "chunk_reuse" and "positions=reindexed" in spec), None)
+        partial = sorted((blend_fraction(spec), spec)
+                         for spec, r in ops.items() if r["name"] == "chunk_blend")
         partial = [(f, spec) for f, spec in partial if 0.0 < f < 1.0]
         if none is not None and partial:
             f, spec = partial[0]
@@ -189,8 +189,8 @@ def plot_approximations(table2: dict):
     import numpy as np
 
     art = article_rows_by_spec()
-    specs = list(dict.fromkeys(s for runs in table2.values() for kind in ("plain", "chunks") for s in _ops(
-        runs[kind])))
+    specs = list(dict.fromkeys(s for runs in table2.values() for kind in ("plain", "chunks")
+                               for s in _ops(runs[kind])))
     fig, ax = plt.subplots(figsize=(7.5, 0.3 * len(specs) * max(len(table2), 1) ** 0.5 + 2.2))
     y = np.arange(len(specs))
     height = 0.8 / max(len(table2), 1)
@@ -272,8 +272,8 @@ def chapter4_glue(numbers: dict) -> dict[str, str]:
         ops = {**_ops(runs["plain"]), **_ops(runs["chunks"])}
         tops = [f"{label} {ops[spec]['top1_agreement_pct']:.2f}%" for label, spec in headline if spec in ops]
         ppl = f"exact perplexity {fmt(runs['plain']['exact_perplexity'], 4)}; " if runs["plain"] else ""
-        parts.append(f"{model}: {ppl}top-1 agreement " + (", ".join(
-            tops) or "for the operations in the table"))
+        parts.append(f"{model}: {ppl}top-1 agreement "
+                     + (", ".join(tops) or "for the operations in the table"))
     out["table2"] = "; ".join(parts) or "not run"
     out["kivi_bytes"] = kivi_bytes(numbers["table2"])
     first = next(iter(numbers["table2"].values()), None)
@@ -366,8 +366,8 @@ def speed_grows(numbers: dict) -> str:
         if len(ordered) < 2:
             continue
         speeds = " → ".join(f"{fmt(s['speedup'], 3)}×" + (
-            f" [{fmt(min(s['speedups']), 3)}–{fmt(max(s['speedups']), 3)}]" if s.get(
-                "speedups") else "") for s in ordered)
+            f" [{fmt(min(s['speedups']), 3)}–{fmt(max(s['speedups']), 3)}]" if s.get("speedups") else "")
+            for s in ordered)
         (grew if speedup_grew(ordered) else not_grew).append(
             f"{m} ({speeds} from {ordered[0]['context']} to {ordered[-1]['context']} tokens)")
     if not grew and not not_grew:

@@ -89,8 +89,8 @@ def _article_column() -> dict[str, str]:
         f"argmax agreement (%), every generated step [{art_mode}]": fmt(e1["argmax_agreement_pct"]),
     }
     art_rest = {
-        "fp32: median logit std": ", ".join(f"{fmt(v['median_logit_std'])} ({m})" for m,
-                                            v in e1["fp32"].items()),
+        "fp32: median logit std": ", ".join(f"{fmt(v['median_logit_std'])} ({m})"
+                                            for m, v in e1["fp32"].items()),
         "fp32: prefixes with bit-identical K/V": fraction(e2["fp32"]["bit_identical"], e2["n_prefixes"]),
         "fp64: prefixes with bit-identical K/V": fraction(e2["fp64"]["bit_identical"], e2["n_prefixes"]),
         "fp64: residue across continuations": fmt(e2["fp64"]["residue"]),

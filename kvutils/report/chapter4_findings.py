@@ -281,8 +281,8 @@ def chapter4_findings(numbers: dict) -> PageFindings:
               "tau": tau or keys or size}
     more = {"retrieval": tuple(f for f in (margin_finding(verdicts),) if f)}
     evidence = chapter4_evidence(numbers)
-    sections = {name: Section(point, more.get(name, ()), evidence.get(name, ())) for name,
-                point in points.items()}
+    sections = {name: Section(point, more.get(name, ()), evidence.get(name, ()))
+                for name, point in points.items()}
     return PageFindings(answer_finding(numbers, box), tuple(box), sections)
 
 

@@ -24,7 +24,6 @@ from kvutils.report.conclusions_tables import (  # noqa: F401
     rq2_table,
     rq3_table,
     rq4_table,
-    stale_against_tail,
 )
 from kvutils.report.guide import (  # noqa: F401
     ARTICLE_MODEL,
@@ -176,8 +175,8 @@ def precision_reason(bf16: dict, art_top1: float, weights: str) -> str:
 
 def breaks_exactness(table2: dict) -> str:
     """Which of chapter 4's operations changed the model's output distribution (mean KL > 0)."""
-    kl = {spec: o["mean_kl"] for r in table2.values() for spec,
-          o in chapter4_ops(r).items() if o["name"] != "exact"}
+    kl = {spec: o["mean_kl"] for r in table2.values()
+          for spec, o in chapter4_ops(r).items() if o["name"] != "exact"}
     if not kl:
         return "Chapter 4 scored no cache operation in this run"
     kept = sorted(spec for spec, v in kl.items() if v == 0)
@@ -239,8 +238,8 @@ def speed_reason(ch4: dict, machine: dict, article_speedup: float) -> str:
         + f", timed {where}, on {cores} cores and {threads} torch thread(s). For {ARTICLE_MODEL} at 2000 "
           "tokens on "
         "the article's 6-core CPU: " + "; ".join(
-            f"{m}: {against_published(s, article_speedup, ARTICLE_CONTEXT, 'the article')}" for m,
-            s in longest.items())
+            f"{m}: {against_published(s, article_speedup, ARTICLE_CONTEXT, 'the article')}"
+            for m, s in longest.items())
         + ". " + trend + "the size of the ratio depends on the machine and on how much of the model's cost "
                          "is fixed "
         "per step (output head, windowed layers)")
@@ -282,8 +281,8 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     out["rq2_attention_reason"] = attention_reason(causal_models(ch3), a["e3_attention"])
     ch4 = chapter_numbers(runs, "04")
     table2 = ch4["table2"]
-    bf16 = {m: chapter4_ops(r)["cast:dtype=bfloat16"] for m,
-            r in table2.items() if "cast:dtype=bfloat16" in chapter4_ops(r)}
+    bf16 = {m: chapter4_ops(r)["cast:dtype=bfloat16"]
+            for m, r in table2.items() if "cast:dtype=bfloat16" in chapter4_ops(r)}
     out["rq3_precision_reason"] = precision_reason(bf16,
                                                    article_rows_by_spec()["cast:dtype=bfloat16"]["top1_pct"],
                                                    weights_note(bf16))

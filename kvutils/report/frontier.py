@@ -245,8 +245,8 @@ def frontier_notes(frontier: dict) -> list[str]:
             out.append(f"{model}: {sliding['layers']} of its {sliding['of']} layers attend only to the last "
                        f"{sliding['window']} positions, which a {run['prefill']}-token prefill already "
                        "exceeds; on them a method's choice among older entries changes nothing.")
-        out += [f"{model}: {label(t['a'])}: {t['why']}." for t in run.get("construction_ties",
-                                                                          []) if t["b"] is None]
+        out += [f"{model}: {label(t['a'])}: {t['why']}."
+                for t in run.get("construction_ties", []) if t["b"] is None]
     return out
 
 
@@ -287,6 +287,6 @@ def kvpress_glue(frontier: dict) -> str:
              + ("; ".join(ea) if ea else "not on the frontier") + ".")
     second = ("kvpress also finds presses scoring below random or StreamingLLM on some models; here the "
               "tests find "
-              + ("; ".join(
-                  below) if below else "no press below random or the matched streaming window") + ".")
+              + ("; ".join(below) if below else "no press below random or the matched streaming window")
+              + ".")
     return f"{first} {second}"

@@ -395,8 +395,8 @@ def plot_decision_guide(rows: list[dict], model: str):
     panels = {}
     for r in rows:
         panels.setdefault(r["setting"], []).append(r)
-    lines = [max(textwrap.fill(shown(r["operation"]),
-                               LABEL_WIDTH).count("\n") + 1 for r in p) for p in panels.values()]
+    lines = [max(textwrap.fill(shown(r["operation"]), LABEL_WIDTH).count("\n") + 1 for r in p)
+             for p in panels.values()]
     heights = [len(p) * n + 1.2 for p, n in zip(panels.values(), lines)]  # a wrapped label gets its room
     height = 0.32 * sum(heights) + 2.6
     fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, height), squeeze=False,

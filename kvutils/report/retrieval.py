@@ -111,8 +111,8 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
     handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in colours.items()]
-    handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r]) for r,
-                mk in REGIME_MARKERS.items()]
+    handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r])
+                for r, mk in REGIME_MARKERS.items()]
     handles.append(plt.Line2D([], [], color="black", ls="--", label="exact cache"))
     fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
     fig.suptitle(f"{title}\nmodels: {', '.join(retrieval)}")
@@ -179,8 +179,8 @@ def kl_points(retrieval: dict, frontier: dict) -> pd.DataFrame:
         correct: dict[str, list[bool]] = {}
         for hay in haystacks(result).values():
             for label, entry in hay["ops"].items():
-                correct.setdefault(label, []).extend(bool(
-                    x["correct"]) for x in entry[compared["regime"]]["per_prompt"])
+                records = entry[compared["regime"]]["per_prompt"]
+                correct.setdefault(label, []).extend(bool(x["correct"]) for x in records)
         for level, v in (compared.get("levels") or {}).items():
             for label in v["methods"]:
                 kl_lo, kl_hi = compare.mean_interval(per_doc[label])
@@ -301,8 +301,8 @@ def retrieval_setup(numbers: dict) -> str:
                          "2 regimes")
     if not parts:
         return "not run."
-    judged = sorted({lab for res in retrieval.values() for hay in haystacks(
-        res).values() for lab in hay["ops"]},
+    judged = sorted({lab for res in retrieval.values() for hay in haystacks(res).values()
+                     for lab in hay["ops"]},
                     key=lambda lab: (lab.split("@")[-1] if "@" in lab else "", lab))
     methods = f" The methods: {', '.join(short(lab) for lab in judged)}." if judged else ""
     return "; ".join(parts) + "." + methods

@@ -172,19 +172,18 @@ def chapter3_glue(numbers: dict) -> dict[str, str]:
         for m, r in causal.items()) or "no causal model run"
     out["new_reading"] = "; ".join(_new_reading(m, r["probe"]) for m, r in causal.items()) or (
         "no causal model run")
-    out["encoder_reading"] = "; ".join(_encoder_probe_reading(m, r["probe"]) for m,
-                                       r in encoders.items()) or (
-        "no encoder run")
-    rewrites = encoders and all(any(rate.above for rate in depth_rates(r["probe"],
-                                                                       "old")) for r in encoders.values())
+    out["encoder_reading"] = ("; ".join(_encoder_probe_reading(m, r["probe"]) for m, r in encoders.items())
+                              or "no encoder run")
+    rewrites = encoders and all(any(rate.above for rate in depth_rates(r["probe"], "old"))
+                                for r in encoders.values())
     out["encoder_verdict"] = (
         "The encoder rewrites the old position itself — which is exactly why its cache would go stale "
         "(chapter 2)"
         if rewrites else "In this run the probe does not read the sense above chance at the encoder's "
                          "original position "
         "on every encoder, so this run does not show the encoder rewriting it")
-    out["attention_reading"] = "; ".join(_attention_reading(m, r) for m,
-                                         r in causal.items()) or "no causal model run"
+    out["attention_reading"] = ("; ".join(_attention_reading(m, r) for m, r in causal.items())
+                                or "no causal model run")
     out["split_check"] = _split_check(causal)
     distance = next(iter(numbers.values()))["probe"]["distance"]
     out["distance"] = distance
@@ -293,8 +292,8 @@ def layer_count(tests: list[compare.Paired], than: str) -> str:
     if lower:
         text += f", detectably less in {lower}"
     if rest:
-        text += (f", with no detectable difference at n = {items} items in {rest}" if compare.can_separate(
-            items) else
+        text += (f", with no detectable difference at n = {items} items in {rest}"
+                 if compare.can_separate(items) else
                  f", and no verdict is possible at n = {items} items in {rest} (the test needs at least 6)")
     return text
 
@@ -320,8 +319,8 @@ SPLIT_TOLERANCE = 1e-6  # the four attention shares of a layer against 1 (softma
 
 def _split_check(causal: dict) -> str:
     """Whether the four attention shares, each summed over its own positions, add up to one."""
-    gaps = [abs(sum(r["attention"][p][layer] for p in ("continuation", "first_token", "old_word",
-                                                       "rest")) - 1)
+    parts = ("continuation", "first_token", "old_word", "rest")
+    gaps = [abs(sum(r["attention"][p][layer] for p in parts) - 1)
             for r in causal.values() for layer in range(len(r["attention"]["continuation"]))]
     if not gaps:
         return "no causal model run"
@@ -432,8 +431,8 @@ def _encoder_finding(model: str, probe: dict) -> Finding:
 
 
 def _attention_finding(causal: dict) -> Finding | None:
-    tests = [t for r in causal.values() for t in (layer_tests(r["attention"], "continuation",
-                                                              "old_word") or [])]
+    tests = [t for r in causal.values()
+             for t in (layer_tests(r["attention"], "continuation", "old_word") or [])]
     if not tests:
         return None
     more = sum(t.verdict == compare.A_HIGHER for t in tests)

@@ -52,9 +52,8 @@ def fit_clause(model: str, training: dict, ks: list[int]) -> str:
             "independent")
     train = {k: adapters[f"tail{k}"]["train"] for k in ks}
     if len(ks) > 1 and all("right_per_example" in a for a in train.values()):
-        word, steps = rsv.tested_trend({k: [float(x) for x in a["right_per_example"]] for k,
-                                        a in train.items()},
-                                       "training examples")
+        per_k = {k: [float(x) for x in a["right_per_example"]] for k, a in train.items()}
+        word, steps = rsv.tested_trend(per_k, "training examples")
         text += (f"; accuracy on {train[ks[0]]['n']} training examples "
                  + ", ".join(f"{fmt(a['accuracy_pct'], 3)}% (k = {k})" for k, a in train.items())
                  + f", which {word} with k ({steps})")
@@ -121,8 +120,8 @@ def chapter5_glue(numbers: dict, parameters: dict) -> dict[str, str]:
                "patching": lambda m, r: rsv.patching(m, r, adapter_label(r, r["patching"]["adapter"])),
                "patch_where": rsv.where, "control": rsv.controls, "timings": _timings}
     return {**settings_glue(numbers, parameters),
-            **{key: "; ".join(clause(model, r) for model, r in numbers.items()) for key,
-               clause in clauses.items()}}
+            **{key: "; ".join(clause(model, r) for model, r in numbers.items())
+               for key, clause in clauses.items()}}
 
 
 def clipping_text(parameters: dict) -> str:

@@ -36,8 +36,8 @@ def table_html(table: pd.DataFrame, short: dict[str, str] | None = None) -> str:
         rows.append(f'<tr><th class="{LABEL_CLASS}" '
                     f'title="{html.escape(text, quote=True)}">{shown}</th>{cells}</tr>')
     return (f'<table class="dataframe {TABLE_CLASS}">\n<thead><tr><th '
-            f'class="{LABEL_CLASS}">{index_name}</th>{head}</tr></thead>\n<tbody>\n' + "\n".join(
-                rows) + "\n</tbody>\n</table>")
+            f'class="{LABEL_CLASS}">{index_name}</th>{head}</tr></thead>\n<tbody>\n'
+            + "\n".join(rows) + "\n</tbody>\n</table>")
 
 
 def _cell_text(value) -> str:
