@@ -95,13 +95,16 @@ def _tiny_site(root: Path, body: str) -> Path:
 def test_the_check_reports_what_a_reader_would_see_broken(tmp_path):
     """A page with a missing image, a CDN script, a broken link and a script error: all reported."""
     _chromium_or_skip()
-    from kvutils.book.browser_check import check_site
+    from kvutils.book.browser_check import SEARCH_TERM, check_site
 
     site = _tiny_site(tmp_path / "site", (
         '<img src="missing.png"><script src="https://cdn.jsdelivr.net/npm/x.js"></script>'
         '<a href="nowhere.html">x</a><a href="#no-anchor">y</a><script>undefinedFunction()</script>'
         '<table><tr><td>a long command cut by pandas...</td></tr></table>'))
-    problems = " | ".join(check_site(site)["index.html"].problems)
+    report = check_site(site)
+    # a site without a search page says so at once (not after the search's wait for results)
+    assert report[f"search.html?q={SEARCH_TERM}"].problems == ["the site has no search.html to search"]
+    problems = " | ".join(report["index.html"].problems)
     assert "missing.png" in problems and "HTTP 404" in problems
     assert "cdn.jsdelivr.net" in problems  # blocked: the page needed the network
     assert "nowhere.html" in problems and "#no-anchor" in problems
