@@ -9,12 +9,11 @@ from kvutils.core import compare
 from kvutils.core.article import article
 
 # Table 1, for the notebook
-from kvutils.report.cache_bytes import bytes_glue, bytes_table, plot_bytes  # noqa: F401
+from kvutils.report.cache_bytes import bytes_table, plot_bytes  # noqa: F401
 from kvutils.report.figures import styled
 from kvutils.report.names import human
-from kvutils.report.tables import page_table, rows_table
+from kvutils.report.tables import PageTable, page_table, rows_table, tests_table
 from kvutils.report.text import fmt
-from kvutils.report.timing import grew_test, speedup_grew, step_line
 from kvutils.report.weights import weights_note
 
 # --------------------------------------------------------------------------- E4: decode cost
@@ -254,43 +253,23 @@ def plot_blend_sweep(table2: dict):
 
 
 def chapter4_glue(numbers: dict) -> dict[str, str]:
-    out = {"bandwidth": fmt(numbers["bandwidth_gb_s"], 3)}
-    out["decode"] = "; ".join(
-        step_line(m, s) + f" (analytical {fmt(s['analytical_ratio'], 4)}×; bandwidth bound "
-                          f"{fmt(s['bound_ms'], 3)} ms)"
-        for m, r in numbers["decode"].items() for s in r["steps"])
-    out.update(bytes_glue(numbers["bytes"]))
-    headline = (("bf16", "cast:dtype=bfloat16"), ("naive int8", "quantize_naive:bits=8"),
-                ("naive int4", "quantize_naive:bits=4"), ("KIVI int4",
-                                                          "quantize_kivi:bits=4,group=32,residual=128"),
-                ("a 128-token window with 4 sinks", "window:size=128,sinks=4,reindex=false"),
-                ("the same window without sinks", "window:size=128,sinks=0,reindex=false"),
-                ("a chunk reused at corrected positions", "chunk_reuse:positions=reindexed,chunk=128"),
-                ("the chunk at stale positions", "chunk_reuse:positions=original,chunk=128"))
-    parts = []
-    for model, runs in numbers["table2"].items():
-        ops = {**_ops(runs["plain"]), **_ops(runs["chunks"])}
-        tops = [f"{label} {ops[spec]['top1_agreement_pct']:.2f}%" for label, spec in headline if spec in ops]
-        ppl = f"exact perplexity {fmt(runs['plain']['exact_perplexity'], 4)}; " if runs["plain"] else ""
-        parts.append(f"{model}: {ppl}top-1 agreement "
-                     + (", ".join(tops) or "for the operations in the table"))
-    out["table2"] = "; ".join(parts) or "not run"
-    out["kivi_bytes"] = kivi_bytes(numbers["table2"])
+    """The two texts of the chapter's Evidence blocks that no table holds: the memory bandwidth and
+    Table 2's setup."""
+    out = {"bandwidth": fmt(numbers["bandwidth_gb_s"], 3), "setup": "not run"}
     first = next(iter(numbers["table2"].values()), None)
     if first and first["plain"]:
         out["setup"] = (f"{len(first['plain']['documents'])} documents, {first['plain']['prefill']}-token "
                         f"prefill and {first['plain']['decode']} teacher-forced tokens"
                         + (f" ({first['chunks']['decode']} for the chunk rows)" if first["chunks"] else "")
                         + ". " + weights_note(numbers["table2"]))
-    else:
-        out["setup"] = "not run"
     return out
 
 
-def kivi_bytes(table2: dict) -> str:
-    """KIVI against naive quantisation at each bit width both ran, with the memory each holds: KIVI's
-    full-precision residual makes its cache larger at the same bits, so the two compare at their bytes."""
-    parts = []
+def kivi_table(table2: dict) -> PageTable | None:
+    """KIVI against naive quantisation at each bit width both ran, with the share of the exact
+    cache's bytes each holds: KIVI's full-precision residual makes its cache larger at the same
+    bits, so the two compare at their bytes."""
+    rows = {}
     for model, runs in table2.items():
         plain = runs["plain"] or {}
         ops = plain.get("ops", {})
@@ -299,34 +278,30 @@ def kivi_bytes(table2: dict) -> str:
             naive = f"quantize_naive:bits={op.bits}" if op.name == "quantize_kivi" else None
             if naive in ops:
                 held = {name: 100 * x["cache_bytes"] / plain["exact_cache_bytes"]
-                        for name, x in (("kivi", o), ("naive", ops[naive]))}
-                parts.append(f"{model} at {op.bits} bits: KIVI holds {fmt(held['kivi'], 3)} % of the exact "
-                             f"cache (its last {op.residual} tokens in full precision) for "
-                             f"{fmt(o['top1_agreement_pct'], 4)} % top-1, naive {fmt(held['naive'], 3)} % "
-                             f"for {fmt(ops[naive]['top1_agreement_pct'], 4)} %")
-    return "; ".join(parts) or "KIVI and naive quantisation did not both run at one bit width"
+                        for name, x in (("KIVI", o), ("naive", ops[naive]))}
+                rows[f"{model}, {op.bits} bits (KIVI's last {op.residual} tokens in full precision)"] = {
+                    "KIVI: % of the exact cache's bytes": fmt(held["KIVI"], 3),
+                    "KIVI: top-1 (%)": fmt(o["top1_agreement_pct"], 4),
+                    "naive: % of the exact cache's bytes": fmt(held["naive"], 3),
+                    "naive: top-1 (%)": fmt(ops[naive]["top1_agreement_pct"], 4)}
+    return rows_table(rows, "model, bits") if rows else None
 
 
-def _list(items: list[str]) -> str:
-    return ", ".join(items) if items else "none"
-
-
-def _grew_tests(decode: dict) -> str:
-    """Each model's rank test between consecutive timed contexts."""
-    parts = []
-    for m, r in decode.items():
-        ordered = sorted(r["steps"], key=lambda s: s["context"])
-        if all(s.get("speedups") for s in ordered):
-            parts += [f"{m}: {grew_test(a, b).clause()}" for a, b in zip(ordered, ordered[1:])]
-    return "; ".join(parts) or "no repeats kept"
-
-
-def chapter4_findings(numbers: dict) -> dict[str, str]:
-    """The chapter's measured sentences, each computed from the results (glued as Markdown, numbers
-    in bold) by one function per sentence; each says the opposite when the numbers do."""
-    return {"timing": timing_clause(numbers), "speed_vs_analytical": speed_vs_analytical(numbers),
-            "speed_grows": speed_grows(numbers), "bytes_windowed": bytes_windowed(numbers),
-            "sinks": sinks_clause(numbers), "blend": blend_clause(numbers)}
+def paired_table(numbers: dict) -> PageTable | None:
+    """Each window with its sinks against the same window without them, and the smallest partial
+    recompute of a reused chunk against none (positions corrected): mean KL, paired over documents."""
+    tests = {}
+    for model, runs in numbers["table2"].items():
+        ops = _ops(runs["plain"])
+        for spec, r in ops.items():
+            if r["name"] == "window" and "sinks=0" not in spec and "reindex=false" in spec:
+                bare = spec.split("sinks=")[0] + "sinks=0," + spec.split("sinks=")[1].split(",", 1)[1]
+                if bare in ops:
+                    size = spec.split(":")[1].split(",")[0].removeprefix("size=")
+                    tests[f"{model}: window of {size}, with sinks against without"] = sinks_kl(r, ops[bare])
+    for model, (f, test) in blend_tests(numbers["table2"]).items():
+        tests[f"{model}: recompute {fmt(100 * f, 3)} % of a reused chunk against none"] = test
+    return tests_table(tests, "comparison (mean KL, nats)") if tests else None
 
 
 def timing_clause(numbers: dict) -> str:
@@ -336,90 +311,6 @@ def timing_clause(numbers: dict) -> str:
     return ((f"Timed {timing['where']}, on {timing['threads']} torch thread(s) of {timing['cores']} cores."
              if timing else "Timed in this chapter's run (thread count not recorded).")
             + (f" Each time is the median of {'/'.join(str(n) for n in repeats)} repeats, the cached and the "
-               "uncached step timed alternately after one warm-up of each, with the min–max of the repeats "
-               "beside it; each speed-up is the ratio of the medians, with the range of the repeat pairs' "
-               "own speed-ups." if repeats and repeats[0] else
+               "uncached step timed alternately after one warm-up of each; in brackets, the min–max of the "
+               "repeats (for a speed-up, of the repeat pairs' own speed-ups)." if repeats and repeats[0] else
                " The repeats of each time were not recorded in this run, so no spread is shown."))
-
-
-def speed_vs_analytical(numbers: dict) -> str:
-    """The measured speed-up against the analytical compute ratio, and the cached step against its bound."""
-    steps = [(m, s) for m, r in numbers["decode"].items() for s in r["steps"]]
-    below = [f"{m} at {s['context']} tokens ({fmt(s['speedup'], 3)}× vs {fmt(s['analytical_ratio'], 3)}×)"
-             for m, s in steps if s["speedup"] < s["analytical_ratio"]]
-    above = [f"{m} at {s['context']} tokens" for m, s in steps if s["speedup"] >= s["analytical_ratio"]]
-    bound = [s["cached_ms"] / s["bound_ms"] for _, s in steps]
-    return (("The measured speed-up is smaller than the analytical compute ratio " + (
-        "everywhere: " if not above else "for ")
-             + _list(below) + (
-                 "" if not above else f"; it reaches it for {_list(above)}") + ". " if below else
-             f"The measured speed-up reaches the analytical compute ratio everywhere ({_list(above)}). ")
-            + f"The cached step took {fmt(min(bound), 3)}× to {fmt(max(bound), 3)}× its bandwidth bound "
-            "(1× would mean it only streams the weights and the cache once).")
-
-
-def speed_grows(numbers: dict) -> str:
-    """Whether the speed-up grew with context, by the rank test over repeat pairs."""
-    grew, not_grew = [], []
-    for m, r in numbers["decode"].items():
-        ordered = sorted(r["steps"], key=lambda s: s["context"])
-        if len(ordered) < 2:
-            continue
-        speeds = " → ".join(f"{fmt(s['speedup'], 3)}×" + (
-            f" [{fmt(min(s['speedups']), 3)}–{fmt(max(s['speedups']), 3)}]" if s.get("speedups") else "")
-            for s in ordered)
-        (grew if speedup_grew(ordered) else not_grew).append(
-            f"{m} ({speeds} from {ordered[0]['context']} to {ordered[-1]['context']} tokens)")
-    if not grew and not not_grew:
-        return "Only one context was timed, so no trend is measured."
-    if not grew:
-        text = f"In this run the speed-up did not grow with context on any model: {_list(not_grew)}."
-    else:
-        text = ("In this run the speed-up grew with context on " + ("every model: " if not not_grew else "")
-                + _list(grew) + (f"; it did not on {_list(not_grew)}" if not_grew else "") + ".")
-    with_spread = any(s.get("speedups") for r in numbers["decode"].values() for s in r["steps"])
-    return text + (" Grew means an exact rank test (Mann–Whitney; the repeat pairs at two contexts are "
-                   "not paired) puts the longer context's repeat-pair speed-ups above the shorter's at "
-                   f"p < 0.05, at every step ({_grew_tests(numbers['decode'])}; in brackets: the range over "
-                   "repeat pairs)." if with_spread else
-                   " Grew compares the medians only: this run kept no repeats.")
-
-
-def bytes_windowed(numbers: dict) -> str:
-    """Where sliding-window layers make the cache hold less than the formula."""
-    ours = [r for r in numbers["bytes"] if r["source"] == "ours"]
-    less = [f"{r['model']} holds "
-            f"{fmt(100 * r['held_kib_per_token_fp32'] / r['formula_kib_per_token_fp32'], 3)}% of the "
-            f"formula's bytes at {r['check_tokens']} tokens" for r in ours
-            if r["held_kib_per_token_fp32"] < r["formula_kib_per_token_fp32"]]
-    full = [r["model"] for r in ours if r["held_kib_per_token_fp32"] >= r["formula_kib_per_token_fp32"]]
-    return ((f"Where a model has sliding-window layers the cache holds less than the formula says: "
-             f"{_list(less)}, because those layers keep only their most recent window" if less else
-             "No model of this run holds fewer bytes than the formula")
-            + (f"; {_list(full)} hold{'s' * (len(full) == 1)} what the formula says." if full else "."))
-
-
-def sinks_clause(numbers: dict) -> str:
-    """Each window scored with and without sinks: the paired test over documents."""
-    pairs = []
-    for model, runs in numbers["table2"].items():
-        ops = _ops(runs["plain"])
-        for spec, r in ops.items():
-            if r["name"] == "window" and "sinks=0" not in spec and "reindex=false" in spec:
-                bare = spec.split("sinks=")[0] + "sinks=0," + spec.split("sinks=")[1].split(",", 1)[1]
-                if bare in ops:
-                    pairs.append((model, spec, r, ops[bare]))
-    sink_tests = [(m, spec, sinks_kl(a, b)) for m, spec, a, b in pairs]
-    return ("; ".join(f"{m}, {spec.split(':')[1].split(',')[0]}: {t.sentence(metric='mean KL (nats)')}"
-                      for m, spec, t in sink_tests) + "." if pairs
-            else "No window was scored both with and without sinks in this run.")
-
-
-def blend_clause(numbers: dict) -> str:
-    """A partial recompute of a reused chunk against none, paired over documents."""
-    blend = [(m, *t) for m, t in blend_tests(numbers["table2"]).items()]
-    return ("; ".join(
-        f"{m}: recomputing {fmt(100 * f, 3)}% of the chunk against none (positions corrected): "
-        f"{t.sentence(metric='mean KL (nats)')}" for m, f, t in blend) + ".") if blend \
-        else "No partial recompute was scored in this run."
-

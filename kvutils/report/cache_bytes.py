@@ -30,10 +30,17 @@ def bytes_table(bytes_rows: list[dict]) -> pd.DataFrame:
             if r.get("article_kib_per_token") is not None else "—",
             "fp32 cache check (KiB per token): formula → held → measured":
                 f"{fmt(r['formula_kib_per_token_fp32'], 4)} → {fmt(r['held_kib_per_token_fp32'], 4)} → "
-                f"{fmt(r['measured_kib_per_token'], 4)} at {r['check_tokens']} tokens"
+                f"{fmt(r['measured_kib_per_token'], 4)} at {r['check_tokens']} tokens" + _windowed(r)
                 if r.get("measured_kib_per_token") is not None else "—",
         }
     return rows_table(rows, "configuration")
+
+
+def _windowed(row: dict) -> str:
+    """Where sliding-window layers keep only their window: the share of the formula's bytes held."""
+    share = row["held_kib_per_token_fp32"] / row["formula_kib_per_token_fp32"]
+    return f" ({fmt(100 * share, 3)} % of the formula: its sliding-window layers keep their window)" \
+        if share < 1 else ""
 
 
 def held_128k(row: dict) -> float:
@@ -72,21 +79,3 @@ def plot_bytes(bytes_rows: list[dict]):
                  "(blue: published configurations;\norange: this book's models, windowed layers capped)")
     fig.tight_layout()
     return fig
-
-
-def bytes_glue(bytes_rows: list[dict]) -> dict[str, str]:
-    """The chapter's sentences on this book's models' bytes: per token and per 128K tokens (formula,
-    and held where a windowed layer caps it), and the fp32 check against a real cache."""
-    out = {}
-    ours = [r for r in bytes_rows if r["source"] == "ours"]
-    out["bytes"] = "; ".join(
-        f"{r['model']}: {fmt(r['kib_per_token'], 4)} KiB per token at 16 bits, {fmt(r['gib_per_128k'], 3)} "
-        "GiB per 128K tokens by the formula" + (f", {fmt(held_128k(r), 3)} GiB held (its sliding-window "
-                                                "layers keep their window)"
-                                    if held_128k(r) < r["gib_per_128k"] else "")
-        for r in ours)
-    out["bytes_check"] = "; ".join(
-        f"{r['model']}: formula {fmt(r['formula_kib_per_token_fp32'], 4)} KiB/token, held by the cache "
-        f"{fmt(r['held_kib_per_token_fp32'], 4)}, measured {fmt(r['measured_kib_per_token'], 4)} "
-        f"(fp32, {r['check_tokens']} tokens)" for r in ours)
-    return out

@@ -1,6 +1,6 @@
 """What chapter 4 found, as data (`kvutils.report.findings`): the answer, the box and each section's
 point, each built from the results by one small function; the detail a section keeps one click away
-is the computed text of `chapter4_glue`, `frontier` and `retrieval`, shown as it is."""
+is its tables (`chapter4_evidence`) and the computed text of `frontier` and `retrieval`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from kvutils.report import followups as report_followups
 from kvutils.report import frontier as report_frontier
 from kvutils.report import retrieval as report_retrieval
 from kvutils.report import retrieval_seeds, retrieval_ties
-from kvutils.report.cache_approximations import chapter4_findings as chapter4_clauses
-from kvutils.report.cache_approximations import chapter4_glue, kivi_bytes
+from kvutils.report.cache_approximations import chapter4_glue, kivi_table, paired_table, timing_clause
 from kvutils.report.chapter4_tables import REGIMES, frontier_verdicts, judged, retrieval_verdicts, tau_rows
 from kvutils.report.chapter4_verdicts import KEEPS, LOGPROB_MARGIN, SMALL, RetrievalVerdict
 from kvutils.report.findings import Finding, PageFindings, Section, Test
+from kvutils.report.timing import timing_table
 
 MUCH_FASTER = 10  # a speed-up from this on reads "much faster"
 NEARLY_FREE_PCT = 95  # top-1 agreement from this on reads "nearly free"
@@ -280,31 +280,38 @@ def chapter4_findings(numbers: dict) -> PageFindings:
               "retrieval": keys or size, "followups": followup_finding(retrieval) or keys or size,
               "tau": tau or keys or size}
     more = {"retrieval": tuple(f for f in (margin_finding(verdicts),) if f)}
-    evidence = chapter4_evidence(numbers)
-    sections = {name: Section(point, more.get(name, ()), evidence.get(name, ()))
+    details, tables = chapter4_evidence(numbers)
+    sections = {name: Section(point, more.get(name, ()), details.get(name, ()), tables.get(name, ()))
                 for name, point in points.items()}
     return PageFindings(answer_finding(numbers, box), tuple(box), sections)
 
 
-def chapter4_evidence(numbers: dict) -> dict[str, tuple[str, ...]]:
-    """Each section's Evidence block: the sentences today's page glued, one click away."""
+def chapter4_evidence(numbers: dict) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple]]:
+    """Each section's Evidence block: its texts, and its tables with their captions."""
     retrieval, frontier = numbers.get("retrieval") or {}, numbers.get("frontier") or {}
-    glue, clauses = chapter4_glue(numbers), chapter4_clauses(numbers)
-    return {
-        "decode": (f"Measured: {glue['decode']}.", f"Memory bandwidth {glue['bandwidth']} GB/s.",
-                   clauses["timing"],
-                   clauses["speed_vs_analytical"], clauses["speed_grows"]),
-        "bytes": (f"Our models: {glue['bytes']}.", f"Formula against a filled cache: {glue['bytes_check']}.",
-                  clauses["bytes_windowed"]),
-        "table2": (f"Setup: {glue['setup']}", f"Headlines: {glue['table2']}.",
-                   f"KIVI against naive at equal bits: {kivi_bytes(numbers['table2'])}.",
-                   f"Sinks: {clauses['sinks']}", f"Partial recompute: {clauses['blend']}"),
-        "frontier": (report_frontier.frontier_setup(frontier), *report_frontier.frontier_notes(frontier),
-                     report_frontier.kvpress_glue(frontier)),
-        "retrieval": ("Setup: " + report_retrieval.retrieval_setup(numbers)
-                      + retrieval_ties.head_ties(retrieval, frontier),
-                      *report_retrieval.needle_examples().values(),
-                      "Other seeds of random eviction: " + retrieval_seeds.seeds_findings(retrieval),
-                      report_retrieval.kvpress_comparison(retrieval) if retrieval else ""),
+    glue = chapter4_glue(numbers)
+    details = {
+        "decode": (timing_clause(numbers), f"Memory bandwidth {glue['bandwidth']} GB/s; the bandwidth bound "
+                   "is the time to stream the weights and the cache once at that rate."),
+        "table2": (f"Setup: {glue['setup']}",),
+        "frontier": (*report_frontier.frontier_notes(frontier), report_frontier.KVPRESS if frontier else ""),
+        "retrieval": (retrieval_ties.head_ties(retrieval, frontier).strip(),
+                      *(f"The needle: {text}" for text in report_retrieval.needle_examples().values()),
+                      report_retrieval.KVPRESS if retrieval else ""),
         "followups": report_followups.exact_followups(retrieval),
     }
+    tables = {
+        "decode": (("Every timed step: median [min–max] over the repeats", timing_table(numbers["decode"])),),
+        "table2": tuple((caption, t) for caption, t in (
+            ("KIVI against naive quantisation at equal bits", kivi_table(numbers["table2"])),
+            ("Sinks and partial recompute, paired over documents", paired_table(numbers))) if t is not None),
+        "frontier": tuple((caption, t) for caption, t in (
+            ("Setup", report_frontier.setup_table(frontier)),
+            ("Beside kvpress", report_frontier.kvpress_table(frontier))) if t is not None),
+        "retrieval": tuple((caption, t) for caption, t in (
+            ("Setup: each method is a row of the verdict table", report_retrieval.setup_table(retrieval)),
+            ("Beside kvpress", report_retrieval.kvpress_table(retrieval)),
+            ("Other seeds of random eviction (the paired tests and the figures use the first)",
+             retrieval_seeds.seeds_table(retrieval))) if t is not None),
+    }
+    return details, tables

@@ -140,16 +140,20 @@ class Shown:
     title: str = ""
     kind: str = ""
     evidence: Shown | None = None  # a collapsed block shown after this one
+    tables: tuple[tuple[str, object], ...] = ()  # (caption, PageTable) after the text
 
     def _repr_markdown_(self) -> str:
         text = f"**{escaped(self.title)}**\n\n{self.markdown}" if self.title else self.markdown
+        text += "".join(f"\n\n*{escaped(caption)}*\n\n{pipe_table(table)}" for caption, table in self.tables)
         return text + (f"\n\n{self.evidence._repr_markdown_()}" if self.evidence else "")
 
     def _repr_html_(self) -> str:
         return self._own_html() + (self.evidence._repr_html_() if self.evidence else "")
 
     def _own_html(self) -> str:
-        body = _MARKDOWN.render(self.markdown)
+        body = _MARKDOWN.render(self.markdown) + "".join(
+            f'<p class="caption"><em>{html.escape(caption)}</em></p>{table._repr_html_()}'
+            for caption, table in self.tables)
         title = html.escape(self.title)
         if self.kind == "dropdown":
             return (f'<details class="sd-sphinx-override sd-dropdown sd-card sd-mb-3 evidence">'
@@ -166,11 +170,12 @@ class Shown:
 @dataclass(frozen=True)
 class Section:
     """A section's point (its first paragraph) and the detail behind it (a collapsed block): findings,
-    or for detail not yet made findings, plain texts shown as they are."""
+    plain texts shown as they are, and tables, each with its caption."""
 
     point: Finding
     evidence: tuple[Finding, ...] = ()
     details: tuple[str, ...] = ()
+    tables: tuple[tuple[str, object], ...] = ()  # (caption, kvutils.report.tables.PageTable)
 
 
 @dataclass(frozen=True)
@@ -192,9 +197,20 @@ class PageFindings:
     def show(self, key: str, title: str) -> Shown:
         """Section `key`: its point, then "Evidence: `title`" collapsed."""
         s = self.sections[key]
-        lines = [f"- {FORMAT.bullet(f)}" for f in s.evidence] + [f"- {escaped(t)}" for t in s.details]
-        return Shown(FORMAT.bullet(s.point), evidence=Shown("\n".join(lines), title=f"Evidence: {title}",
-                                                           kind="dropdown") if lines else None)
+        lines = [f"- {FORMAT.bullet(f)}" for f in s.evidence] + [f"- {escaped(t)}" for t in s.details if t]
+        evidence = Shown("\n".join(lines), title=f"Evidence: {title}", kind="dropdown", tables=s.tables)
+        return Shown(FORMAT.bullet(s.point), evidence=evidence if lines or s.tables else None)
+
+
+def pipe_table(table) -> str:
+    """A DataFrame as a Markdown pipe table (a notebook rerun's text), its row labels first."""
+    def cell(value) -> str:
+        return escaped(str(value)).replace("\n", " ")
+
+    head = [table.index.name or ""] + [str(c) for c in table.columns]
+    rows = [[label, *values] for label, values in zip(table.index, table.itertuples(index=False))]
+    return "\n".join("| " + " | ".join(cell(v) for v in row) + " |"
+                      for row in [head, ["---"] * len(head), *rows])
 
 
 def pending() -> Shown:

@@ -11,7 +11,7 @@ from kvutils.core import compare
 from kvutils.report import interactive
 from kvutils.report.figures import styled
 from kvutils.report.names import display_names, human
-from kvutils.report.tables import page_table
+from kvutils.report.tables import PageTable, page_table, rows_table
 from kvutils.report.text import fmt
 
 EXACT_FLOOR = 1e-7  # where an exact row (KL 0) is drawn on the log axis
@@ -114,25 +114,22 @@ def _title(frontier: dict) -> str:
     return f"Bytes vs fidelity: {', '.join(frontier)} ({docs_text}, {'/'.join(tokens)} tokens)"
 
 
-def frontier_setup(frontier: dict) -> str:
-    """The frontier's setup in one computed sentence: documents and lengths per model, the share of
-    the prefill that SnapKV's observation window takes, and the fixed budgets matched to presses."""
-    if not frontier:
-        return "The frontier was not run (frontier_models is empty)."
-    bits = []
+def setup_table(frontier: dict) -> PageTable | None:
+    """The frontier's setup per model: documents and lengths, the share of the prefill that SnapKV's
+    observation window takes, and the fixed budgets matched to the presses' mean held entries."""
+    rows = {}
     for model, run in frontier.items():
-        windows = sorted({parse_op(s).window for s in run["ops"] if method(s) in ("snapkv", "pyramidkv",
-                                                                                  "adakv")})
-        share = "".join(f"; SnapKV's {w}-token observation window is {100 * w / run['prefill']:.1f}% of the "
-                        "prefill"
-                        for w in windows)
-        fixed = [f"{label(s)} at {r['level']:g}" for s, r in run["ops"].items()
-                 if r.get("level") is not None and parse_op(s).family != "press"]
-        matched = (f"; fixed budgets compared with the presses at equal mean held entries: {', '.join(fixed)}"
-                   if fixed else "")
-        bits.append(f"{model}: {len(run['documents'])} documents of {run['prefill']} + {run['decode']} "
-                    f"tokens{share}{matched}")
-    return ". ".join(bits) + "."
+        windows = sorted({parse_op(s).window for s in run["ops"]
+                          if method(s) in ("snapkv", "pyramidkv", "adakv")})
+        rows[model] = {
+            "documents": str(len(run["documents"])),
+            "prefill + decode (tokens)": f"{run['prefill']} + {run['decode']}",
+            "SnapKV's observation window": ", ".join(f"{w} tokens ({100 * w / run['prefill']:.1f} % of the "
+                                                     "prefill)" for w in windows) or "—",
+            "fixed budgets matched to the presses' held entries": "; ".join(
+                f"{label(s)} at {r['level']:g}" for s, r in run["ops"].items()
+                if r.get("level") is not None and parse_op(s).family != "press") or "—"}
+    return rows_table(rows, "model") if rows else None
 
 
 def same_lengths(frontier: dict, prefill: int, decode: int) -> dict:
@@ -251,42 +248,41 @@ def frontier_notes(frontier: dict) -> list[str]:
 
 
 def _holding(run: dict, a: str, b: str) -> str:
-    """The memory both sides of a comparison hold: 'holding 32.1 % of the exact cache against 80.8 %'."""
-    return (f"holding {fmt(_held_pct(run, run['ops'][a]), 3)} % of the exact cache against "
-            f"{fmt(_held_pct(run, run['ops'][b]), 3)} %")
+    """The memory both sides of a comparison hold: '32.1 % against 80.8 %' of the exact cache."""
+    return f"{fmt(_held_pct(run, run['ops'][a]), 3)} % against {fmt(_held_pct(run, run['ops'][b]), 3)} %"
 
 
-def kvpress_glue(frontier: dict) -> str:
-    """Our ranking beside kvpress's published observations, each clause computed from our verdicts."""
-    if not frontier:
-        return "The frontier was not run, so there is nothing to set beside kvpress's observations."
-    ea, below = [], []
+KVPRESS = ("kvpress reports Expected Attention as the strongest press on Llama-3.1-8B (RULER, 4k context), "
+           "and presses scoring below random or StreamingLLM on some models. Ours, from the verdicts above; "
+           "in brackets, the share of the exact cache's bytes each side holds.")
+
+
+def kvpress_table(frontier: dict) -> PageTable | None:
+    """Our ranking beside kvpress's published observations (`KVPRESS`), per model and level: where
+    Expected Attention stands, and each press that a paired test puts above random eviction or the
+    matched streaming window."""
+    rows = {}
     for model, run in frontier.items():
         for level, info in run["levels"].items():
             specs = [s for s, r in run["ops"].items() if str(r.get("level")) == level]
             mine = next((s for s in specs if method(s) == "expected_attention"), None)
+            stands = "—"
             if mine is not None:
+                lead = info["leaders"][0]
+                stands = f"behind {label(lead)} ({_holding(run, mine, lead)})"
+                if mine in info["leaders"]:
+                    stands = "among the leaders (no detectable difference from the lowest mean)"
                 if info["best"] == mine:
-                    ea.append(f"the single best on {model} at {level}")
-                elif mine in info["leaders"]:
-                    ea.append(f"among the leaders on {model} at {level} (no detectable difference from the "
-                              "lowest mean)")
-                else:
-                    lead = info["leaders"][0]
-                    ea.append(f"behind {label(lead)} on {model} at {level}, {_holding(run, mine, lead)}")
+                    stands = "the single best"
+            below = []
             for s in specs:
                 if parse_op(s).family != "press" or method(s) == "random":
                     continue
                 for other in ("random", "streaming window"):
-                    for p in _vs(run, level, s, other):
-                        if p.better() == p.b:
-                            below.append(f"{label(s)} below {other} on {model} ({_holding(run, s, p.b)})")
-                            break
-    first = ("kvpress reports expected attention as the strongest press on Llama-3.1-8B (RULER, 4k context); "
-             "here it is "
-             + ("; ".join(ea) if ea else "not on the frontier") + ".")
-    second = ("kvpress also finds presses scoring below random or StreamingLLM on some models; here the "
-              "tests find "
-              + ("; ".join(below) if below else "no press below random or the matched streaming window")
-              + ".")
-    return f"{first} {second}"
+                    worse = next((p for p in _vs(run, level, s, other) if p.better() == p.b), None)
+                    if worse is not None:
+                        below.append(f"{label(s)} vs {other} ({_holding(run, s, worse.b)})")
+            rows[f"{model} at {level}"] = {"Expected Attention": stands,
+                                           "presses worse than random or the window": "; ".join(below)
+                                           or "none"}
+    return rows_table(rows, "model at compression") if rows else None

@@ -11,8 +11,7 @@ from kvutils.core import compare, haystack
 from kvutils.report.figures import log_x_ticks, placeholder, styled
 from kvutils.report.frontier import chart_colours, method_named
 from kvutils.report.names import human_label
-from kvutils.report.tables import page_table
-from kvutils.report.text import counted, listed
+from kvutils.report.tables import PageTable, page_table, rows_table, verdict_text
 from kvutils.studies.cache_approximations.retrieval import QUESTION_WINDOW, frontier_label
 
 REGIME_MARKERS = {"agnostic": "o", "aware": "^"}
@@ -233,52 +232,55 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
     return fig
 
 
-def kvpress_comparison(retrieval: dict) -> str:
-    """Beside kvpress's published observations: SnapKV with and without the question, and random
-    eviction against SnapKV, in our numbers."""
-    out = []
+KVPRESS = ("kvpress's published plots (Llama-3.1-8B, RULER 4k) show SnapKV at 50 % keeping about 89 of 96 "
+           "points with the question in the compressed context and about 70 without, and random eviction "
+           "beating SnapKV on a single needle at 10 % compression. Ours, beside them: keys retrieved over "
+           "every context of the haystack, on the haystacks where the exact cache passed its gate.")
+
+
+def kvpress_table(retrieval: dict) -> PageTable | None:
+    """Beside kvpress's published observations (`KVPRESS`): SnapKV at 0.5 with and without the
+    question, random eviction against SnapKV at 0.25, and SnapKV at 0.25 observing the question's
+    tokens only against its default window (with the question in the prefill; paired over prompts),
+    with the share of the needle's entries each keeps that the answer can read."""
+    rows = {}
     for model, result in retrieval.items():
         for hay, r in haystacks(result).items():
             if not any(r["gate"].values()):
                 continue
-            snap = r["ops"].get("snapkv@0.5")
-            if snap:
-                out.append(f"{model} on {hay}, snapkv at 0.5: {_pct(snap['aware']['accuracy'])} with the "
-                           f"question in the prefill, {_pct(snap['agnostic']['accuracy'])} without")
-            rand = r["ops"].get("random@0.25")
-            snap25 = r["ops"].get("snapkv@0.25")
+            ops, row = r["ops"], {}
+            if "snapkv@0.5" in ops:
+                snap = ops["snapkv@0.5"]
+                row["SnapKV 0.5: question in the prefill / after"] = (f"{_pct(snap['aware']['accuracy'])} / "
+                                                                       f"{_pct(snap['agnostic']['accuracy'])}")
+            rand, snap25 = ops.get("random@0.25"), ops.get("snapkv@0.25")
+            asked = ops.get(f"{QUESTION_WINDOW}@0.25")
             if rand and snap25:
-                out.append(f"random at 0.25 {_pct(rand['agnostic']['accuracy'])} against snapkv at 0.25 "
-                           f"{_pct(snap25['agnostic']['accuracy'])} (question after compression)")
-            asked = r["ops"].get(f"{QUESTION_WINDOW}@0.25")
+                row["question after, 0.25: random / SnapKV"] = (f"{_pct(rand['agnostic']['accuracy'])} / "
+                                                                f"{_pct(snap25['agnostic']['accuracy'])}")
             if asked and snap25:
-                out.append(question_window_clause(snap25, asked, rand))
-    if not out:
-        return "no model passed the exact cache's gate, so there is nothing to set beside kvpress's plots."
-    return ("kvpress's published plots (Llama-3.1-8B, RULER 4k) show SnapKV at 50 % keeping about 89 of 96 "
-            "points with the question in the compressed context and about 70 without, and random eviction "
-            "beating SnapKV on a single needle at 10 % compression. Ours, all accuracies over every context "
-            "of the haystack: "
-            + "; ".join(out) + ".")
+                row.update(_question_window(snap25, asked, rand))
+            rows[f"{model}, {hay}"] = row
+    return rows_table(rows, "model, haystack") if rows else None
 
 
-def question_window_clause(snap: dict, asked: dict, rand: dict | None) -> str:
-    """SnapKV at 0.25 observing its 64 default tokens against observing the question's only (with
-    the question in the prefill): keys retrieved, paired over the same prompts, and the needle's
-    entries each can read."""
+def _question_window(snap: dict, asked: dict, rand: dict | None) -> dict[str, str]:
+    """SnapKV at 0.25 observing the question's tokens only against its default window (the question in
+    the prefill): keys retrieved, paired over the prompts, and the needle's entries each can read."""
     window = parse_op(next(iter(asked["specs"].values()))).setting("window")
     default = parse_op(next(iter(snap["specs"].values()))).setting("window")
     a, b = asked["aware"], snap["aware"]
-    p = compare.paired([float(x["correct"]) for x in a["per_prompt"]],
-                       [float(x["correct"]) for x in b["per_prompt"]],
-                       f"the question's {window} tokens", f"its default {default}", unit="prompts")
-    share = (f"; the needle's entries the answer can read: {needle_share(a):.0f} % against "
-             f"{needle_share(b):.0f} %"
-             + (f" (random at 0.25: {needle_share(rand['aware']):.0f} %)" if rand else "")
-             if np.isfinite(needle_share(a)) else "")
-    return (f"snapkv at 0.25 with the question in the prefill, observing the question's {window} tokens "
-            f"only: {_pct(a['accuracy'])} against {_pct(b['accuracy'])} observing its default {default} "
-            f"({p.sentence(lower_is_better=False, metric='keys retrieved')}){share}")
+    test = compare.paired([float(x["correct"]) for x in a["per_prompt"]],
+                          [float(x["correct"]) for x in b["per_prompt"]], "question", "default",
+                          unit="prompts")
+    readable = "—"
+    if np.isfinite(needle_share(a)):
+        readable = f"{needle_share(a):.0f} / {needle_share(b):.0f}"
+        readable += f" ({needle_share(rand['aware']):.0f})" if rand else ""
+    return {"question in the prefill, SnapKV 0.25 observing the question only / its default window":
+            f"{_pct(a['accuracy'])} ({window} tokens) / {_pct(b['accuracy'])} ({default}), "
+            f"{verdict_text(test)} (p = {test.p:.2g})",
+            "needle's entries readable, % (random)": readable}
 
 
 def needle_examples() -> dict[str, str]:
@@ -289,20 +291,15 @@ def needle_examples() -> dict[str, str]:
     return {"needle_magic": f"“{magic}”", "needle_passkey": f"“{passkey}”"}
 
 
-def retrieval_setup(numbers: dict) -> str:
-    retrieval = numbers.get("retrieval") or {}
-    parts = []
+def setup_table(retrieval: dict) -> PageTable | None:
+    """The retrieval test's setup, per model and haystack: its needle, prompts, contexts and methods
+    (each method a row of the verdict table)."""
+    rows = {}
     for model, result in retrieval.items():
         for hay, r in haystacks(result).items():
-            n = len(r["prompts"])
-            needle = "RULER's magic number" if r["prompts"] and r["prompts"][0]["word"] else "the pass key"
-            parts.append(f"{model}, {hay} ({needle}): {counted(n, 'prompt')} at "
-                         f"{listed(r['contexts'], 'context')} tokens, {counted(len(r['ops']), 'method')} in "
-                         "2 regimes")
-    if not parts:
-        return "not run."
-    judged = sorted({lab for res in retrieval.values() for hay in haystacks(res).values()
-                     for lab in hay["ops"]},
-                    key=lambda lab: (lab.split("@")[-1] if "@" in lab else "", lab))
-    methods = f" The methods: {', '.join(short(lab) for lab in judged)}." if judged else ""
-    return "; ".join(parts) + "." + methods
+            rows[f"{model}, {hay}"] = {
+                "needle": "RULER's magic number" if r["prompts"] and r["prompts"][0]["word"]
+                else "the pass key",
+                "prompts": str(len(r["prompts"])), "contexts (tokens)": ", ".join(map(str, r["contexts"])),
+                "methods": str(len(r["ops"])), "regimes": "2"}
+    return rows_table(rows, "model, haystack") if rows else None

@@ -4,34 +4,23 @@ paired tests and the figures read the first seed; this says how far another seed
 from __future__ import annotations
 
 from kvutils.report.retrieval import REGIME_WORDS, haystacks, short
-from kvutils.report.text import fmt
+from kvutils.report.tables import PageTable, rows_table
 
 
-def _and(items) -> str:
-    """"7, 9 and 8"."""
-    words = [fmt(i) for i in items]
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
-def seeds_clause(label: str, regime: str, seeds: dict) -> str:
-    """"random (evicts 25 %), question after compression: 7, 9 and 8 of 24 keys with seeds 0, 1 and
-    2 (mean 33 %, range 29-38 %)"."""
-    lo, hi = seeds["accuracy_range"]
-    return (f"{short(label)}, {REGIME_WORDS[regime]}: {_and(seeds['correct'])} of {seeds['n']} keys with "
-            f"seeds {_and(seeds['seed'])} (mean {100 * seeds['mean_accuracy']:.0f} %, range "
-            f"{100 * lo:.0f}–{100 * hi:.0f} %)")
-
-
-def seeds_findings(retrieval: dict) -> str:
-    """Every model and haystack's random rows over their seeds, or why there are none."""
-    parts = []
+def seeds_table(retrieval: dict) -> PageTable | None:
+    """Every model and haystack's random rows over their seeds (None where one seed was scored)."""
+    rows = {}
     for model, result in retrieval.items():
         for hay, r in haystacks(result).items():
-            clauses = [seeds_clause(label, regime, entry[regime]["seeds"])
-                       for label, entry in r["ops"].items() for regime in REGIME_WORDS
-                       if entry[regime].get("seeds")]
-            if clauses:
-                parts.append(f"{model} on {hay}: " + "; ".join(clauses))
-    if not parts:
-        return "random eviction was scored with one seed only (or the retrieval test was not run)."
-    return ". ".join(parts) + ". The paired tests and the figures use the first seed."
+            for label, entry in r["ops"].items():
+                for regime, words in REGIME_WORDS.items():
+                    seeds = entry[regime].get("seeds")
+                    if seeds:
+                        lo, hi = seeds["accuracy_range"]
+                        rows[f"{model}, {hay}: {short(label)}, {words}"] = {
+                            "keys retrieved, seed by seed": ", ".join(
+                                f"{c} (seed {s})" for c, s in zip(seeds["correct"], seeds["seed"])),
+                            "prompts": str(seeds["n"]),
+                            "mean [range] (%)":
+                                f"{100 * seeds['mean_accuracy']:.0f} [{100 * lo:.0f}–{100 * hi:.0f}]"}
+    return rows_table(rows, "model, haystack: method, regime") if rows else None

@@ -73,3 +73,24 @@ def rows_table(rows: dict[str, dict[str, str]], index: str = "metric") -> PageTa
     table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
     table.index.name = index
     return page_table(table)
+
+
+def verdict_text(test) -> str:
+    """A paired test's verdict, in the words of a table cell."""
+    from kvutils.core import compare
+
+    if test.verdict in (compare.A_LOWER, compare.A_HIGHER):
+        return f"{test.a} {'lower' if test.verdict == compare.A_LOWER else 'higher'}"
+    return {compare.CANNOT: "cannot separate at this n"}.get(test.verdict, test.verdict)
+
+
+def tests_table(tests: dict, index: str = "comparison") -> PageTable:
+    """Paired tests (`kvutils.core.compare.Paired`), one row each: n, the mean difference a − b with
+    its 95 % interval (paired bootstrap), the exact sign test's p and the verdict both give."""
+    rows = {}
+    for label, t in tests.items():
+        interval = f" [{t.ci95[0]:+.3g}, {t.ci95[1]:+.3g}]" if t.ci95 is not None else ""
+        rows[label] = {"n": f"{t.n} {t.unit}",
+                       "difference a − b [95 % interval]": f"{t.effect:+.3g}{interval}",
+                       "p (sign test)": f"{t.p:.2g}", "verdict": verdict_text(t)}
+    return rows_table(rows, index)

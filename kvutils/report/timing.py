@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from kvutils.core import compare
+from kvutils.report.tables import PageTable, rows_table
 from kvutils.report.text import fmt
 
 ARTICLE_CONTEXT = 2000  # the context of the article's decode-step speed-up (e4_decode_time.ctx_2000)
@@ -56,15 +57,40 @@ def against_published(step: dict, published: float, published_context: int, who:
             "published number admits no paired test, and the two machines differ")
 
 
-def step_line(model: str, step: dict) -> str:
-    """One timed context of one model: both sides with their spread, and the speed-up."""
-    if step.get("cached_repeats_ms"):
-        sides = (f"with the cache {spread_text(step['cached_repeats_ms'])}, without "
-                 f"{spread_text(step['uncached_repeats_ms'], digits=4)}")
-    else:
-        sides = (f"with the cache {fmt(step['cached_ms'], 3)} ms, without {fmt(step['uncached_ms'], 4)} ms "
-                 "(medians; repeats not recorded)")
-    return f"{model} at {step['context']} tokens: {sides}; speed-up {speedup_text(step)}"
+def _median_range(median: float, values: list[float] | None, digits: int = 3) -> str:
+    """'109 [108–110]': the median, and the min–max of its repeats where they were kept."""
+    if not values or len(values) < 2:
+        return fmt(median, digits)
+    return f"{fmt(median, digits)} [{fmt(min(values), digits)}–{fmt(max(values), digits)}]"
+
+
+GREW = {compare.A_HIGHER: "higher", compare.A_LOWER: "lower",
+        compare.NO_DIFFERENCE: "no detectable difference", compare.CANNOT: "no verdict possible"}
+
+
+def timing_table(decode: dict) -> PageTable:
+    """Every timed step of every model, one row each: both sides' median with the min–max of the
+    repeats, the speed-up with the range of the repeat pairs' own, the analytical ratio, the cached
+    step against its bandwidth bound, and the speed-up against the next shorter context (an exact
+    rank test over repeat pairs: not paired)."""
+    rows = {}
+    for model, r in decode.items():
+        ordered = sorted(r["steps"], key=lambda s: s["context"])
+        for shorter, s in zip([None, *ordered], ordered):
+            n = len(s.get("speedups") or [])
+            against = "—"
+            if shorter is not None and n and shorter.get("speedups"):
+                test = grew_test(shorter, s)
+                against = f"{GREW[test.verdict]} (p = {test.p:.2g})"
+            rows[f"{model}, {s['context']} tokens ({n} repeats)"] = {
+                "cached step (ms)": _median_range(s["cached_ms"], s.get("cached_repeats_ms")),
+                "uncached step (ms)": _median_range(s["uncached_ms"], s.get("uncached_repeats_ms"), 4),
+                "speed-up (×)": _median_range(s["speedup"], s.get("speedups")),
+                "analytical ratio (×)": fmt(s["analytical_ratio"], 4),
+                "cached ÷ bandwidth bound": fmt(s["cached_ms"] / s["bound_ms"], 3),
+                "speed-up against the shorter context": against,
+            }
+    return rows_table(rows, "model, context")
 
 
 def speedup_grew(steps: list[dict]) -> bool | None:

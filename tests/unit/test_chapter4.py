@@ -133,25 +133,28 @@ def _numbers(speedups: dict, held: float = 50.0, sink_kl: float = 0.1, blend_kl:
             "table2": {"m": {"plain": {"ops": ops}, "chunks": {"ops": chunks}}}}
 
 
-def test_chapter4_findings_follow_the_numbers():
-    """Each measured sentence of chapter 4 is computed, and says the opposite when the numbers do."""
-    f = report_costs.chapter4_findings(_numbers({"a": (2.0, 5.0), "b": (3.0, 4.0)}))
-    assert f["speed_vs_analytical"].startswith("The measured speed-up is smaller than the analytical compute ratio everywhere")
-    assert "2× to 2×" in f["speed_vs_analytical"]  # cached ÷ bandwidth bound
-    assert f["speed_grows"].startswith("In this run the speed-up grew with context on every model")
-    assert "holds 50% of the formula's bytes" in f["bytes_windowed"]
-    assert "size=8: with sinks beats without in mean KL (nats) (n = 8 documents" in f["sinks"]
-    assert "recomputing 15% of the chunk against none (positions corrected): recompute 15% beats none" in f["blend"]
-    assert "2 torch thread(s) of 2 cores" in f["timing"]
-    f = report_costs.chapter4_findings(_numbers({"a": (12.0, 5.0)}, held=100.0, sink_kl=0.5, blend_kl=0.4))
-    assert "it reaches it for a at 128 tokens" in f["speed_vs_analytical"]
-    assert f["speed_grows"].startswith("In this run the speed-up did not grow with context on any model: a (12× → 5×")
-    assert f["bytes_windowed"].startswith("No model of this run holds fewer bytes than the formula")
-    assert "without beats with sinks" in f["sinks"]
-    assert "none beats recompute 15%" in f["blend"]
-    f = report_costs.chapter4_findings(_numbers({"a": (2.0, 5.0)}, sink_kl=0.301, blend_kl=0.299, phase=2))  # within the noise
-    assert "no detectable difference in mean KL (nats) between with sinks and without at n = 8" in f["sinks"]
-    assert "no detectable difference in mean KL (nats) between recompute 15% and none at n = 8" in f["blend"]
+def test_chapter4_evidence_tables_follow_the_numbers():
+    """Chapter 4's Evidence tables are computed: the paired tests of sinks and of a partial recompute
+    say who is lower, or that the test does not separate them; Table 1 says where a cache holds less
+    than the formula; the timing text names where and how the steps were timed."""
+    from kvutils.report.cache_bytes import bytes_table
+
+    def verdicts(**changes) -> list[str]:
+        return list(report_costs.paired_table(_numbers({"a": (2.0, 5.0)}, **changes))["verdict"])
+
+    assert verdicts() == ["with sinks lower", "recompute 15% lower"]
+    assert verdicts(sink_kl=0.5, blend_kl=0.4) == ["with sinks higher", "recompute 15% higher"]
+    assert verdicts(sink_kl=0.301, blend_kl=0.299, phase=2) == ["no detectable difference"] * 2  # within the noise
+    table = report_costs.paired_table(_numbers({"a": (2.0, 5.0)}))
+    assert list(table.index) == ["m: window of 8, with sinks against without",
+                                 "m: recompute 15 % of a reused chunk against none"]
+    assert set(table["n"]) == {"8 documents"}
+    rows = [{**_numbers({})["bytes"][0], "model": f"m{held:g}", "attention": "full", "layers": 1, "kib_per_token": 1.0,
+             "gib_per_128k": 1.0, "measured_kib_per_token": held, "held_kib_per_token_fp32": held} for held in (50.0, 100.0)]
+    check = list(bytes_table(rows).iloc[:, -1])
+    assert check[0].endswith("(50 % of the formula: its sliding-window layers keep their window)")
+    assert "% of the formula" not in check[1]
+    assert "2 torch thread(s) of 2 cores" in report_costs.timing_clause(_numbers({"a": (2.0, 5.0)}))
 
 
 def test_the_page_opens_with_its_findings_and_glues_nothing():

@@ -95,8 +95,13 @@ def test_times_are_printed_with_their_spread():
     step = {"context": 2000, "cached_ms": 10.0, "uncached_ms": 447.0, "speedup": 44.7, "speedups": [40.0, 44.7, 49.6],
             "cached_repeats_ms": [9.0, 10.0, 11.0], "uncached_repeats_ms": [440.0, 447.0, 450.0]}
     assert report_timing.speedup_text(step) == "44.7× (ratio of the medians; per repeat pair 40–49.6×, n = 3)"
-    assert report_timing.step_line("m", step).startswith(
-        "m at 2000 tokens: with the cache median 10 ms, min–max 9–11 ms over 3 repeats, without median 447 ms")
+    shorter = {**step, "context": 128, "speedups": [2.0, 3.0, 4.0], "analytical_ratio": 20.0, "bound_ms": 5.0}
+    row = report_timing.timing_table({"m": {"steps": [{**step, "analytical_ratio": 900.0, "bound_ms": 4.0},
+                                                       shorter]}}).loc["m, 2000 tokens (3 repeats)"]
+    assert (row["cached step (ms)"], row["uncached step (ms)"], row["speed-up (×)"]) == ("10 [9–11]", "447 [440–450]",
+                                                                                        "44.7 [40–49.6]")
+    assert row["cached ÷ bandwidth bound"] == "2.5"
+    assert row["speed-up against the shorter context"].startswith("no verdict possible")  # 3 and 3 repeats
     def placed(pairs, context=2000):
         return report_timing.against_published({"context": context, "speedups": pairs}, 29.49, 2000, "the article")
 
@@ -110,23 +115,23 @@ def test_chapter4_speed_trend_needs_the_repeat_ranges_apart():
     """'The speed-up grew with context' was read from two medians; with repeats it needs an exact rank
     test to put the longer context's repeat pairs above the shorter's (5 a side can, 3 cannot)."""
     from kvutils.report import cache_approximations as report_costs
+    from kvutils.report.timing import timing_table
 
-    def numbers(short: list[float], long: list[float]) -> dict:
+    def grew(short: list[float], long: list[float]) -> str:
         steps = [{"context": c, "cached_ms": 1.0, "uncached_ms": statistics.median(v), "speedup": statistics.median(v),
                   "speedups": v, "cached_repeats_ms": [1.0] * len(v), "uncached_repeats_ms": v,
                   "analytical_ratio": 100.0, "bound_ms": 0.5} for c, v in ((128, short), (2000, long))]
-        return {"decode": {"m": {"steps": steps}}, "decode_timing": {"where": "alone", "threads": 2, "cores": 2},
-                "bytes": [], "table2": {}}
+        table = timing_table({"m": {"steps": steps}})
+        assert table.loc[f"m, 128 tokens ({len(short)} repeats)", "speed-up against the shorter context"] == "—"
+        return table.loc[f"m, 2000 tokens ({len(long)} repeats)", "speed-up against the shorter context"]
 
-    apart = report_costs.chapter4_findings(numbers([2.0, 2.5, 3.0, 2.2, 2.8], [40.0, 44.0, 48.0, 42.0, 46.0]))
-    assert apart["speed_grows"].startswith("In this run the speed-up grew with context on every model: m (2.5× [2–3]")
-    assert "median of 5 repeats" in apart["timing"]
-    assert "m: 2000 tokens lies above 128 tokens (5 and 5 repeats, exact rank test p = 0.0079)" in apart["speed_grows"]
-    three = report_costs.chapter4_findings(numbers([2.0, 2.5, 3.0], [40.0, 44.0, 48.0]))  # p ≥ 0.1 whatever the data
-    assert three["speed_grows"].startswith("In this run the speed-up did not grow with context on any model")
-    assert "no verdict possible with 3 and 3 repeats" in three["speed_grows"]
-    overlap = report_costs.chapter4_findings(numbers([2.0, 2.5, 50.0, 2.2, 2.8], [40.0, 44.0, 48.0, 42.0, 46.0]))
-    assert overlap["speed_grows"].startswith("In this run the speed-up did not grow with context on any model")
+    assert grew([2.0, 2.5, 3.0, 2.2, 2.8], [40.0, 44.0, 48.0, 42.0, 46.0]) == "higher (p = 0.0079)"
+    assert grew([2.0, 2.5, 3.0], [40.0, 44.0, 48.0]).startswith("no verdict possible")  # p ≥ 0.1 whatever the data
+    assert grew([2.0, 2.5, 50.0, 2.2, 2.8], [40.0, 44.0, 48.0, 42.0, 46.0]).startswith("no detectable difference")
+    assert grew([40.0, 44.0, 48.0, 42.0, 46.0], [2.0, 2.5, 3.0, 2.2, 2.8]) == "lower (p = 0.0079)"
+    timing = {"where": "alone", "threads": 2, "cores": 2}
+    steps = {"m": {"steps": [{"context": 128, "speedups": [1.0] * 5}]}}
+    assert "median of 5 repeats" in report_costs.timing_clause({"decode": steps, "decode_timing": timing})
 
 
 def test_chapter4_setup_names_the_weights():
