@@ -26,7 +26,7 @@ One module per page, named after its notebook (and study):
     frontier              chapter 4's frontier: quality against bytes held for the methods people deploy
     qwen3_switch          chapter 5: switching to a LoRA tail, its figures and tables
     switch_verdicts       chapter 5's comparative clauses, each from a paired test
-    switch_glue           chapter 5's texts for the prose
+    switch_evidence       chapter 5's Evidence blocks: settings, measures, per-example tests, cost, as tables
     conclusions           the conclusions page: the article's research questions answered from every chapter
     guide                 the conclusions' decision guide: every scored cache operation, each colour from a
 test

@@ -1,6 +1,6 @@
 """What chapter 5 shows: loss curves, accuracy against k, the cost and exactness of each switch
 policy, the patching map and the tables, all built from the results dict of
-`kvutils.studies.qwen3_switch.study.run` (the texts the prose glues in: `kvutils.report.switch_glue`)."""
+`kvutils.studies.qwen3_switch.study.run` (its Evidence blocks: `kvutils.report.switch_evidence`)."""
 from __future__ import annotations
 
 import pandas as pd

@@ -17,7 +17,7 @@ import numpy as np
 from kvutils.core import compare
 from kvutils.lora.switching import nan_max
 from kvutils.report.findings import Finding, PageFindings, Section, Test
-from kvutils.report.switch_glue import chapter5_glue
+from kvutils.report.switch_evidence import chapter5_evidence
 from kvutils.studies.qwen3_switch.study import TOLERANCE
 from kvutils.studies.qwen3_switch.verdicts import auc_vs_chance, label0_scores
 
@@ -261,34 +261,9 @@ def patching_finding(r: dict) -> Finding:
     )
 
 
-def evidence_texts(g: dict[str, str]) -> dict[str, tuple[str, ...]]:
-    """Per section, the texts of `chapter5_glue` (every model) that its collapsed block keeps."""
-    training = (
-        f"Training: rank {g['rank']}, alpha {g['alpha']} on {g['targets']}; {g['steps']} AdamW steps of "
-        f"{g['batch_size']} examples at learning rate {g['lr']}; {g['clipping']}; {g['train_dtype']}."
-    )
-    return {
-        "training": (f"Setup: {g['setup']}.", f"Models: {g['what']}.", f"Task {g['task']}: {g['data']}.",
-                     training, f"Marker: {g['marker']}.", f"Base model, zero-shot: {g['zero_shot']}.",
-                     f"Fit: {g['fit']}.", f"Deepest tail against the base, per example: {g['deepest']}."),
-        "quality": (f"How each comparison is drawn, per example: {g['method']}",
-                    f"The knee, per example (McNemar, treats examples as independent): {g['knee']}.",
-                    f"Stale reuse against the tail patch, per example: {g['stale_acc']}.",
-                    f"The activated adapter against the tail, per example: {g['activated_acc']}."),
-        "switch": (f"Every policy against its reference, first {g['exact_examples']} held-out examples.",
-                   f"Tail patch: {g['exact']}; {g['tolerance']}.",
-                   f"Stale reuse against the recompute: {g['stale']}.",
-                   f"Activated adapters: {g['activated']}."),
-        "cost": (f"Cost: {g['cost']}.", f"Fixed cost per forward: {g['cost_trend']}.",
-                 f"Boundary memory: {g['memory']}.", f"Run time: {g['timings']}."),
-        "patching": (f"{g['patching']}.", f"Where it reads: {g['patch_where']}.",
-                     f"Controls: {g['control']}."),
-    }
-
-
 def chapter5_findings(numbers: dict, parameters: dict) -> PageFindings:
     """Chapter 5's answer, box and sections, on the run's first model; the evidence of every model
-    (the texts of `chapter5_glue`, per model) stays in the sections' collapsed blocks."""
+    (`kvutils.report.switch_evidence`) stays in the sections' collapsed blocks."""
     model, r = next(iter(numbers.items()))
     exact, cost = exact_finding(r, parameters["dtype"]), cost_finding(r, parameters["timing_repeats"])
     knee, activated, stale = knee_finding(r), activated_finding(r), stale_finding(r)
@@ -299,9 +274,10 @@ def chapter5_findings(numbers: dict, parameters: dict) -> PageFindings:
         "k of L layers; an activated adapter reuses the whole cache.",
         (("model", model),),
     )
-    texts = evidence_texts(chapter5_glue(numbers, parameters))
+    texts, tables = chapter5_evidence(numbers, parameters)
     points = {"training": (learned_finding(r), ()), "quality": (knee, knee_steps(r) + (activated, stale)),
               "switch": (exact, (stale, activated)), "cost": (cost, ()),
               "patching": (patching_finding(r), ())}
-    sections = {key: Section(point, evidence, texts[key]) for key, (point, evidence) in points.items()}
+    sections = {key: Section(point, evidence, texts[key], tables.get(key, ()))
+                for key, (point, evidence) in points.items()}
     return PageFindings(answer, (exact, activated, knee, stale, cost), sections)

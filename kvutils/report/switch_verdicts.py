@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from kvutils.core import compare
 from kvutils.report.text import fmt
-from kvutils.studies.qwen3_switch import tasks as switch_tasks
 from kvutils.studies.qwen3_switch import verdicts as sv
 
 
@@ -44,46 +43,6 @@ def verdict(p: compare.Paired, metric: str, points: bool = True) -> str:
     return f"{p.a} is {side} {p.b}{what} ({_where(p, points)})"
 
 
-def _labels(r: dict) -> list[int]:
-    return r["switch"]["heldout_examples"]["label"]
-
-
-def measures(a: dict) -> str:
-    """Accuracy, balanced accuracy and AUC of one (adapter, policy), with n."""
-    low, high = a["ci95_pct"]
-    return (f"accuracy {fmt(a['accuracy_pct'], 3)}% (95% interval {fmt(low, 3)}–{fmt(high, 3)}%, n = "
-            f"{a['n']}), balanced accuracy {fmt(a['balanced_accuracy_pct'], 3)}%, AUC {fmt(a['auc'], 3)}")
-
-
-def zero_shot(model: str, r: dict) -> str:
-    """The base model: its measures, how often it gives label 0's answer, and its AUC against chance
-    (a fixed answer gives 50 % accuracy on balanced labels however well it ranks the examples)."""
-    z, labels = r["switch"]["heldout"]["base"]["zero_shot"], _labels(r)
-    first = int(sum(s > 0 for s in sv.label0_scores(z["logodds_per_example"], labels)))
-    answer = repr(switch_tasks.ANSWERS[0]) if r["task"] == "continuation" else "the first sense's label"
-    p = sv.auc_vs_chance(z, labels, "its AUC")
-    lo, hi = (0.5 + x for x in p.ci95) if p.ci95 is not None else (z["auc"], z["auc"])
-    where = f"AUC {fmt(z['auc'], 3)}, 95 % interval {fmt(lo, 3)}–{fmt(hi, 3)}, n = {p.n}, p = {p.p:.2g}"
-    side = "above" if p.verdict == compare.A_HIGHER else "below"
-    withheld = f"; {p.withheld()}" if p.withheld() else ""
-    test = (f"its AUC is {side} chance (0.5; {where})" if p.separated
-            else f"no detectable difference of its AUC from chance (0.5) at n = {p.n} ({where}{withheld})")
-    return (f"{model}: {measures(z)}; it answers {answer} on {first} of {len(labels)} examples; "
-            + test)
-
-
-def deepest(model: str, r: dict) -> str:
-    """The deepest tail against the base model on the same examples: accuracy (McNemar) and AUC."""
-    held, ks = r["switch"]["heldout"], r["k_values"]
-    deep, base = held[f"tail{ks[-1]}"]["tail_patch"], held["base"]["zero_shot"]
-    name = f"the k = {ks[-1]} tail"
-    return (f"{model}: {name}: {measures(deep)}; " + verdict(sv.accuracy_pair(deep, base, name,
-                                                                              "the base model"),
-                                                            "accuracy")
-            + "; " + verdict(sv.auc_pair(deep, base, _labels(r), name, "the base model"), "AUC",
-                             points=False))
-
-
 def knee(model: str, r: dict) -> str:
     """The knee from the paired test (see `switch_verdicts.knee`)."""
     k = r["knee"]
@@ -116,18 +75,6 @@ def knee(model: str, r: dict) -> str:
         head = (f"k = {k['knee_k']} ({fmt(acc[k['knee_k']], 3)}%): the smallest k with no detectable "
                 f"difference from {top}")
     return f"{model}: {head} (of L = {r['layers']}; {tests})"
-
-
-def against_tail(model: str, r: dict, adapter: str, policy: str, name: str) -> str:
-    """Per k, one policy's adapter against the tail patch of the same k, on the same examples."""
-    held = r["switch"]["heldout"]
-    parts = []
-    for k in r["k_values"]:
-        a, b = held[f"{adapter}{k}"][policy], held[f"tail{k}"]["tail_patch"]
-        pair = sv.accuracy_pair(a, b, f"{name} ({fmt(a['accuracy_pct'], 3)}%)",
-                                f"the tail patch ({fmt(b['accuracy_pct'], 3)}%)")
-        parts.append(f"k = {k}: " + verdict(pair, "accuracy"))
-    return f"{model}: " + "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- the patching map

@@ -64,31 +64,34 @@ def test_chapter5_quick_results_hold_the_identities(quick_chapters):
         assert (root / "results" / "figures" / f"{figure}.png").stat().st_size > 10_000
 
 
-def test_chapter5_glue_states_what_the_quick_run_measured(quick_chapters):
+def test_chapter5_evidence_states_what_the_quick_run_measured(quick_chapters):
     from kvutils.core import compare
-    from kvutils.report import switch_glue as rs
+    from kvutils.report import switch_evidence as rse
+    from kvutils.report import switch_verdicts as rsv
     from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 
     root, _ = quick_chapters
     record = json.loads((root / "results" / "05_qwen3_switch.json").read_text())
     r = record["numbers"]["tiny-qwen3"]
-    glue = rs.chapter5_glue(record["numbers"], record["parameters"])
-    held = r["switch"]["heldout"]
-    deep, zero = held[f"tail{r['k_values'][-1]}"]["tail_patch"], r["training"]["zero_shot"]["heldout"]
+    texts, tables = rse.chapter5_evidence(record["numbers"], record["parameters"])
+    held, deep_k = r["switch"]["heldout"], r["k_values"][-1]
+    deep, zero = held[f"tail{deep_k}"]["tail_patch"], r["training"]["zero_shot"]["heldout"]
     test = switch_verdicts.accuracy_pair(deep, zero, "a", "b")
-    word = {"a>b": "is above the base model", "a<b": "is below the base model", "identical": "give the same accuracy",
-            "no detectable difference": "no detectable difference in accuracy",
-            "cannot separate": "no verdict possible in accuracy"}[test.verdict]
-    assert word in glue["deepest"] and f"n = {deep['n']}" in glue["deepest"]
-    assert glue["knee"].startswith((f"tiny-qwen3: k = {r['knee_k']} (", "tiny-qwen3: not located at n = ",
-                                    "tiny-qwen3: not located: one k"))
-    assert "of L = 4" in glue["knee"] and glue["method"] == compare.METHOD
+    word = {"a>b": f"k = {deep_k} higher", "a<b": f"k = {deep_k} lower", "identical": "identical",
+            "no detectable difference": "no detectable difference", "cannot separate": "cannot separate at this n"}
+    row = rse.example_tests(record["numbers"]).loc[f"tiny-qwen3: k = {deep_k} tail against the base, accuracy"]
+    assert row["verdict"] == word[test.verdict] and row["n"] == f"{deep['n']} held-out examples"
+    knee = rsv.knee("tiny-qwen3", r)
+    assert knee.startswith((f"tiny-qwen3: k = {r['knee_k']} (", "tiny-qwen3: not located at n = ",
+                            "tiny-qwen3: not located: one k")) and "of L = 4" in knee
+    assert compare.METHOD in texts["quality"][0]
     per_k = r["cost"]["per_k"]
     assert all(len(per_k[str(k)]["tail_patch"]["seconds_repeats"]) == record["parameters"]["timing_repeats"]
                for k in r["k_values"])
     # one timed repeat: no trend over k can be tested, and the page must not read one into the medians
-    assert "shows no trend the tests support" in glue["cost_trend"]
-    assert "as a fixed cost per forward makes it" not in glue["cost_trend"]
+    trend = rse.cost_tests(record["numbers"])["verdict"]
+    assert not trend.str.endswith((" higher", " lower")).any()
+    assert [caption for caption, _ in tables["cost"]][1].startswith("Its excess over k/L across k")
 
 
 def test_the_interactive_quality_cost_chart_holds_every_adapter_and_policy(quick_chapters):

@@ -218,8 +218,9 @@ def _switch_results(tails: dict, base, labels, task="continuation", layers=8):
         held[f"tail{k}"] = {"tail_patch": _answers(logodds, labels), "stale": _answers(logodds, labels)}
         held[f"activated{k}"] = {"activated": _answers(logodds, labels)}
     ks = sorted(tails)
+    training = {"adapters": {f"tail{k}": {"losses": [1.0], "train": {"accuracy_pct": 50.0, "n": 1}} for k in ks}}
     return {"task": task, "layers": layers, "k_values": ks, "knee": switch_verdicts.knee(held, ks),
-            "switch": {"heldout": held, "heldout_examples": {"label": labels}}}
+            "switch": {"heldout": held, "heldout_examples": {"label": labels}}, "training": training}
 
 
 LABELS = [0, 1] * 64  # 128 held-out examples, balanced as the continuation task makes them
@@ -268,39 +269,42 @@ def test_a_base_that_always_says_yes_is_judged_by_what_its_bias_cannot_fake():
     """A base that gives ' yes' to all 128 examples scores 64/128; its AUC is 0.5 and the page says so.
     The same bias over log-odds that rank the examples well leaves accuracy at 50 % and puts the AUC
     above chance; an adapter right on every example beats the biased base in accuracy."""
-    from kvutils.report import switch_verdicts as rsv
+    from kvutils.report import switch_evidence as rse
     from kvutils.studies.qwen3_switch import verdicts as switch_verdicts
 
     yes = [3.0 if y == 0 else -3.0 for y in LABELS]  # right-minus-wrong: +3 on ' yes' examples, −3 on ' no'
     flat = _switch_results({8: [2.0] * 128}, yes, LABELS)
-    zero = rsv.zero_shot("m", flat)
-    assert "accuracy 50%" in zero and "balanced accuracy 50%" in zero and "AUC 0.5" in zero
-    assert "answers ' yes' on 128 of 128 examples" in zero and "no detectable difference of its AUC from chance" in zero
+    base = rse.measures_table({"m": flat}).loc["m: base, zero-shot"]
+    assert base["held-out accuracy % [95 % interval]"].startswith("50 [") and base["balanced accuracy %"] == "50"
+    assert base["AUC"] == "0.5" and base["gives label 0's answer"] == "128 of 128"
+    tests = rse.example_tests({"m": flat})["verdict"]
+    assert tests["m: the base model's AUC against chance (0.5)"] == "identical"  # every placement is one half
+    assert tests["m: k = 8 tail against the base, accuracy"] == "k = 8 higher"
+    assert tests["m: k = 8 tail against the base, AUC"] == "k = 8 higher"
     ranked = [5.0 + (1.0 if y == 0 else -1.0) * (i % 7) / 7 for i, y in enumerate(LABELS)]  # label-0 score
     biased = [x if y == 0 else -x for x, y in zip(ranked, LABELS)]
     assert switch_verdicts.balanced_accuracy([x > 0 for x in biased], LABELS) == 0.5
     assert switch_verdicts.auc(biased, LABELS) > 0.7
-    assert "its AUC is above chance" in rsv.zero_shot("m", _switch_results({8: [2.0] * 128}, biased, LABELS))
-    deep = rsv.deepest("m", flat)
-    assert "the k = 8 tail is above the base model in accuracy (n = 128 held-out examples" in deep
-    assert "the k = 8 tail is above the base model in AUC" in deep
+    biased_tests = rse.example_tests({"m": _switch_results({8: [2.0] * 128}, biased, LABELS)})
+    assert biased_tests.loc["m: the base model's AUC against chance (0.5)", "verdict"] == "base higher"
 
 
 def test_equal_and_separated_answers_get_the_verdicts_they_earn():
-    from kvutils.report import switch_verdicts as rsv
+    from kvutils.report import switch_evidence as rse
+
+    def stale(results) -> str:
+        return rse.example_tests({"m": results}).loc["m: k = 8, stale reuse against the tail patch, accuracy"]
 
     same = _switch_results({2: _right_on(70), 8: _right_on(70)}, _right_on(64), LABELS)
-    assert "give the same accuracy on every one of the 128 held-out examples" in rsv.against_tail(
-        "m", same, "tail", "stale", "stale reuse")
+    assert stale(same)["verdict"] == "identical" and stale(same)["n"] == "128 held-out examples"
     noisy = _switch_results({8: _right_on(74)}, _right_on(64), LABELS)
     held = noisy["switch"]["heldout"]
     shifted = [1.0 if 20 <= i < 94 else -1.0 for i in range(128)]  # as many right, 20 discordant each way
     held["tail8"]["stale"] = _answers(shifted, LABELS)
-    text = rsv.against_tail("m", noisy, "tail", "stale", "stale reuse")
-    assert "no detectable difference in accuracy between stale reuse" in text
+    assert stale(noisy)["verdict"] == "no detectable difference"
     held["tail8"]["stale"] = _answers(_right_on(10), LABELS)
-    assert "stale reuse (7.81%) is below the tail patch (57.8%) in accuracy" in rsv.against_tail(
-        "m", noisy, "tail", "stale", "stale reuse")
+    assert stale(noisy)["verdict"] == "stale lower"
+    assert stale(noisy)["difference a − b [95 % interval]"].startswith("-50")  # 7.81 % against 57.8 %, in points
 
 
 def _patch_results(flips_per_group: list[int], n_pairs=32, n_right=32, foreign_delta=1.0):
@@ -375,7 +379,7 @@ def test_learning_rates_and_steps_per_model():
 
 
 def test_the_training_precision_sentence_follows_the_run():
-    from kvutils.report.switch_glue import train_dtype_text
+    from kvutils.report.switch_evidence import train_dtype_text
 
     bf16 = train_dtype_text({"m": {"train_dtype": "bfloat16"}}, {"train_dtype": "auto", "dtype": "float32"})
     assert bf16.startswith("bfloat16 autocast") and "chose it" in bf16 and bf16.endswith("runs in float32")
@@ -386,7 +390,7 @@ def test_the_training_precision_sentence_follows_the_run():
 
 
 def test_the_clipping_sentence_follows_the_run_and_an_older_run_reads_unclipped():
-    from kvutils.report.switch_glue import clipping_text
+    from kvutils.report.switch_evidence import clipping_text
 
     assert clipping_text({"max_grad_norm": 1.0}) == "each step's gradient scaled down to norm 1 where it was larger"
     assert clipping_text({"max_grad_norm": 0.0}) == clipping_text({}) == "the gradient not clipped"
