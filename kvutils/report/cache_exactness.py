@@ -10,7 +10,7 @@ import pandas as pd
 from kvutils.core.article import article
 from kvutils.report.figures import styled
 from kvutils.report.findings import Finding, PageFindings, Section, Test
-from kvutils.report.tables import PageTable, page_table
+from kvutils.report.tables import PageTable, page_table, rows_table
 from kvutils.report.text import fmt, fraction
 from kvutils.report.weights import weights_note
 
@@ -149,107 +149,65 @@ def plot_chapter1(numbers: dict):
     return fig
 
 
-def chapter1_glue(numbers: dict) -> dict[str, str]:
-    """Short texts the chapter's prose glues in, each built from the results; a sentence that states
-    a finding takes the form the numbers support."""
-    out = {}
-    for dtype, tag in (("float32", "fp32"), ("float64", "fp64")):
-        decode, prefixes = [], []
-        for model, by_dtype in numbers.items():
-            if dtype not in by_dtype:
-                continue
-            d, x = by_dtype[dtype]["decode"], by_dtype[dtype]["prefixes"]
-            decode.append(f"{fraction(d['identical'], d['n_prompts'])} identical sequences on {model} "
-                          f"(max logit difference {fmt(d['max_logit_diff'])}; no-cache side: "
-                          f"{recompute_label(d)})")
-            prefixes.append(f"{fraction(x['bit_identical'], x['n_prefixes'])} bit-identical on {model} "
-                            f"(largest difference {fmt(x['max_diff_across_continuations'])}; "
-                            f"alone vs inside: {fmt(x['max_key_diff_alone_vs_inside'])})")
-        out[f"{tag}_decode"] = "; ".join(decode) or f"not run ({dtype} not in dtypes)"
-        out[f"{tag}_prefixes"] = "; ".join(prefixes) or f"not run ({dtype} not in dtypes)"
-    runs = [r for m in numbers.values() for r in m.values()]
-    any_decode = runs[0]["decode"]
-    out["setup"] = (f"{any_decode['n_prompts']} prompts of {any_decode['prompt_tokens']} tokens, "
-                    f"{any_decode['new_tokens']} greedy tokens each")
-    out["mode"] = recompute_label(any_decode)
-    out["models"] = ", ".join(numbers)
-    out["weights"] = weights_note(numbers)
-    decodes = [d for r in runs for d in _decode_runs(r)]
-    ours = min(d["argmax_agreement_pct"] for d in decodes)
-    every = min(d["argmax_agreement_all_steps_pct"] for d in decodes)
-    out["argmax_agreement"] = fmt(ours)
-    out["argmax_article"] = (
-        "the same count holds over every generated step, as the article counts it" if every == ours else
-        f"counted as the article does, over every generated step whatever each side had read by then, "
-        f"it was {fmt(every)}%")
-    diverged = [f"{d['n_prompts'] - d['identical']} of {d['n_prompts']} ({m}, {dtype})"
-                for m, by in numbers.items() for dtype, r in by.items() for d in [r["decode"]]
-                if d["identical"] < d["n_prompts"]]
-    out["divergence"] = ("No sequence diverged in this run" if not diverged else
-                         "Sequences diverged in this run: " + ", ".join(diverged))
-    out["per_step"] = _per_step_glue(numbers)
-    out["per_step_cost"] = _per_step_cost(numbers)
-    out["fp64_shrink"] = _fp64_shrink(numbers)
-    return out
+def setup_text(numbers: dict) -> str:
+    """The run's prompts, the no-cache procedure and the weights, as the Evidence block says them."""
+    d = next(iter(next(iter(numbers.values())).values()))["decode"]
+    return (f"Setup: {d['n_prompts']} prompts of {d['prompt_tokens']} tokens, {d['new_tokens']} greedy "
+            f"tokens each; no-cache side: {recompute_label(d)}. {weights_note(numbers)}.")
 
 
-def _per_step_glue(numbers: dict) -> str:
-    """The article's per-step procedure on the first prompts beside one pass on the same prompts."""
-    parts = []
+def per_step_table(numbers: dict) -> PageTable | None:
+    """The article's per-step procedure on the first prompts, beside one pass on the same prompts:
+    whether both procedures found the same divergences, and what the per-step one cost per prompt
+    (one timing of each procedure per model and precision, not repeats)."""
+    rows = {}
     for model, by_dtype in numbers.items():
         for dtype, r in by_dtype.items():
-            if "decode_per_step" not in r:
-                continue
-            ps, main = r["decode_per_step"], r["decode"]
-            k = ps["n_prompts"]
-            same = ps["first_divergence"] == main["first_divergence"][:k]
-            parts.append(f"{model}, {dtype}: {fraction(ps['identical'], k)} identical (max logit difference "
-                         f"{fmt(ps['max_logit_diff'])}); "
-                         + ("the same sequences as one pass on those prompts" if same else
-                            "different divergences from one pass on those prompts"))
-    if not parts:
-        modes = {r["decode"]["recompute"] for m in numbers.values() for r in m.values()}
-        if modes == {"per_step"}:
-            return "Every prompt of this run was decoded with the article's per-step procedure"
-        return ("This run did not repeat any prompt with the article's per-step procedure "
-                "(per_step_prompts = 0)")
-    k = next(r["decode_per_step"]["n_prompts"]
-             for m in numbers.values() for r in m.values() if "decode_per_step" in r)
-    first = "On the first prompt" if k == 1 else f"On the first {k} prompts"
-    return f"{first}, the article's per-step procedure gave " + "; ".join(parts)
+            if "decode_per_step" in r:
+                ps, main = r["decode_per_step"], r["decode"]
+                k = ps["n_prompts"]
+                same = ps["first_divergence"] == main["first_divergence"][:k]
+                rows[f"{model}, {dtype}"] = {
+                    "prompts": str(k), "identical sequences": fraction(ps["identical"], k),
+                    "max |logit diff|": fmt(ps["max_logit_diff"]),
+                    "the same divergences as one pass": "yes" if same else "no",
+                    "time per prompt ÷ one pass":
+                        fmt(ps["seconds_per_prompt"] / main["seconds_per_prompt"], 3)}
+    return rows_table(rows, "model, precision") if rows else None
 
 
-def _per_step_cost(numbers: dict) -> str:
-    ratios = [r["decode_per_step"]["seconds_per_prompt"] / r["decode"]["seconds_per_prompt"]
-              for m in numbers.values() for r in m.values() if "decode_per_step" in r]
-    if not ratios:
-        return "this run did not time the two procedures side by side"
-    span = fmt(min(ratios), 2) if len(ratios) == 1 else f"{fmt(min(ratios), 2)}–{fmt(max(ratios), 2)}"
-    return (f"in this run it took {span} times as long per prompt as the one-pass comparison (one timing of "
-            f"each procedure per model and precision, {len(ratios)} in all; the range is over them, not over "
-            "repeats)")
-
-
-def _fp64_shrink(numbers: dict) -> str:
-    """How the alone-vs-inside key residue changed from fp32 to fp64, per model, as measured."""
-    parts = []
+def prefix_table(numbers: dict) -> PageTable:
+    """Per model and precision: prefixes whose K/V are bit-identical under two continuations, the
+    largest difference otherwise, and a prefix's keys alone against inside a longer text (the largest
+    difference, and how many prefixes were exactly equal)."""
+    rows = {}
     for model, by_dtype in numbers.items():
-        if not {"float32", "float64"} <= set(by_dtype):
-            continue
-        a = by_dtype["float32"]["prefixes"]["max_key_diff_alone_vs_inside"]
-        b = by_dtype["float64"]["prefixes"]["max_key_diff_alone_vs_inside"]
-        zeros = sum(i["max_key_diff_alone_vs_inside"] == 0 for i in by_dtype["float32"]["prefixes"]["items"])
-        n = len(by_dtype["float32"]["prefixes"]["items"])
-        if a > 0 and b < a:
-            change = (f"fell from {fmt(a, 3)} in fp32 to {fmt(b, 3)} in fp64" + (
-                f", {fmt(math.log10(a / b), 2)} orders of magnitude" if b > 0 else ", to exactly 0"))
-        elif a == 0:
-            change = "was exactly 0 already in fp32"
-        else:
-            change = f"did not shrink: {fmt(a, 3)} in fp32, {fmt(b, 3)} in fp64"
-        parts.append(f"{model}: the largest key difference alone vs inside {change}; in fp32 it was exactly "
-                     f"0 for {zeros} of {n} prefixes")
-    return "; ".join(parts) or "This run did not compute both precisions, so it cannot show the change"
+        for dtype, r in by_dtype.items():
+            x = r["prefixes"]
+            zeros = sum(i["max_key_diff_alone_vs_inside"] == 0 for i in x["items"])
+            rows[f"{model}, {dtype}"] = {
+                "bit-identical under two continuations": fraction(x["bit_identical"], x["n_prefixes"]),
+                "largest difference across continuations": fmt(x["max_diff_across_continuations"]),
+                "largest key difference alone vs inside": fmt(x["max_key_diff_alone_vs_inside"]),
+                "alone = inside exactly": fraction(zeros, len(x["items"]))}
+    return rows_table(rows, "model, precision")
+
+
+def shrink_table(numbers: dict) -> PageTable | None:
+    """Per model run in both precisions: the largest alone-vs-inside key difference in fp32 and fp64,
+    and the orders of magnitude between them."""
+    rows = {}
+    for model, by_dtype in numbers.items():
+        if {"float32", "float64"} <= set(by_dtype):
+            a = by_dtype["float32"]["prefixes"]["max_key_diff_alone_vs_inside"]
+            b = by_dtype["float64"]["prefixes"]["max_key_diff_alone_vs_inside"]
+            orders = "none (did not shrink)" if a > 0 else "none (exactly 0 already in fp32)"
+            if 0 < b < a:
+                orders = fmt(math.log10(a / b), 2)
+            elif b == 0 < a:
+                orders = "to exactly 0"
+            rows[model] = {"fp32": fmt(a, 3), "fp64": fmt(b, 3), "orders of magnitude": orders}
+    return rows_table(rows, "model (largest key difference alone vs inside)") if rows else None
 
 
 # fp64: a logit difference at most this is rounding of a theorem's identity (DESIGN: within 1e-9)
@@ -306,18 +264,19 @@ def chapter1_findings(numbers: dict) -> PageFindings:
                      "Cached decoding did not reproduce recomputation on every prompt; see the evidence "
                      "below.")
     box = tuple(f for f in (decode.get("float64"), decode.get("float32"), prefix, shrink) if f is not None)
-    glue = chapter1_glue(numbers)
+    per_step = _captioned(("The article's per-step procedure on the first prompts, beside one pass",
+                           per_step_table(numbers)))
+    shrinking = _captioned(("From fp32 to fp64", shrink_table(numbers)))
     return PageFindings(answer, box, {
-        "decoding": Section(exact, tuple(f for f in decode.values() if f is not exact) + (argmax,
-                                                                                          fp32_versus), (
-            f"Setup: {glue['setup']}; no-cache side: {glue['mode']}.", f"{glue['weights']}.",
-            f"In fp32: {glue['fp32_decode']}.", f"In fp64: {glue['fp64_decode']}.", f"{glue['per_step']}.",
-            f"The article's per-step procedure costs more: {glue['per_step_cost']}.",
-            f"Argmax over every step: {glue['argmax_article']}.", f"{glue['divergence']}.")),
-        "prefixes": Section(prefix, (), (f"In fp32: {glue['fp32_prefixes']}.",
-                                         f"In fp64: {glue['fp64_prefixes']}.")),
-        "residue": Section(shrink or prefix, (), (f"{glue['fp64_shrink']}.",)),
+        "decoding": Section(exact, (*(f for f in decode.values() if f is not exact), argmax, fp32_versus),
+                            (setup_text(numbers),), per_step),
+        "prefixes": Section(prefix, (), (), (("Every model and precision", prefix_table(numbers)),)),
+        "residue": Section(shrink or prefix, (), (), shrinking),
     })
+
+
+def _captioned(*tables: tuple[str, PageTable | None]) -> tuple[tuple[str, PageTable], ...]:
+    return tuple((caption, t) for caption, t in tables if t is not None)
 
 
 def _prefix_finding(numbers: dict, dtype: str) -> Finding:

@@ -143,9 +143,10 @@ class Shown:
     tables: tuple[tuple[str, object], ...] = ()  # (caption, PageTable) after the text
 
     def _repr_markdown_(self) -> str:
-        text = f"**{escaped(self.title)}**\n\n{self.markdown}" if self.title else self.markdown
-        text += "".join(f"\n\n*{escaped(caption)}*\n\n{pipe_table(table)}" for caption, table in self.tables)
-        return text + (f"\n\n{self.evidence._repr_markdown_()}" if self.evidence else "")
+        parts = [f"**{escaped(self.title)}**" if self.title else "", self.markdown,
+                 *(f"*{escaped(caption)}*\n\n{pipe_table(table)}" for caption, table in self.tables),
+                 self.evidence._repr_markdown_() if self.evidence else ""]
+        return "\n\n".join(part for part in parts if part)
 
     def _repr_html_(self) -> str:
         return self._own_html() + (self.evidence._repr_html_() if self.evidence else "")

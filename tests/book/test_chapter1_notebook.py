@@ -59,34 +59,29 @@ def test_every_decoding_row_names_its_procedure(ch1_numbers):
             == str(ch1_numbers["tiny-llama"]["float64"]["decode_per_step"]["n_prompts"]))
 
 
-def test_chapter1_sentences_follow_the_numbers(ch1_numbers):
-    """Each glued finding changes when the data does: divergence, the article's argmax count, the
-    per-step comparison and the fp32-to-fp64 shrinkage."""
+def test_chapter1_evidence_follows_the_numbers(ch1_numbers):
+    """Each Evidence table changes when the data does: the per-step comparison, the prefixes and the
+    fp32-to-fp64 shrinkage; the setup names the procedure and the weights."""
     import copy
 
     from kvutils.report import cache_exactness as report
 
-    glue = report.chapter1_glue(ch1_numbers)
-    assert glue["divergence"] == "No sequence diverged in this run"
     n = ch1_numbers["tiny-llama"]["float32"]["decode"]["n_prompts"]
-    assert f"no-cache side: one pass, {n} prompts" in glue["fp32_decode"]  # the procedure beside each residue
-    assert glue["weights"].startswith("Weights: tiny-llama: random weights (seeded)")
-    assert glue["argmax_article"].startswith("the same count holds")
-    assert "the same sequences as one pass" in glue["per_step"] and "times as long per prompt" in glue["per_step_cost"]
-    assert "orders of magnitude" in glue["fp64_shrink"]
+    setup = report.setup_text(ch1_numbers)
+    assert f"no-cache side: one pass, {n} prompts" in setup and "Weights: tiny-llama: random weights (seeded)" in setup
+    per_step = report.per_step_table(ch1_numbers)
+    assert set(per_step["the same divergences as one pass"]) == {"yes"}
+    assert (per_step["time per prompt ÷ one pass"].astype(float) > 0).all()
+    assert any(o.replace(".", "", 1).isdigit() for o in report.shrink_table(ch1_numbers)["orders of magnitude"])
 
     changed = copy.deepcopy(ch1_numbers)
     d = changed["tiny-llama"]["float32"]
-    d["decode"]["identical"] -= 1
-    d["decode"]["argmax_agreement_all_steps_pct"] = 97.5
     d["decode_per_step"]["first_divergence"][0] = 0
     d["prefixes"]["max_key_diff_alone_vs_inside"] = 0.0
-    glue = report.chapter1_glue(changed)
-    assert glue["divergence"].startswith("Sequences diverged in this run: 1 of")
-    assert glue["argmax_article"].endswith("it was 97.5%")
-    assert "different divergences from one pass" in glue["per_step"]
-    assert "tiny-llama: the largest key difference alone vs inside was exactly 0 already in fp32" in glue["fp64_shrink"]
+    assert report.per_step_table(changed).loc["tiny-llama, float32", "the same divergences as one pass"] == "no"
+    assert report.shrink_table(changed).loc["tiny-llama", "orders of magnitude"] == "none (exactly 0 already in fp32)"
+    assert report.prefix_table(changed).loc["tiny-llama, float32", "largest key difference alone vs inside"] == "0"
     for r in changed.values():
         for x in r.values():
             x.pop("decode_per_step")
-    assert "did not repeat any prompt" in report.chapter1_glue(changed)["per_step"]
+    assert report.per_step_table(changed) is None
