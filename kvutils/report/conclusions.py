@@ -264,18 +264,6 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     out["rq1_fp32_reason"] = fp32_reason(fp32_runs,
                                          a["e1_decode"]["fp32"]) if fp32_runs else "fp32 was not run"
     out["rq1_weights"] = weights_note(ch1)
-    enc = encoder_models(chapter_numbers(runs, "02"))
-    bert = a["e2_bert"]["cosine_distance"]["layer_12"]
-    moved = {m: r for m, r in enc.items() if r["cosine_distance_mean"][-1] > 0}
-    numbers_enc = "; ".join(
-        f"{m}: {fmt(r['cosine_distance_mean'][0])} at the embeddings, "
-        f"{fmt(r['cosine_distance_mean'][-1], 3)} at its last layer ({r['layers']} layers), against "
-        f"BERT-base's {fmt(bert)} at layer 12" for m, r in enc.items())
-    out["rq1_encoder"] = (
-        "No encoder was run, so this run does not show the contrast" if not enc else
-        f"The same word's state moves when later text arrives — {numbers_enc} — so a cache of its keys and "
-        "values would go stale" if len(moved) == len(enc) else
-        f"In this run the encoder's state did not move with later text on every model ({numbers_enc})")
     ch3 = chapter_numbers(runs, "03")
     out["rq2_verdict"] = rq2_verdict(causal_models(ch3))
     out["rq2_attention_reason"] = attention_reason(causal_models(ch3), a["e3_attention"])
@@ -287,21 +275,6 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
                                                    article_rows_by_spec()["cast:dtype=bfloat16"]["top1_pct"],
                                                    weights_note(bf16))
     out["rq3_breaks"] = breaks_exactness(table2)
-    pairs = []
-    for spec, label in RQ3_OPS[2:]:
-        ours = [f"{fmt(chapter4_ops(r)[spec]['top1_agreement_pct'], 4)}% ({m})"
-                for m, r in table2.items() if spec in chapter4_ops(r)]
-        if ours:
-            pairs.append(f"{label}: {', '.join(ours)} top-1 against the article's "
-                         f"{fmt(article_rows_by_spec()[spec]['top1_pct'])}%")
-    out["rq3_eviction"] = "; ".join(pairs) or "not run (no window or chunk operation in chapter 4's ops)"
     out["rq3_speed_reason"] = speed_reason(ch4, runs[NOTEBOOKS["04"]]["machine"],
                                            a["e4_decode_time"]["ctx_2000"]["speedup"])
-    ch5 = chapter_numbers(runs, "05")
-    worst = max(r["switch"]["scores"][f"tail{k}"]["tail_patch"]["max_abs_logit_diff"]
-                for r in ch5.values() for k in r["k_values"])
-    out["rq4_verdict"] = (
-        f"Everything below the adapter: the tail patch matched a full recompute to {fmt(worst)} (largest "
-        f"|logit difference|) on {', '.join(ch5)}, at every k" if worst <= FP64_TOLERANCE else
-        f"The tail patch differed from recompute by {fmt(worst, 3)}; see chapter 5")
     return out

@@ -121,7 +121,6 @@ def conclusions_findings(runs: dict, rows: list[dict], model: str, near_exact_pc
                     f"{g['rq1_verdict']}.",
                     f"In fp32: {g['rq1_fp32_reason']}.",
                     f"{g['rq1_weights']}.",
-                    f"Encoders: {g['rq1_encoder']}.",
                 ),
             ),
             "rq2": Section(rq2, (), (f"{g['rq2_verdict']}.", f"Attention: {g['rq2_attention_reason']}.")),
@@ -131,12 +130,11 @@ def conclusions_findings(runs: dict, rows: list[dict], model: str, near_exact_pc
                 (
                     f"Which break exactness: {g['rq3_breaks']}.",
                     f"Precision: {g['rq3_precision_reason']}.",
-                    f"Eviction and chunk reuse: {g['rq3_eviction']}.",
                     f"What the exact cache buys: {g['rq3_speed_reason']}.",
                 ),
             ),
             "rq4": Section(
-                rq4, (activated, stale_finding(switch), knee_finding(switch)), (f"{g['rq4_verdict']}.",)
+                rq4, (activated, stale_finding(switch), knee_finding(switch))
             ),
             "guide": Section(
                 guide_finding(runs, rows, near_exact_pct), (), (f"{guide_coverage(runs, rows, model)}.",)

@@ -13,8 +13,8 @@ from kvutils.core.article import article
 from kvutils.core.data import SENSES_PER_WORD
 from kvutils.report.figures import depth_fractions, styled
 from kvutils.report.findings import Finding, PageFindings, Section, Test
-from kvutils.report.tables import rows_table
-from kvutils.report.text import fmt, listed
+from kvutils.report.tables import PageTable, rows_table
+from kvutils.report.text import fmt
 
 
 def peak_depths(values: list[float]) -> tuple[float, list[int]]:
@@ -145,59 +145,16 @@ def plot_chapter3_attention(numbers: dict):
     return fig
 
 
-def chapter3_glue(numbers: dict) -> dict[str, str]:
-    causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
-    encoders = {m: r for m, r in numbers.items() if r["family"] == "encoder"}
-    out = {"models": ", ".join(numbers)}
-    out["old"] = "; ".join(
-        f"{m}: {', '.join(sorted({fmt(v) for v in r['probe']['old_position_pct']}))}% at all "
-        f"{len(r['probe']['old_position_pct'])} depths" for m, r in causal.items()) or "no causal model run"
-    out["new"] = "; ".join(
-        f"{m}: {fmt(r['probe']['new_position_pct'][1])}% after layer 1, "
-        f"peak {fmt(peak_depths(r['probe']['new_position_pct'])[0])}% "
-        f"({listed(peak_depths(r['probe']['new_position_pct'])[1], 'depth')})"
-        for m, r in causal.items()) or "no causal model run"
-    out["encoder"] = "; ".join(
-        f"{m}: {fmt(r['probe']['old_position_pct'][1])}% after layer 1, "
-        + (f"100% from depth {s}" if (s := first_stays_at(r['probe']['old_position_pct'], 100.0)) is not None
-           else f"at most {fmt(max(r['probe']['old_position_pct']))}%")
-        for m, r in encoders.items()) or "no encoder run"
-    out["attention"] = "; ".join(
-        f"{m}: {fmt(min(r['attention']['continuation']), 3)}–{fmt(max(r['attention']['continuation']), 3)} "
-        f"on the continuation, up to {fmt(max(r['attention']['first_token']), 3)} on the first token "
-        f"({r['first_token']!r}), {fmt(r['attention']['old_word'][1], 3)} on the old word in layer 2 and "
-        + (f"at most {fmt(max(r['attention']['old_word'][4:]), 3)} from layer 5"
-           if r["attention"]["old_word"][4:]
-           else f"the model has no layer 5 ({len(r['attention']['old_word'])} layers)")
-        for m, r in causal.items()) or "no causal model run"
-    out["new_reading"] = "; ".join(_new_reading(m, r["probe"]) for m, r in causal.items()) or (
-        "no causal model run")
-    out["encoder_reading"] = ("; ".join(_encoder_probe_reading(m, r["probe"]) for m, r in encoders.items())
-                              or "no encoder run")
-    rewrites = encoders and all(any(rate.above for rate in depth_rates(r["probe"], "old"))
-                                for r in encoders.values())
-    out["encoder_verdict"] = (
-        "The encoder rewrites the old position itself — which is exactly why its cache would go stale "
-        "(chapter 2)"
-        if rewrites else "In this run the probe does not read the sense above chance at the encoder's "
-                         "original position "
-        "on every encoder, so this run does not show the encoder rewriting it")
-    out["attention_reading"] = ("; ".join(_attention_reading(m, r) for m, r in causal.items())
-                                or "no causal model run")
-    out["split_check"] = _split_check(causal)
-    distance = next(iter(numbers.values()))["probe"]["distance"]
-    out["distance"] = distance
-    n_items = next(iter(numbers.values()))["probe"]["n_items"]
-    out["n_items"] = str(n_items)
-    out["step"] = fmt(100 / n_items)
-    out["method"] = (compare.METHOD + " A probe's accuracy at one depth is tested against chance (50 %) by "
-                                      "an "
-                     "exact sign test over the words (a word's two senses are not independent items), with "
-                     "an interval that resamples words; \"from depth k on\" is written only when every depth "
-                     "from k to the last is above chance by that test (tested from the last depth back, so "
-                     "no correction for the number of depths is owed), and a single depth picked among many "
-                     "is judged at its Holm-adjusted p.")
-    return out
+METHOD = (compare.METHOD + " A probe's accuracy at one depth is tested against chance (50 %) by an exact "
+          "sign test over the words (a word's two senses are not independent items), with an interval that "
+          "resamples words; \"from depth k on\" is written only when every depth from k to the last is "
+          "above chance by that test (tested from the last depth back, so no correction for the number of "
+          "depths is owed), and a single depth picked among many is judged at its Holm-adjusted p.")
+
+
+def setup_text(numbers: dict) -> str:
+    probe = next(iter(numbers.values()))["probe"]
+    return f"Probe: {probe['distance']} distance over {probe['n_items']} items; models {', '.join(numbers)}."
 
 
 def depth_rates(probe: dict, where: str) -> list[compare.Rate]:
@@ -222,50 +179,31 @@ def holm_above(rates: list[compare.Rate]) -> list[int]:
     return [d for d, (r, p) in enumerate(zip(rates, adjusted)) if p < compare.ALPHA and r.rate > r.chance]
 
 
-def _above_chance(rates: list[compare.Rate], subject: str) -> str:
-    """Where the probe reads above chance, in the words the tests support."""
-    n = rates[0].n
-    start = compare.first_from(rates)
-    above = [d for d, r in enumerate(rates) if r.above]
-    if start is not None:
-        weakest = min(rates[start:], key=lambda r: (r.successes, -r.p))
-        earlier = [d for d in holm_above(rates) if d < start]  # a depth singled out: judged after Holm
-        also = ""
-        if earlier:
-            also = (f"; before that, {listed(earlier, 'depth')} above chance too after Holm's correction, "
-                    "but not every depth between")
-        return (f"from depth {start} on {subject} (every depth from {start} is above chance at n = {n} "
-                f"items; the weakest: {weakest.sentence()}{also}; tested from the last depth back, stopping "
-                "at the first that is not, so no correction for the number of depths is owed)")
-    best = max(range(len(rates)), key=lambda d: rates[d].successes)
-    adjusted = compare.holm([r.p for r in rates])
-    if above:
-        held = holm_above(rates)
-        corrected = "none stays above"
-        if held:
-            corrected = f"{listed(held, 'depth')} " + ("stays above" if len(held) == 1 else "stay above")
-        return (f"it is above chance at {listed(above, 'depth')} but not at every later depth, so this run "
-                f"does not show it from one depth on (n = {n} items per depth); corrected for testing "
-                f"{len(rates)} depths (Holm), " + corrected)
-    return (f"no depth shows a detectable difference from chance at n = {n} items (the most: depth {best}, "
-            f"{rates[best].sentence()}; picked as the best of {len(rates)} depths, its Holm-adjusted p is "
-            f"{adjusted[best]:.2g})")
+def _rate(r: compare.Rate) -> str:
+    lo, hi = r.ci95
+    return f"{r.successes} of {r.n} ({100 * r.rate:.0f} % [{100 * lo:.0f}–{100 * hi:.0f}], p = {r.p:.2g})"
 
 
-def _new_reading(model: str, probe: dict) -> str:
-    """(b) at the repeated word: where the probe starts and from which depth, by the test, it reads the
-    sense."""
-    new = probe["new_position_pct"]
-    start = "is just the token again" if new[0] == 50 else f"already reads {fmt(new[0])}%"
-    return (f"{model}: at the embeddings the repeated word {start} ({fmt(new[0])}%); "
-            + _above_chance(depth_rates(probe, "new"),
-                            "its state carries the sense the continuation implies"))
-
-
-def _encoder_probe_reading(model: str, probe: dict) -> str:
-    """(c) the encoder's original position, tested against chance per depth."""
-    return f"{model}: " + _above_chance(depth_rates(probe, "old"),
-                                        "the probe reads the sense at its original position")
+def depth_table(numbers: dict) -> PageTable:
+    """Where the probe reads the sense, by the test against chance per depth (`depth_rates`): at a causal
+    model's new copy of the word, at an encoder's original position. "From depth" only where every
+    later depth is above chance too; the depths each above chance on its own test, and those that stay
+    above after Holm's correction for testing every depth; the best depth at its Holm-adjusted p."""
+    rows = {}
+    for model, r in numbers.items():
+        where, position = ("new", "new copy") if r["family"] == "causal" else ("old", "original position")
+        rates = depth_rates(r["probe"], where)
+        start, best = compare.first_from(rates), best_depth(rates)
+        weakest = min(rates[start:], key=lambda x: (x.successes, -x.p)) if start is not None else None
+        rows[f"{model}, {position} ({len(rates)} depths)"] = {
+            "above chance from depth": "no depth" if start is None else str(start),
+            "weakest depth from there": _rate(weakest) if weakest else "—",
+            "depths above chance, each tested": ", ".join(str(d) for d, x in enumerate(rates) if x.above)
+            or "none",
+            "after Holm over every depth": ", ".join(map(str, holm_above(rates))) or "none",
+            "best depth": f"{best.depth}: {best.rate.successes} of {best.rate.n} "
+                          f"(Holm p = {best.holm_p:.2g})"}
+    return rows_table(rows, "model, position")
 
 
 def layer_tests(att: dict, a: str, b: str) -> list[compare.Paired] | None:
@@ -298,26 +236,29 @@ def layer_count(tests: list[compare.Paired], than: str) -> str:
     return text
 
 
-def _attention_reading(model: str, r: dict) -> str:
-    """Where the repeated word looks, in the words the paired tests per layer support: the continuation
-    against the old copy of the word, and the first token (the sink) against the continuation."""
-    att = r["attention"]
-    sink = (f"the first token ({r['first_token']!r}), the \"attention sink\" that many models use as a place "
-            "for attention that has nowhere better to go")
-    cont_vs_old, sink_vs_cont = layer_tests(att, "continuation", "old_word"), layer_tests(att, "first_token",
-                                                                                          "continuation")
-    if cont_vs_old is None or sink_vs_cont is None:
-        return (f"{model}: these results hold no per-item attention shares, so no layer's shares are "
-                f"compared; {sink} takes at most {fmt(max(att['first_token']), 3)}")
-    return (f"{model}: paired over the items of each layer, the continuation "
-            + layer_count(cont_vs_old, "the old copy of the word") + f"; {sink}, "
-            + layer_count(sink_vs_cont, "the continuation"))
+def attention_table(numbers: dict) -> PageTable | None:
+    """Where the repeated word looks, by the paired tests per layer: the continuation against the old
+    copy of the word, and the first token (the "attention sink") against the continuation."""
+    rows = {}
+    for model, r in numbers.items():
+        if r["family"] != "causal":
+            continue
+        att = r["attention"]
+        cont_vs_old = layer_tests(att, "continuation", "old_word")
+        sink_vs_cont = layer_tests(att, "first_token", "continuation")
+        rows[model] = {
+            "the continuation": layer_count(cont_vs_old, "the old copy of the word") if cont_vs_old else
+            "no per-item shares in these results",
+            "the first token": f"{r['first_token']!r} " + (layer_count(sink_vs_cont, "the continuation")
+                                                          if sink_vs_cont else
+                                                          f"takes at most {fmt(max(att['first_token']), 3)}")}
+    return rows_table(rows, "model (paired over the items of each layer)") if rows else None
 
 
 SPLIT_TOLERANCE = 1e-6  # the four attention shares of a layer against 1 (softmax rows, averaged in float64)
 
 
-def _split_check(causal: dict) -> str:
+def split_check(causal: dict) -> str:
     """Whether the four attention shares, each summed over its own positions, add up to one."""
     parts = ("continuation", "first_token", "old_word", "rest")
     gaps = [abs(sum(r["attention"][p][layer] for p in parts) - 1)
@@ -378,7 +319,6 @@ def chapter3_findings(numbers: dict) -> PageFindings:
     """Chapter 3's answer, box and section points (`kvutils.report.findings`), from the results."""
     causal = {m: r for m, r in numbers.items() if r["family"] == "causal"}
     encoders = {m: r for m, r in numbers.items() if r["family"] == "encoder"}
-    glue = chapter3_glue(numbers)
     old_values = sorted({v for r in causal.values() for v in r["probe"]["old_position_pct"]})
     old = Finding("old", "The cached position cannot carry the sense." if old_values == [50.0] else
                   "The cached position is not at chance everywhere.",
@@ -393,16 +333,19 @@ def chapter3_findings(numbers: dict) -> PageFindings:
                      "The cached state never changes; a later copy of the word reads the sense from the "
                      "context."
                      if reads else "This run does not show a later copy reading the sense; see the evidence.")
+    causal_tables = _captioned(("Where attention goes, per layer", attention_table(numbers)))
     return PageFindings(answer, tuple(box[:5]), {
-        "probe": Section(new[0] if new else old, tuple([old] + new[1:] + enc), (
-            f"Probe: {glue['distance']} distance over {glue['n_items']} items; models {glue['models']}.",
-            f"(a) old position: {glue['old']}.", f"(b) new position: {glue['new']}.",
-            f"{glue['new_reading']}.", f"(c) encoder: {glue['encoder']}; {glue['encoder_reading']}.",
-            f"{glue['encoder_verdict']}.")),
-        "attention": Section(attention or old, (), (f"{glue['attention']}.",
-                                                    f"Per layer: {glue['attention_reading']}.",
-                                                    f"The four shares: {glue['split_check']}.")),
+        "probe": Section(new[0] if new else old, tuple([old] + new[1:] + enc), (setup_text(numbers), METHOD),
+                         (("The probe against chance, depth by depth", depth_table(numbers)),)),
+        "attention": Section(attention or old, (),
+                             (f"The four attention shares: {split_check(causal)}.",
+                              "The first token is the \"attention sink\" that many models use as a place for "
+                              "attention that has nowhere better to go."), causal_tables),
     })
+
+
+def _captioned(*tables) -> tuple:
+    return tuple((caption, t) for caption, t in tables if t is not None)
 
 
 def _new_finding(model: str, probe: dict) -> Finding:

@@ -93,7 +93,7 @@ def test_conclusions_page_answers_from_the_results(built_book):
     page = _page(html, "06_conclusions")
     text = _text(page)
     glue = rc.conclusions_glue(rc.load_chapters(root / "results"))
-    for key in ("rq1_verdict", "rq2_verdict", "rq3_eviction", "rq4_verdict"):
+    for key in ("rq1_verdict", "rq2_verdict", "rq3_breaks"):
         assert _text(glue[key]) in text, key
     assert text.count("article (Pythia-160M)") == 3  # the article's column beside ours for RQ1-3
     assert "article (%), Pythia" in text and "LoRA switch, tail patch (ch. 5, tiny-qwen3, k = 4)" in text

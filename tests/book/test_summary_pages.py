@@ -191,13 +191,6 @@ def test_exact_cache_verdict_is_computed_from_chapter_1(runs):
     assert verdict(_with(runs, "01", lambda m, r: r.pop("float64"))) is not rc.EXACT
 
 
-def test_encoder_sentence_follows_the_numbers(runs):
-    glue = rc.conclusions_glue(runs)
-    assert glue["rq1_encoder"].startswith("The same word's state moves")
-    frozen = _with(runs, "02", lambda m, r: r["cosine_distance_mean"].__setitem__(-1, 0.0))
-    assert "did not move" in rc.conclusions_glue(frozen)["rq1_encoder"]
-
-
 def test_decision_guide_takes_in_the_frontier_methods(runs):
     """The guide said it sorts 'every operation we measured' but left out every press, h2o, tova
     and fp8 (the frontier's methods). They now join it, and a computed sentence says what it covers."""

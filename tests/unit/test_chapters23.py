@@ -73,19 +73,24 @@ def test_chapter2_and_3_sentences_follow_the_numbers():
         "e: the state differed between the two contexts after 1 of its 2 layers and the prefix's keys in 1 of 2 "
         "layers (at the embeddings: 0)")
 
-    good = rs.chapter3_glue({"m": _causal([50.0, 90.0, 95.0], [0.6, 0.3], [0.1, 0.5], [0.1, 0.05])})
-    assert "from depth 1 on its state carries the sense" in good["new_reading"]
-    assert "takes detectably more than the old copy of the word in every one of 2 layers" in good["attention_reading"]
-    assert "takes detectably more than the continuation in 1 of 2 layers, detectably less in 1" in good["attention_reading"]
-    flat = rs.chapter3_glue({"m": _causal([50.0, 50.0, 40.0], [0.2, 0.3], [0.05, 0.05], [0.4, 0.1])})
-    assert "no depth shows a detectable difference from chance at n = 32 items" in flat["new_reading"]
-    assert "the old copy of the word in 1 of 2 layers, detectably less in 1" in flat["attention_reading"]
-    assert "takes detectably more than the continuation in none of 2 layers" in flat["attention_reading"]
+    good = _causal([50.0, 90.0, 95.0], [0.6, 0.3], [0.1, 0.5], [0.1, 0.05])
+    assert rs.depth_table({"m": good}).loc["m, new copy (3 depths)", "above chance from depth"] == "1"
+    attention = rs.attention_table({"m": good}).loc["m"]
+    assert "takes detectably more than the old copy of the word in every one of 2 layers" in attention["the continuation"]
+    assert "takes detectably more than the continuation in 1 of 2 layers, detectably less in 1" in attention["the first token"]
+    flat = _causal([50.0, 50.0, 40.0], [0.2, 0.3], [0.05, 0.05], [0.4, 0.1])
+    row = rs.depth_table({"m": flat}).loc["m, new copy (3 depths)"]
+    assert row["above chance from depth"] == "no depth" and row["depths above chance, each tested"] == "none"
+    attention = rs.attention_table({"m": flat}).loc["m"]
+    assert "the old copy of the word in 1 of 2 layers, detectably less in 1" in attention["the continuation"]
+    assert "takes detectably more than the continuation in none of 2 layers" in attention["the first token"]
     enc_probe = {"family": "encoder", "layers": 2, "probe": {"old_position_pct": [50.0, 50.0, 50.0], "n_items": 32,
                                                             "distance": "cosine"}}
-    assert "does not show the encoder rewriting" in rs.chapter3_glue({"e": enc_probe})["encoder_verdict"]
+    position = "e, original position (3 depths)"
+    assert rs.depth_table({"e": enc_probe}).loc[position, "above chance from depth"] == "no depth"
     enc_probe["probe"]["old_position_pct"] = [50.0, 100.0, 100.0]
-    assert rs.chapter3_glue({"e": enc_probe})["encoder_verdict"].startswith("The encoder rewrites the old position")
+    assert rs.depth_table({"e": enc_probe}).loc[position, "above chance from depth"] == "1"
+    assert rs.attention_table({"e": enc_probe}) is None  # an encoder has no attention rows
 
 
 def _causal(new, cont, first, old, n_items=32):
@@ -123,19 +128,14 @@ def test_from_depth_is_written_only_when_every_later_depth_is_above_chance(right
 
     model = _causal([100 * k / 32 for k in right], [0.5, 0.5], [0.1, 0.1], [0.1, 0.1])
     model["probe"]["new_position_right"] = [[1] * k + [0] * (32 - k) for k in right]
-    reading = rs.chapter3_glue({"m": model})["new_reading"]
-    if verdict is None:
-        assert "from depth" not in reading
-    else:
-        assert f"from depth {verdict} on its state carries the sense" in reading
-        assert "from depth" not in reading.replace(f"from depth {verdict} on", "")
+    row = rs.depth_table({"m": model}).loc["m, new copy (3 depths)"]
+    assert row["above chance from depth"] == ("no depth" if verdict is None else str(verdict))
     if right == (19, 18, 17):
-        assert "no depth shows a detectable difference from chance at n = 32 items" in reading
+        assert row["depths above chance, each tested"] == "none" and row["best depth"].endswith("(Holm p = 1)")
     if right == (16, 28, 19):
-        assert "above chance at depth 1 but not at every later depth" in reading
-        assert "corrected for testing 3 depths (Holm), depth 1 stays above" in reading
+        assert row["depths above chance, each tested"] == "1" and row["after Holm over every depth"] == "1"
     if right == (16, 24, 24):
-        assert "sign test over 16 words" in reading
+        assert row["depths above chance, each tested"] == "none"  # 12 words against 4: p = 0.077
 
 
 def test_the_encoder_reading_is_tested_against_chance():
@@ -145,14 +145,11 @@ def test_the_encoder_reading_is_tested_against_chance():
         return {"e": {"family": "encoder", "layers": 2,
                       "probe": {"old_position_pct": pct, "n_items": 32, "distance": "cosine"}}}
 
-    weak = rs.chapter3_glue(encoder([50.0, 59.375, 59.375]))  # 19 of 32: p = 0.38
-    assert "no depth shows a detectable difference from chance" in weak["encoder_reading"]
-    assert "does not show the encoder rewriting" in weak["encoder_verdict"]
-    strong = rs.chapter3_glue(encoder([50.0, 100.0, 100.0]))
-    assert "from depth 1 on the probe reads the sense at its original position" in strong["encoder_reading"]
-    assert strong["encoder_verdict"].startswith("The encoder rewrites")
-    assert "sign test over the words" in strong["method"] and "bootstrap" in strong["method"]
-    assert "Holm-adjusted" in strong["method"]
+    weak = rs.depth_table(encoder([50.0, 59.375, 59.375])).iloc[0]  # 19 of 32: p = 0.38
+    assert weak["above chance from depth"] == "no depth" and weak["depths above chance, each tested"] == "none"
+    strong = rs.depth_table(encoder([50.0, 100.0, 100.0])).iloc[0]
+    assert strong["above chance from depth"] == "1" and strong["weakest depth from there"].startswith("32 of 32")
+    assert "sign test over the words" in rs.METHOD and "bootstrap" in rs.METHOD and "Holm-adjusted" in rs.METHOD
 
 
 def test_the_attention_split_check_on_the_page_can_fail():
@@ -165,6 +162,6 @@ def test_the_attention_split_check_on_the_page_can_fail():
                       "attention": {"continuation": [0.6, 0.6], "first_token": [0.2, 0.2], "old_word": [0.1, 0.1],
                                     "rest": [0.1, rest]}}}
 
-    assert rs.chapter3_glue(numbers(0.1))["split_check"].startswith("in this run they add up to one")
-    assert "do not add up to one" in rs.chapter3_glue(numbers(0.3))["split_check"]
-    assert "do not add up to one" in rs.chapter3_glue(numbers(float("nan")))["split_check"]
+    assert rs.split_check(numbers(0.1)).startswith("in this run they add up to one")
+    assert "do not add up to one" in rs.split_check(numbers(0.3))
+    assert "do not add up to one" in rs.split_check(numbers(float("nan")))
