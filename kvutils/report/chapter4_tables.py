@@ -63,7 +63,7 @@ def retrieval_table(retrieval: dict) -> PageTable:
     for model, hay, r in judged(retrieval):
         verdicts = {regime: retrieval_verdicts(r, regime) for regime, _ in REGIMES}
         for lab in r["ops"]:
-            row = {"method": short(lab), "model": model, "text": hay}
+            row = {"method": short(lab), "model, text": f"{model}, {hay}"}
             for regime, words in REGIMES:
                 keys, shift, verdict = _cell(verdicts[regime][lab])
                 row.update(

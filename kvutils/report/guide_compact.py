@@ -184,7 +184,7 @@ class CompactGuide:
             head += [f"keys % on a follow-up question ({' / '.join(map(html.escape, self.models))})"]
         head += ["time"]
         out = [
-            '<table class="compact-guide" style="font-size:0.85em">',
+            '<table class="compact-guide" style="font-size:0.8em">',
             f"<caption>{html.escape(self.caption)}</caption><thead><tr>"
             + "".join(f"<th>{h}</th>" for h in head)
             + "</tr></thead><tbody>",
