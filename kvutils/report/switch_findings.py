@@ -275,7 +275,7 @@ def chapter5_findings(numbers: dict, parameters: dict) -> PageFindings:
         (("model", model),),
     )
     texts, tables = chapter5_evidence(numbers, parameters)
-    points = {"training": (learned_finding(r), ()), "quality": (knee, knee_steps(r) + (activated, stale)),
+    points = {"training": (learned_finding(r), ()), "quality": (knee, knee_steps(r)),
               "switch": (exact, (stale, activated)), "cost": (cost, ()),
               "patching": (patching_finding(r), ())}
     sections = {key: Section(point, evidence, texts[key], tables.get(key, ()))
