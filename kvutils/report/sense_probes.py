@@ -179,6 +179,17 @@ def holm_above(rates: list[compare.Rate]) -> list[int]:
     return [d for d, (r, p) in enumerate(zip(rates, adjusted)) if p < compare.ALPHA and r.rate > r.chance]
 
 
+def spans(depths: list[int]) -> str:
+    """[1, 2, 3, 7, 8] as '1–3, 7–8'; 'none' for no depth."""
+    runs: list[list[int]] = []
+    for d in depths:
+        if runs and d == runs[-1][-1] + 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs) or "none"
+
+
 def _rate(r: compare.Rate) -> str:
     lo, hi = r.ci95
     return f"{r.successes} of {r.n} ({100 * r.rate:.0f} % [{100 * lo:.0f}–{100 * hi:.0f}], p = {r.p:.2g})"
@@ -198,9 +209,8 @@ def depth_table(numbers: dict) -> PageTable:
         rows[f"{model}, {position} ({len(rates)} depths)"] = {
             "above chance from depth": "no depth" if start is None else str(start),
             "weakest depth from there": _rate(weakest) if weakest else "—",
-            "depths above chance, each tested": ", ".join(str(d) for d, x in enumerate(rates) if x.above)
-            or "none",
-            "after Holm over every depth": ", ".join(map(str, holm_above(rates))) or "none",
+            "depths above chance, each tested": spans([d for d, x in enumerate(rates) if x.above]),
+            "after Holm over every depth": spans(holm_above(rates)),
             "best depth": f"{best.depth}: {best.rate.successes} of {best.rate.n} "
                           f"(Holm p = {best.holm_p:.2g})"}
     return rows_table(rows, "model, position")

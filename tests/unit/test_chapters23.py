@@ -150,6 +150,7 @@ def test_the_encoder_reading_is_tested_against_chance():
     strong = rs.depth_table(encoder([50.0, 100.0, 100.0])).iloc[0]
     assert strong["above chance from depth"] == "1" and strong["weakest depth from there"].startswith("32 of 32")
     assert "sign test over the words" in rs.METHOD and "bootstrap" in rs.METHOD and "Holm-adjusted" in rs.METHOD
+    assert (rs.spans([1, 2, 3, 7, 9, 10]), rs.spans([4]), rs.spans([])) == ("1–3, 7, 9–10", "4", "none")
 
 
 def test_the_attention_split_check_on_the_page_can_fail():
