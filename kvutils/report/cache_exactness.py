@@ -9,7 +9,7 @@ import pandas as pd
 
 from kvutils.core.article import article
 from kvutils.report.figures import styled
-from kvutils.report.findings import Finding, PageFindings, Section, Test
+from kvutils.report.findings import Finding, PageFindings, Section, Test, captioned
 from kvutils.report.tables import PageTable, page_table, rows_table
 from kvutils.report.text import fmt, fraction
 from kvutils.report.weights import weights_note
@@ -264,9 +264,9 @@ def chapter1_findings(numbers: dict) -> PageFindings:
                      "Cached decoding did not reproduce recomputation on every prompt; see the evidence "
                      "below.")
     box = tuple(f for f in (decode.get("float64"), decode.get("float32"), prefix, shrink) if f is not None)
-    per_step = _captioned(("The article's per-step procedure on the first prompts, beside one pass",
+    per_step = captioned(("The article's per-step procedure on the first prompts, beside one pass",
                            per_step_table(numbers)))
-    shrinking = _captioned(("From fp32 to fp64", shrink_table(numbers)))
+    shrinking = captioned(("From fp32 to fp64", shrink_table(numbers)))
     return PageFindings(answer, box, {
         "decoding": Section(exact, (*(f for f in decode.values() if f is not exact), argmax, fp32_versus),
                             (setup_text(numbers),), per_step),
@@ -274,9 +274,6 @@ def chapter1_findings(numbers: dict) -> PageFindings:
         "residue": Section(shrink or prefix, (), (), shrinking),
     })
 
-
-def _captioned(*tables: tuple[str, PageTable | None]) -> tuple[tuple[str, PageTable], ...]:
-    return tuple((caption, t) for caption, t in tables if t is not None)
 
 
 def _prefix_finding(numbers: dict, dtype: str) -> Finding:

@@ -12,7 +12,7 @@ from kvutils.report import retrieval_seeds, retrieval_ties
 from kvutils.report.cache_approximations import chapter4_glue, kivi_table, paired_table, timing_clause
 from kvutils.report.chapter4_tables import REGIMES, frontier_verdicts, judged, retrieval_verdicts, tau_rows
 from kvutils.report.chapter4_verdicts import KEEPS, LOGPROB_MARGIN, SMALL, RetrievalVerdict
-from kvutils.report.findings import Finding, PageFindings, Section, Test
+from kvutils.report.findings import Finding, PageFindings, Section, Test, captioned
 from kvutils.report.timing import timing_table
 
 MUCH_FASTER = 10  # a speed-up from this on reads "much faster"
@@ -302,16 +302,16 @@ def chapter4_evidence(numbers: dict) -> tuple[dict[str, tuple[str, ...]], dict[s
     }
     tables = {
         "decode": (("Every timed step: median [min–max] over the repeats", timing_table(numbers["decode"])),),
-        "table2": tuple((caption, t) for caption, t in (
+        "table2": captioned(
             ("KIVI against naive quantisation at equal bits", kivi_table(numbers["table2"])),
-            ("Sinks and partial recompute, paired over documents", paired_table(numbers))) if t is not None),
-        "frontier": tuple((caption, t) for caption, t in (
+            ("Sinks and partial recompute, paired over documents", paired_table(numbers))),
+        "frontier": captioned(
             ("Setup", report_frontier.setup_table(frontier)),
-            ("Beside kvpress", report_frontier.kvpress_table(frontier))) if t is not None),
-        "retrieval": tuple((caption, t) for caption, t in (
+            ("Beside kvpress", report_frontier.kvpress_table(frontier))),
+        "retrieval": captioned(
             ("Setup: each method is a row of the verdict table", report_retrieval.setup_table(retrieval)),
             ("Beside kvpress", report_retrieval.kvpress_table(retrieval)),
             ("Other seeds of random eviction (the paired tests and the figures use the first)",
-             retrieval_seeds.seeds_table(retrieval))) if t is not None),
+             retrieval_seeds.seeds_table(retrieval))),
     }
     return details, tables

@@ -50,6 +50,7 @@ from kvutils.report.sense_probes import (
     layer_count,
     layer_tests,
 )
+from kvutils.report.tables import PageTable, rows_table
 from kvutils.report.text import fmt
 from kvutils.report.timing import ARTICLE_CONTEXT, against_published, speedup_grew, speedup_text
 from kvutils.report.weights import weights_note
@@ -120,43 +121,33 @@ def fp32_reason(fp32: dict, article_fp32: dict) -> str:
         "account for it; the models, their weights and the kernels differ too")
 
 
-def _shares(values: list[float], lo: float, hi: float) -> str:
-    below, above = sum(v < lo for v in values), sum(v > hi for v in values)
-    n = len(values)
-    if below == n:
-        return f"every one of its {n} layers lies below the article's range"
-    if above == n:
-        return f"every one of its {n} layers lies above the article's range"
-    return (f"the ranges overlap: {below} of its {n} layers lie below the article's lowest value, {above} "
-            f"above its highest, {n - below - above} within it")
+ATTENTION_CAPTION = (f"Share of the later copy's attention per layer (mean over heads and items), against "
+                     f"the article's range over {ARTICLE_MODEL}'s layers: the article gives only that range, "
+                     "without per-item values, so this places our layers against it; it is not a paired test")
 
 
-def attention_reason(causal: dict, article_attention: dict) -> str:
+def attention_table(causal: dict, article_attention: dict) -> PageTable | None:
     """RQ2: where the later copy of the word looks, ours per layer against the article's range over
-    Pythia's layers. The article gives only that range (no per-item or per-layer values), so this
-    places our per-layer shares against it and draws no verdict."""
-    if not causal:
-        return "No causal model was run in chapter 3"
+    Pythia's layers (placed, not tested), and the first token against the text by chapter 3's paired
+    test per layer."""
     lo, hi = article_attention["to_continuation_min"], article_attention["to_continuation_max"]
     art_first = article_attention["to_first_token_max"]
-    parts = []
+    rows = {}
     for m, r in causal.items():
         cont, first = r["attention"]["continuation"], r["attention"]["first_token"]
+        below, above = sum(v < lo for v in cont), sum(v > hi for v in cont)
         tests = layer_tests(r["attention"], "first_token", "continuation")
-        sink = ("paired over the items of each layer as in chapter 3, the first token "
-                f"{layer_count(tests, 'the text')}"
-                if tests is not None else "these results hold no per-item shares, so the layers are not "
-                                          "tested")
-        parts.append(
-            f"{m}: {fmt(min(cont), 3)}–{fmt(max(cont), 3)} on the disambiguating text, so "
-            f"{_shares(cont, lo, hi)}; up to {fmt(max(first), 3)} on the first token ({r['first_token']!r}), "
-            f"above the article's largest first-token share in {sum(f > art_first for f in first)} of "
-            f"{len(first)} layers; {sink}")
-    return ("Share of the later copy's attention (per layer, mean over heads and items) — " + "; ".join(parts)
-            + f". The article reports only the range over {ARTICLE_MODEL}'s layers ({fmt(lo)}–{fmt(hi)} on "
-              "the "
-            f"text, at most {fmt(art_first)} on the first token), without per-item values, so this places "
-            "our layers against that range; it is not a paired test")
+        rows[m] = {
+            "on the text": f"{fmt(min(cont), 3)}–{fmt(max(cont), 3)}",
+            f"layers below / within / above the article's {fmt(lo, 3)}–{fmt(hi, 3)}":
+                f"{below} / {len(cont) - below - above} / {above} of {len(cont)}",
+            f"on the first token ({', '.join(repr(x['first_token']) for x in causal.values())})":
+                f"up to {fmt(max(first), 3)}",
+            f"layers above the article's largest first-token share, {fmt(art_first, 3)}":
+                f"{sum(f > art_first for f in first)} of {len(first)}",
+            "the first token against the text, paired per layer (chapter 3)":
+                layer_count(tests, "the text") if tests is not None else "not tested: no per-item shares"}
+    return rows_table(rows, "model") if rows else None
 
 
 def precision_reason(bf16: dict, art_top1: float, weights: str) -> str:
@@ -266,7 +257,6 @@ def conclusions_glue(runs: dict) -> dict[str, str]:
     out["rq1_weights"] = weights_note(ch1)
     ch3 = chapter_numbers(runs, "03")
     out["rq2_verdict"] = rq2_verdict(causal_models(ch3))
-    out["rq2_attention_reason"] = attention_reason(causal_models(ch3), a["e3_attention"])
     ch4 = chapter_numbers(runs, "04")
     table2 = ch4["table2"]
     bf16 = {m: chapter4_ops(r)["cast:dtype=bfloat16"]

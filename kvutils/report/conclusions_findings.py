@@ -8,11 +8,18 @@ from __future__ import annotations
 import shlex
 
 from kvutils.cache import accept_args
+from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.lora.switching import nan_max
 from kvutils.report.cache_exactness import chapter1_findings
-from kvutils.report.conclusions import conclusions_glue
-from kvutils.report.findings import Finding, PageFindings, Section, Shown, Test
+from kvutils.report.conclusions import (
+    ATTENTION_CAPTION,
+    attention_table,
+    causal_models,
+    chapter_numbers,
+    conclusions_glue,
+)
+from kvutils.report.findings import Finding, PageFindings, Section, Shown, Test, captioned
 from kvutils.report.guide import COSTLY, EXACT, NEAR, OPEN, guide_coverage
 from kvutils.report.guide_compact import compact_guide
 from kvutils.report.sense_probes import chapter3_findings
@@ -123,7 +130,9 @@ def conclusions_findings(runs: dict, rows: list[dict], model: str, near_exact_pc
                     f"{g['rq1_weights']}.",
                 ),
             ),
-            "rq2": Section(rq2, (), (f"{g['rq2_verdict']}.", f"Attention: {g['rq2_attention_reason']}.")),
+            "rq2": Section(rq2, (), (f"{g['rq2_verdict']}.",), captioned(
+                (ATTENTION_CAPTION, attention_table(causal_models(chapter_numbers(runs, "03")),
+                                                    article()["e3_attention"])))),
             "rq3": Section(
                 rq3,
                 (),

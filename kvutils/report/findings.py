@@ -203,6 +203,11 @@ class PageFindings:
         return Shown(FORMAT.bullet(s.point), evidence=evidence if lines or s.tables else None)
 
 
+def captioned(*tables: tuple[str, object]) -> tuple[tuple[str, object], ...]:
+    """A Section's tables, (caption, table) each, leaving out those a run did not produce (None)."""
+    return tuple((caption, t) for caption, t in tables if t is not None)
+
+
 def pipe_table(table) -> str:
     """A DataFrame as a Markdown pipe table (a notebook rerun's text), its row labels first."""
     def cell(value) -> str:

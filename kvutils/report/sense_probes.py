@@ -12,7 +12,7 @@ from kvutils.core import compare
 from kvutils.core.article import article
 from kvutils.core.data import SENSES_PER_WORD
 from kvutils.report.figures import depth_fractions, styled
-from kvutils.report.findings import Finding, PageFindings, Section, Test
+from kvutils.report.findings import Finding, PageFindings, Section, Test, captioned
 from kvutils.report.tables import PageTable, rows_table
 from kvutils.report.text import fmt
 
@@ -343,7 +343,7 @@ def chapter3_findings(numbers: dict) -> PageFindings:
                      "The cached state never changes; a later copy of the word reads the sense from the "
                      "context."
                      if reads else "This run does not show a later copy reading the sense; see the evidence.")
-    causal_tables = _captioned(("Where attention goes, per layer", attention_table(numbers)))
+    causal_tables = captioned(("Where attention goes, per layer", attention_table(numbers)))
     return PageFindings(answer, tuple(box[:5]), {
         "probe": Section(new[0] if new else old, tuple([old] + new[1:] + enc), (setup_text(numbers), METHOD),
                          (("The probe against chance, depth by depth", depth_table(numbers)),)),
@@ -353,9 +353,6 @@ def chapter3_findings(numbers: dict) -> PageFindings:
                               "attention that has nowhere better to go."), causal_tables),
     })
 
-
-def _captioned(*tables) -> tuple:
-    return tuple((caption, t) for caption, t in tables if t is not None)
 
 
 def _new_finding(model: str, probe: dict) -> Finding:

@@ -81,26 +81,29 @@ def _causal(continuation: list[float], first: list[float]) -> dict:
 def test_rq2_attention_places_every_layer_against_the_article_range():
     """Gemma's shares (0.136–0.479, all 18 layers below Pythia's lowest 0.506) once printed 'Our models
     do not send less attention … than Pythia' through a fallback branch. Now each layer is placed
-    against the article's range, with the counts, and the sentence says it is not a paired test."""
+    against the article's range, with the counts, and the caption says it is not a paired test."""
     gemma = [0.136 + i * (0.479 - 0.136) / 17 for i in range(18)]
-    text = rc.attention_reason(_causal(gemma, [0.5] * 18), ARTICLE)
-    assert "do not send less" not in text and "every one of its 18 layers lies below the article's range" in text
-    assert "0.136–0.479" in text and "not a paired test" in text
-    assert "above the article's largest first-token share in 18 of 18 layers" in text
+
+    def row(causal):
+        table = rc.attention_table(causal, ARTICLE)
+        return {c.split(" (")[0].split(",")[0]: v for c, v in table.loc["gemma3-270m"].items()}
+
+    untested = row(_causal(gemma, [0.5] * 18))
+    assert untested["on the text"] == "0.136–0.479" and "not a paired test" in rc.ATTENTION_CAPTION
+    assert untested["layers below / within / above the article's 0.506–0.677"] == "18 / 0 / 0 of 18"
+    assert untested["layers above the article's largest first-token share"] == "18 of 18"
     # RQ2 counts layers with chapter 3's paired test per layer, never by comparing means
-    assert "these results hold no per-item shares, so the layers are not tested" in text
+    assert untested["the first token against the text"] == "not tested: no per-item shares"
     causal = _causal(gemma, [0.5] * 18)
     causal["gemma3-270m"]["attention"]["per_item"] = {
         "first_token": [[0.5 + 0.01 * i] * 18 for i in range(8)],
         "continuation": [[g - 0.01 * i for g in gemma] for i in range(8)]}
-    tested = rc.attention_reason(causal, ARTICLE)
-    assert "paired over the items of each layer as in chapter 3, the first token takes detectably more than the text " \
-           "in every one of 18 layers" in tested
-    mixed = rc.attention_reason(_causal([0.4, 0.6, 0.7], [0.1, 0.1, 0.1]), ARTICLE)
-    assert "the ranges overlap: 1 of its 3 layers lie below the article's lowest value, 1 above its highest, 1 within" in mixed
-    assert "in 0 of 3 layers" in mixed
-    assert "every one of its 2 layers lies above" in rc.attention_reason(_causal([0.8, 0.9], [0.0, 0.0]), ARTICLE)
-    assert rc.attention_reason({}, ARTICLE) == "No causal model was run in chapter 3"
+    assert row(causal)["the first token against the text"] == "takes detectably more than the text in every one of 18 layers"
+    mixed = row(_causal([0.4, 0.6, 0.7], [0.1, 0.1, 0.1]))
+    assert mixed["layers below / within / above the article's 0.506–0.677"] == "1 / 1 / 1 of 3"
+    assert mixed["layers above the article's largest first-token share"] == "0 of 3"
+    assert row(_causal([0.8, 0.9], [0.0, 0.0]))["layers below / within / above the article's 0.506–0.677"] == "0 / 0 / 2 of 2"
+    assert rc.attention_table({}, ARTICLE) is None
 
 
 def test_bf16_sentence_places_ours_and_labels_the_scale_story_untested():
