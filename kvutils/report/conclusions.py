@@ -141,8 +141,7 @@ def attention_table(causal: dict, article_attention: dict) -> PageTable | None:
             "on the text": f"{fmt(min(cont), 3)}–{fmt(max(cont), 3)}",
             f"layers below / within / above the article's {fmt(lo, 3)}–{fmt(hi, 3)}":
                 f"{below} / {len(cont) - below - above} / {above} of {len(cont)}",
-            f"on the first token ({', '.join(repr(x['first_token']) for x in causal.values())})":
-                f"up to {fmt(max(first), 3)}",
+            "on the first token, largest": f"{fmt(max(first), 3)} ({r['first_token']!r})",
             f"layers above the article's largest first-token share, {fmt(art_first, 3)}":
                 f"{sum(f > art_first for f in first)} of {len(first)}",
             "the first token against the text, paired per layer (chapter 3)":
