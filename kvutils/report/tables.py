@@ -7,6 +7,7 @@ import re
 
 import pandas as pd
 
+from kvutils.core import compare
 from kvutils.report.text import fmt
 
 TABLE_CLASS = "kvutils-table"  # book/_static/custom.css: the table fits the column, its labels wrap
@@ -77,8 +78,6 @@ def rows_table(rows: dict[str, dict[str, str]], index: str = "metric") -> PageTa
 
 def verdict_text(test) -> str:
     """A paired test's verdict, in the words of a table cell."""
-    from kvutils.core import compare
-
     if test.verdict in (compare.A_LOWER, compare.A_HIGHER):
         return f"{test.a} {'lower' if test.verdict == compare.A_LOWER else 'higher'}"
     return {compare.CANNOT: "cannot separate at this n"}.get(test.verdict, test.verdict)
