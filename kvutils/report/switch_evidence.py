@@ -113,7 +113,9 @@ def measures_table(numbers: dict) -> PageTable:
         for name, a, fit in [(f"{model}: base, zero-shot", held["base"]["zero_shot"], None), *tails]:
             first = int(sum(s > 0 for s in sv.label0_scores(a["logodds_per_example"], labels)))
             losses = fit["losses"][-max(1, len(fit["losses"]) // 10):] if fit else None
-            rows[name] = {**_measures(a), "gives label 0's answer": f"{first} of {len(labels)}",
+            answer = f"gives the first answer ({switch_tasks.ANSWERS[0]!r})" if r["task"] == "continuation" \
+                else "gives the first sense's label"
+            rows[name] = {**_measures(a), answer: f"{first} of {len(labels)}",
                           "final training loss": fmt(sum(losses) / len(losses), 3) if fit else "—",
                           "training-set accuracy %": fmt(fit["train"]["accuracy_pct"], 3) if fit else "—"}
     return rows_table(rows, "model: adapter")

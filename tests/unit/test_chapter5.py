@@ -276,7 +276,7 @@ def test_a_base_that_always_says_yes_is_judged_by_what_its_bias_cannot_fake():
     flat = _switch_results({8: [2.0] * 128}, yes, LABELS)
     base = rse.measures_table({"m": flat}).loc["m: base, zero-shot"]
     assert base["held-out accuracy % [95 % interval]"].startswith("50 [") and base["balanced accuracy %"] == "50"
-    assert base["AUC"] == "0.5" and base["gives label 0's answer"] == "128 of 128"
+    assert base["AUC"] == "0.5" and base["gives the first answer (' yes')"] == "128 of 128"
     tests = rse.example_tests({"m": flat})["verdict"]
     assert tests["m: the base model's AUC against chance (0.5)"] == "identical"  # every placement is one half
     assert tests["m: k = 8 tail against the base, accuracy"] == "k = 8 higher"
