@@ -54,6 +54,43 @@ def test_box_and_sections_render_as_the_page_and_the_notebook_show_them():
         PageFindings(point, (point,) * 6, {})
 
 
+def test_a_sections_tables_show_in_its_evidence_block_with_their_captions():
+    """An Evidence block holds its tables after its texts: in the book and JupyterLab as the page's table
+    HTML under its caption, in a text front end as a Markdown pipe table; a table a run did not produce
+    (None) is left out, and a section with tables only still gets its block."""
+    from kvutils.report.findings import captioned
+    from kvutils.report.tables import rows_table
+
+    point = Finding("p", "Point.", "{x} items.", (("x", 3),))
+    table = rows_table({"m | 1": {"a": "1 [0–2]", "b": "x"}}, "model")
+    page = PageFindings(point, (point,), {"s": Section(point, (), (), captioned(("Per model", table),
+                                                                                  ("not run", None)))})
+    shown = page.show("s", "tables")
+    html = shown._repr_html_()
+    assert '<p class="caption"><em>Per model</em></p><table class="dataframe kvutils-table">' in html
+    assert "not run" not in html and html.index("</summary>") < html.index("Per model")
+    text = shown._repr_markdown_()
+    assert "*Per model*\n\n| model | a | b |\n| --- | --- | --- |\n| m \\| 1 | 1 \\[0–2\\] | x |" in text
+    assert page.show("s", "tables").evidence is not None and Section(point).tables == ()
+
+
+def test_a_tests_table_gives_n_the_interval_p_and_the_verdict_of_each_paired_test():
+    from kvutils.core import compare
+    from kvutils.report.tables import tests_table
+
+    def paired(verdict, ci=(-0.5, -0.1)):
+        return compare.Paired("with", "without", 16, -0.3, ci, 0.004, verdict)
+
+    table = tests_table({"lower": paired(compare.A_LOWER), "higher": paired(compare.A_HIGHER, (0.1, 0.5)),
+                         "few": paired(compare.CANNOT, None), "same": paired(compare.IDENTICAL),
+                         "open": paired(compare.NO_DIFFERENCE)})
+    assert list(table["verdict"]) == ["with lower", "with higher", "cannot separate at this n", "identical",
+                                      "no detectable difference"]
+    assert table.loc["lower", "difference a − b [95 % interval]"] == "-0.3 [-0.5, -0.1]"
+    assert table.loc["few", "difference a − b [95 % interval]"] == "-0.3"  # no interval at this n
+    assert set(table["n"]) == {"16 documents"} and set(table["p (sign test)"]) == {"0.004"}
+
+
 @pytest.mark.parametrize("name, build", [
     ("01_cache_exactness", cache_exactness.chapter1_findings),
     ("02_bert_contrast", lambda n: bert_contrast.chapter2_findings(n, 32)),
