@@ -18,7 +18,6 @@ from kvutils.report.cache_exactness import recompute_label, recompute_mode
 from kvutils.report.conclusions_tables import (  # noqa: F401
     RQ3_OPS,
     causal_models,
-    encoder_models,
     longest_steps,
     rq1_table,
     rq2_table,

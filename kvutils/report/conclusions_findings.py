@@ -12,15 +12,10 @@ from kvutils.core.article import article
 from kvutils.core.catalog import NOTEBOOKS
 from kvutils.lora.switching import nan_max
 from kvutils.report.cache_exactness import chapter1_findings
-from kvutils.report.conclusions import (
-    ATTENTION_CAPTION,
-    attention_table,
-    causal_models,
-    chapter_numbers,
-    conclusions_glue,
-)
+from kvutils.report.conclusions import ATTENTION_CAPTION, attention_table, conclusions_glue
+from kvutils.report.conclusions_tables import causal_models
 from kvutils.report.findings import Finding, PageFindings, Section, Shown, Test, captioned
-from kvutils.report.guide import COSTLY, EXACT, NEAR, OPEN, guide_coverage
+from kvutils.report.guide import COSTLY, EXACT, NEAR, OPEN, chapter_numbers, guide_coverage
 from kvutils.report.guide_compact import compact_guide
 from kvutils.report.sense_probes import chapter3_findings
 from kvutils.report.switch_findings import activated_finding, exact_finding, knee_finding, stale_finding

@@ -1,8 +1,8 @@
-"""Chapter 5's comparative sentences, each computed from a paired test of `kvutils.core.compare` on the
-same held-out examples (see `kvutils.studies.qwen3_switch.verdicts`): the adapters against the base model,
-stale
-reuse and the activated adapter against the tail patch, the knee, and the patching map with its two
-controls. Every function takes one model's results (`numbers[model]`) and returns a clause."""
+"""Chapter 5's comparative sentences that a table cannot hold, each computed from a paired test of
+`kvutils.core.compare` on the same held-out examples (see `kvutils.studies.qwen3_switch.verdicts`): the
+knee, and the patching map with its two controls (the per-example tests as a table:
+`kvutils.report.switch_evidence`). Every function takes one model's results (`numbers[model]`) and
+returns a clause."""
 from __future__ import annotations
 
 from kvutils.core import compare
@@ -149,22 +149,3 @@ def controls(model: str, r: dict) -> str:
             f"{fmt(max(f['max_abs_delta_per_pair']), 3)} and {flips}; per pair, largest |change| against the "
             "shared prefix's: "
             + verdict(p, "largest |change of log-odds|", points=False))
-
-
-# --------------------------------------------------------------------------- trends over k
-
-
-def tested_trend(values: dict[int, list[float]], unit: str) -> tuple[str, str]:
-    """(word, clause) for a quantity measured per k on the same units: "rises" or "falls" only when
-    every step to the next k is separated in that direction by the paired test, else "shows no
-    detectable trend"; the clause gives each step's test."""
-    ks = sorted(values)
-    steps = [compare.paired(values[b], values[a], f"k = {b}", f"k = {a}", unit) for a, b in zip(ks, ks[1:])]
-    if steps and all(p.verdict == compare.A_HIGHER for p in steps):
-        word = "rises"
-    elif steps and all(p.verdict == compare.A_LOWER for p in steps):
-        word = "falls"
-    else:
-        word = "shows no trend the tests support"
-    clause = "; ".join(verdict(p, "", points=False) for p in steps)
-    return word, clause or "one k only"

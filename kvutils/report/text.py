@@ -24,18 +24,6 @@ def fraction(count: int, total: int) -> str:
     return f"{count}/{total}"
 
 
-def counted(n: int, noun: str, plural: str | None = None) -> str:
-    """'1 prompt', '12 prompts', '1,024 tokens'."""
-    return f"{fmt(n)} {noun if n == 1 else plural or noun + 's'}"
-
-
-def listed(items, noun: str, plural: str | None = None) -> str:
-    """'depth 14', 'depths 12, 14'; 'context 1,024', 'contexts 1,024 and 2,048'."""
-    words = [fmt(i) if isinstance(i, (int, float)) else str(i) for i in items]
-    joined = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1] if words else ""
-    return f"{noun if len(words) == 1 else plural or noun + 's'} {joined}"
-
-
 def glue_markdown(prefix: str, texts: dict[str, str]) -> None:
     """Glue each sentence under `prefix` + its key as Markdown that shows it literally (`{glue:md}`):
     the appendices' notes. Nothing in them is bold; a page's bold is its findings' claims

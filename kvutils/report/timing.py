@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 from kvutils.core import compare
-from kvutils.report.tables import PageTable, rows_table
+from kvutils.report.tables import PageTable, rows_table, verdict_text
 from kvutils.report.text import fmt
 
 ARTICLE_CONTEXT = 2000  # the context of the article's decode-step speed-up (e4_decode_time.ctx_2000)
@@ -64,10 +64,6 @@ def _median_range(median: float, values: list[float] | None, digits: int = 3) ->
     return f"{fmt(median, digits)} [{fmt(min(values), digits)}–{fmt(max(values), digits)}]"
 
 
-GREW = {compare.A_HIGHER: "higher", compare.A_LOWER: "lower",
-        compare.NO_DIFFERENCE: "no detectable difference", compare.CANNOT: "no verdict possible"}
-
-
 def timing_table(decode: dict) -> PageTable:
     """Every timed step of every model, one row each: both sides' median with the min–max of the
     repeats, the speed-up with the range of the repeat pairs' own, the analytical ratio, the cached
@@ -81,7 +77,7 @@ def timing_table(decode: dict) -> PageTable:
             against = "—"
             if shorter is not None and n and shorter.get("speedups"):
                 test = grew_test(shorter, s)
-                against = f"{GREW[test.verdict]} (p = {test.p:.2g})"
+                against = f"{verdict_text(test)} (p = {test.p:.2g})"
             rows[f"{model}, {s['context']} tokens ({n} repeats)"] = {
                 "cached step (ms)": _median_range(s["cached_ms"], s.get("cached_repeats_ms")),
                 "uncached step (ms)": _median_range(s["uncached_ms"], s.get("uncached_repeats_ms"), 4),
