@@ -105,7 +105,7 @@ def run_pages(profile: str, results: Path, executed: Path, threads: int, only: l
 
     def render(name: str) -> None:
         job = jobs[name]
-        print(f"== {name}: rendering: {stale[name]}", flush=True)
+        chapters.say(f"== {name}: rendering: {stale[name]}")
         started, began = time.time(), now()
         number = name.removeprefix("page-")
         chapters.run_chapter(number, profile, results, executed, overrides if only else None)

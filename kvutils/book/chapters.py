@@ -73,6 +73,13 @@ def page_dir(results_dir: str | Path, output_dir: str | Path | None = None) -> P
 UNFINISHED = ".unfinished"
 
 
+def say(line: str) -> None:
+    """One line of the build's log, written in one call: pages render side by side in threads, and
+    print's two writes (the text, then its newline) can interleave with another thread's."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "results",
                 output_dir: str | Path | None = None, parameters: dict | None = None) -> Path:
     """Execute one chapter notebook; return the executed copy's path. papermill writes the copy
@@ -100,7 +107,7 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     _remove_orphans(unfinished)
     running = unfinished / f"{name}.{os.getpid()}.ipynb"
     failed = unfinished / f"{name}.failed.ipynb"
-    print(f"== chapter {chapter} ({name}, {profile} profile) ...", flush=True)
+    say(f"== chapter {chapter} ({name}, {profile} profile) ...")
     started = time.time()
     try:
         papermill.execute_notebook(REPO_ROOT / "notebooks" / f"{name}.ipynb", running, parameters=params,
@@ -119,7 +126,7 @@ def run_chapter(chapter: str, profile: str = "full", results_dir: str | Path = "
     finally:
         running.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)
-    print(f"== chapter {chapter} done in {time.time() - started:.0f} s -> {output}", flush=True)
+    say(f"== chapter {chapter} done in {time.time() - started:.0f} s -> {output}")
     return output
 
 

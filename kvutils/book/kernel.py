@@ -49,3 +49,11 @@ class IpcKernelManager(AsyncKernelManager):
     def _unique_ip(self) -> str:
         remove_stale_sockets()  # a start after a SIGKILL: the killed runner's sockets go
         return str(Path(tempfile.gettempdir()) / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:16]}")
+
+    async def _async_interrupt_kernel(self) -> None:
+        """jupyter_client sends a kernel SIGINT before every shutdown request; one that arrives
+        between cells makes ipykernel log "ERROR | KeyboardInterrupt caught in kernel." in a build
+        that went well. A shutdown asks by message (then SIGTERM, then SIGKILL, as jupyter_client
+        does); a Ctrl-C still reaches a running cell (`kvutils.core.interrupt`)."""
+        if not self.shutting_down:
+            await super()._async_interrupt_kernel()

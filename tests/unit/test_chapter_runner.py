@@ -209,10 +209,22 @@ def test_the_benchmark_checks_its_folder_and_inputs_before_any_model(tmp_path, c
     assert words.format(dir=folder) in message
 
 
-def test_the_chapters_kernel_runs_over_ipc_and_prints_no_tcp_warning(tmp_path, capfd):
+def test_the_chapters_kernel_runs_over_ipc_and_prints_no_tcp_warning(tmp_path, capfd, monkeypatch):
     """A real kernel started as the runner starts one: it answers over IPC, and ipykernel's warning
-    about TCP without encryption (printed by every TCP kernel start) is not there."""
+    about TCP without encryption (printed by every TCP kernel start) is not there. Its shutdown sends
+    no SIGINT (jupyter_client's default interrupts first, and ipykernel may then log "ERROR |
+    KeyboardInterrupt caught in kernel." in a run that went well)."""
+    from jupyter_client.manager import AsyncKernelManager
+
     from kvutils.book.kernel import IpcKernelManager
+
+    interrupts = []
+    base = AsyncKernelManager._async_interrupt_kernel
+
+    async def counted(self):
+        interrupts.append(self.shutting_down)
+        await base(self)
+    monkeypatch.setattr(AsyncKernelManager, "_async_interrupt_kernel", counted)
 
     notebook = tmp_path / "in.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")]), notebook)
@@ -221,8 +233,25 @@ def test_the_chapters_kernel_runs_over_ipc_and_prints_no_tcp_warning(tmp_path, c
     printed = capfd.readouterr()
     assert nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs[0]["text"] == "42\n"
     assert "TCP without encryption" not in printed.out + printed.err
+    assert interrupts == []
     assert IpcKernelManager().transport == "ipc"
     assert IpcKernelManager().ip != IpcKernelManager().ip  # side by side, no two kernels share sockets
+
+
+def test_a_build_line_is_one_write(monkeypatch):
+    """Pages render side by side in threads: each line of the log is written in one call, so two
+    threads' lines cannot run into each other (print writes the text and its newline apart)."""
+    writes = []
+
+    class Recording:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            writes.append(None)
+    monkeypatch.setattr(chapters.sys, "stdout", Recording())
+    chapters.say("== page-06: rendering")
+    assert writes == ["== page-06: rendering\n", None]
 
 
 def test_a_page_collapses_code_a_cell_did_not_place_itself(tmp_path):
