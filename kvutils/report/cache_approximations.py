@@ -7,6 +7,7 @@ import pandas as pd
 from kvutils.cache.registry import ARTICLE_OPS, parse_op
 from kvutils.core import compare
 from kvutils.core.article import article
+from kvutils.core.near_exact import NEAR_EXACT_PCT
 
 # Table 1, for the notebook
 from kvutils.report.cache_bytes import bytes_table, plot_bytes  # noqa: F401
@@ -136,6 +137,23 @@ def _triple(r: dict) -> str:
     return f"{fmt(r['mean_kl'], 3)} · {r['top1_agreement_pct']:.2f} · {fmt(r['perplexity'], 4)}"
 
 
+def line_test(o: dict) -> compare.Paired:
+    """An operation's top-1 agreement per document against the near-exact line: the test of the
+    conclusions' guide at its default `near_exact_pct`."""
+    top1 = [d["top1_agreement_pct"] for d in o["per_document"]]
+    return compare.paired(top1, [NEAR_EXACT_PCT] * len(top1), o["op"], f"{NEAR_EXACT_PCT:g} %")
+
+
+LINE_MARKS = {compare.A_HIGHER: "✓ near-exact", compare.A_LOWER: "✗ costly"}  # else "? not separated"
+LINE_COLUMN = f"top-1 against {NEAR_EXACT_PCT:g} %"
+
+
+def _line_mark(o: dict) -> str:
+    if o.get("family") == "exact":
+        return "= exact"
+    return LINE_MARKS.get(line_test(o).verdict, "? not separated") if o.get("per_document") else "—"
+
+
 # Table 2's row of the exact cache at the chunk rows' setting
 CHUNK_REFERENCE = "exact (the chunk rows' reference)"
 
@@ -163,7 +181,8 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
                     a = art[spec]
                     ppl = fmt(a["perplexity"], 6) if a["perplexity"] is not None else "n/a"
                     row["article (Pythia-160M)"] = f"{fmt(a['kl'], 6)} · {a['top1_pct']} · {ppl}"
-                row.update({model: _triple(r), f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
+                row.update({model: _triple(r), f"{model}: {LINE_COLUMN}": _line_mark(r),
+                            f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
     table2_specs = set(rows)
     for model, run in (frontier or {}).items():
         for spec, r in run["ops"].items():
@@ -171,7 +190,8 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
                 continue
             row = rows.setdefault(spec, {})
             row["scored on"] = f"{len(run['documents'])} documents (the frontier's)"
-            row.update({model: _triple(r), f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
+            row.update({model: _triple(r), f"{model}: {LINE_COLUMN}": _line_mark(r),
+                        f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
     for model, run in (frontier or {}).items():
         for spec, why in run.get("refused", {}).items():
             rows.setdefault(spec, {"scored on": "— (refused by every model)"})[f"{model}"] = f"refused: {why}"

@@ -297,9 +297,9 @@ def _shrink_finding(numbers: dict) -> Finding | None:
     fp32 = max(by["float32"]["prefixes"]["max_key_diff_alone_vs_inside"] for by in both)
     fp64 = max(by["float64"]["prefixes"]["max_key_diff_alone_vs_inside"] for by in both)
     claim = "The fp32 residue is rounding." if fp64 < fp32 else "The fp32 residue did not shrink."
-    moved = ("A prefix's keys alone against inside a longer text moved at most {fp32} in fp32 and {fp64} in "
-             "fp64")
+    moved = ("A prefix's keys, computed alone and inside a longer text, differ by at most {fp32} in fp32 and "
+             "{fp64} in fp64")
     if 0 < fp64 < fp32:
-        return Finding("residue", claim, moved + " ({orders} orders of magnitude).",
+        return Finding("residue", claim, moved + ": {orders} orders of magnitude less.",
                        (("fp32", fp32), ("fp64", fp64), ("orders", math.log10(fp32 / fp64))))
     return Finding("residue", claim, moved + ".", (("fp32", fp32), ("fp64", fp64)))

@@ -66,8 +66,7 @@ def rq3_finding(rows: list[dict], model: str, near_exact_pct: float) -> Finding:
     return Finding(
         "rq3",
         claim,
-        "On {model}, {near} of {n} cache operations were near-exact, {costly} cost "
-        "quality and {open} were not separated.",
+        "Of {n} cache operations on {model}: near-exact {near}, costly {costly}, not separated {open}.",
         (
             ("model", model),
             ("near", count[NEAR.name]),

@@ -96,13 +96,15 @@ class FindingFormat:
         return finding.sentence.format_map({k: self.number(v) for k, v in finding.numbers})
 
     def test(self, test: Test | None) -> str:
-        """'sign test, n = 32 items, 95 % CI 69–94 %, p = 0.002'."""
+        """'sign test, n = 32 items, 95 % CI 69–94 %, p = 0.002'; an interval with a negative end
+        reads 'from −1.6 to 7.8' (a dash after a minus sign reads as a range of negatives)."""
         if test is None:
             return ""
         parts = [f"{escaped(test.name)}, n = {self.number(test.n)} {escaped(test.unit)}"]
         if test.interval is not None:
-            lo, hi = (self.number(v) for v in test.interval)
-            parts.append(f"95 % CI {lo}–{hi}{test.interval_unit and ' ' + test.interval_unit}")
+            lo, hi = (re.sub(r"^-", "−", self.number(v)) for v in test.interval)
+            span = f"from {lo} to {hi}" if min(test.interval) < 0 else f"{lo}–{hi}"
+            parts.append(f"95 % CI {span}{test.interval_unit and ' ' + test.interval_unit}")
         if test.p is not None:
             parts.append(f"p = {test.p:.2g}")
         return ", ".join(parts)

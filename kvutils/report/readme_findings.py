@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kvutils.core import compare
 from kvutils.core.catalog import NOTEBOOKS
+from kvutils.core.near_exact import NEAR_EXACT_PCT
 from kvutils.core.paths import REPO_ROOT
 from kvutils.report.cache_exactness import chapter1_findings
 from kvutils.report.conclusions import load_chapters
@@ -30,7 +31,6 @@ from kvutils.report.text import fmt
 
 FULL_BUILD = REPO_ROOT / "tests" / "data" / "full_build"
 README = REPO_ROOT / "README.md"
-NEAR_EXACT_PCT = 99.0  # the book's near-exact line (the conclusions' decision guide)
 MAX_LINES = 5
 
 

@@ -157,6 +157,48 @@ def test_chapter4_evidence_tables_follow_the_numbers():
     assert "2 torch thread(s) of 2 cores" in report_costs.timing_clause(_numbers({"a": (2.0, 5.0)}))
 
 
+def _scored(spec: str, family: str, top1: float, wobble: float = 0.05) -> dict:
+    """A Table 2 row scored on 16 documents whose top-1 agreement sits around `top1`."""
+    docs = [min(100.0, top1 + wobble * ((i * 7) % 5 - 2)) for i in range(16)]
+    return {"op": spec, "family": family, "mean_kl": 0.01, "perplexity": 10.0, "cache_bytes": 1024.0,
+            "top1_agreement_pct": sum(docs) / 16,
+            "per_document": [{"id": f"d{i}", "top1_agreement_pct": t} for i, t in enumerate(docs)]}
+
+
+def test_table2_says_near_exact_only_where_the_guides_test_does():
+    """Chapter 4's Table 2 finding and its column read the conclusions' guide's test (top-1 per
+    document against the near-exact line): KIVI 4-bit at 96.5 % is costly there, never "nearly
+    free"; an operation the test cannot place is "not separated"; a window that stays near-exact
+    changes the claim."""
+    from kvutils.report.chapter4_findings import table2_finding
+    from kvutils.report.guide import threshold_test
+
+    def numbers(window_top1: float = 80.5) -> dict:
+        rows = [_scored("exact", "exact", 100.0, 0.0), _scored("cast:dtype=float16", "precision (cast)", 99.95),
+                _scored("quantize_naive:bits=8", "quantisation", 99.0, 0.5),
+                _scored("quantize_kivi:bits=4,group=32,residual=128", "quantisation", 96.5),
+                _scored("window:size=128,sinks=4,reindex=false", "window (position-based eviction)", window_top1)]
+        return {"table2": {"m": {"plain": {"ops": {r["op"]: r for r in rows}, "documents": ["d"] * 16},
+                                 "chunks": None}}}
+
+    finding = table2_finding(numbers())
+    assert finding.claim == "Only light rounding stays near-exact; every window costs top-1."
+    assert finding.value("near") == "float16 cache" and (finding.value("costly"), finding.value("n")) == (2, 4)
+    assert "KIVI 4-bit at 96.5 %" in finding.value("tops") and finding.test.n == 16
+    table = report_costs.approximations_table(numbers()["table2"])
+    marks = dict(zip(table.index, table["m: top-1 against 99 %"]))
+    assert marks == {"exact": "= exact", "cast:dtype=float16": "✓ near-exact", "quantize_naive:bits=8": "? not separated",
+                     "quantize_kivi:bits=4,group=32,residual=128": "✗ costly",
+                     "window:size=128,sinks=4,reindex=false": "✗ costly"}
+    guide = {"a>b": "✓ near-exact", "a<b": "✗ costly"}
+    for spec, row in numbers()["table2"]["m"]["plain"]["ops"].items():
+        if spec != "exact":  # the same test as the guide's, row by row
+            top1 = [d["top1_agreement_pct"] for d in row["per_document"]]
+            assert marks[spec] == guide.get(threshold_test(spec, top1, 99.0).verdict, "? not separated")
+    assert table2_finding(numbers(window_top1=99.95)).claim == "Half the approximations stay near-exact."
+    assert table2_finding(numbers(window_top1=99.95)).value("near") == "float16 cache, window of 128 (4 sinks)"
+
+
 def test_the_page_opens_with_its_findings_and_glues_nothing():
     """notebook 04 opens with the findings box (filled from `chapter4_findings` after the run), its
     sections show the findings as displayed outputs, and no markdown cell holds a {glue} role."""

@@ -31,6 +31,10 @@ def test_formatter_decides_every_number_once():
                                 "(exact match, n = 24 prompts, 95 % CI 90.6–100 %, p = 0.0012)")
     assert FORMAT.row(f) == {"finding": "The cache is \\*exact\\*.", "measured": "24 of 24 matched; largest 5.77e-05.",
                              "test": "exact match, n = 24 prompts, 95 % CI 90.6–100 %, p = 0.0012"}
+    # an interval across zero, or below it, is not written as a dash after a minus sign
+    assert FORMAT.test(Test("sign test", 8, "documents", (-1.6, 7.8), "points")) == \
+        "sign test, n = 8 documents, 95 % CI from −1.6 to 7.8 points"
+    assert FORMAT.test(Test("t", 8, "documents", (-3e-05, -1e-05))) == "t, n = 8 documents, 95 % CI from −3e-05 to −1e-05"
 
 
 def test_a_finding_names_every_number_its_sentence_uses():
