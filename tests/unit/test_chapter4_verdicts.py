@@ -195,6 +195,10 @@ def test_the_full_builds_page_says_what_its_tests_show():
     assert all(len(FORMAT.sentence(f).split()) <= 30 for f in page.box)
     assert page.answer.claim == "Speed for bytes; compressing the cache is not free."
     assert {f.key for f in page.box} == {"decode", "bytes", "table2", "retrieval", "tau"}
+    # τ separated from 0 nowhere in KL's favour (once against it): not "does not predict", which no test shows
+    tau_found = next(f for f in page.box if f.key == "tau")
+    assert tau_found.claim == "Mean KL did not detectably predict retrieval."
+    assert [tau_found.value(k) for k in ("predicts", "disagree", "open")] == [0, 1, 3]
     # without retrieval or frontier the page says so, rather than counting n/a
     bare = chapter4_findings({**numbers, "retrieval": {}, "frontier": {}})
     assert FORMAT.sentence(bare.answer).endswith("no retrieval test was judged in this run.")
