@@ -53,15 +53,18 @@ def what_it_keeps(spec: str) -> str:
     return parse_op(spec).always_keeps()
 
 
+def shown_method(m: str) -> str:
+    """A method (as `method` names it) as the charts' legends and the tables show it: its display name."""
+    return display_names().get(m, m)
+
+
 def keeps_table(frontier: dict) -> pd.DataFrame:
-    """Per method on the frontier: what it always keeps."""
+    """Per method on the frontier, by the legend's name: what it always keeps."""
     rows = {}
     for run in frontier.values():
         for spec in run["ops"]:
-            rows.setdefault(method(spec), {"always keeps": what_it_keeps(spec)})
-    table = pd.DataFrame.from_dict(rows, orient="index")
-    table.index.name = "method"
-    return table
+            rows.setdefault(shown_method(method(spec)), {"always keeps": what_it_keeps(spec)})
+    return rows_table(rows, "method")
 
 
 def _triple(r: dict) -> str:
@@ -144,8 +147,11 @@ def frontier_chart(frontier: dict):
     import plotly.express as px
 
     points = frontier_points(frontier)
+    colour = chart_colours(points["method"])  # the static chart's colours, under the legend's names
+    points["method"] = points["method"].map(shown_method)
     figure = px.scatter(points, x="held % of exact", y="plotted KL", color="method", symbol="model",
-                        log_y=True,
+                        log_y=True, color_discrete_map={shown_method(m): "grey" if c == "0.5" else c
+                                                         for m, c in colour.items()},
                         hover_data=["point", "op spec", "mean KL (nats)", "top-1 (%)", "held MiB",
                                     "perplexity"],
                         title=_title(frontier), height=600, template="plotly_white",
@@ -195,8 +201,7 @@ def plot_frontier(frontier: dict):
         ax.set_ylabel(f"mean KL vs exact\n(nats, log; {EXACT_FLOOR:g} = exact)")
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(X_LABEL)
-    names = display_names()
-    handles = [plt.Line2D([], [], color=colour[m], marker="o", lw=1, label=names.get(m, m)) for m in methods]
+    handles = [plt.Line2D([], [], color=colour[m], marker="o", lw=1, label=shown_method(m)) for m in methods]
     fig.suptitle(_title(frontier))
     fig.tight_layout()
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)

@@ -187,10 +187,14 @@ def test_chart_tells_every_method_and_model_apart():
     chart = report_frontier.frontier_chart(runs)
     traces = chart.figure.to_plotly_json()["data"]
     points = [t for t in traces if not t["name"].startswith("model: ")]
-    assert {t["legendgroup"] for t in points} == methods
+    # the static chart's names and colours
+    assert {t["legendgroup"] for t in points} == {report_frontier.shown_method(m) for m in methods}
+    static = dict(zip([h.get_label() for h in fig.legends[0].legend_handles],
+                      [h.get_color() for h in fig.legends[0].legend_handles]))
+    assert all(static[t["legendgroup"]] == t["marker"]["color"] for t in points)
     # the legend: one entry per method and one per model's marker, not one per (method, model) pair
     shown = [t["name"] for t in traces if t.get("showlegend", True)]
-    assert sorted(shown) == sorted([*methods, "model: model-a", "model: model-b"])
+    assert sorted(shown) == sorted([*map(report_frontier.shown_method, methods), "model: model-a", "model: model-b"])
     assert {t["marker"]["symbol"] for t in traces if t["name"].startswith("model: ")} == \
         {t["marker"]["symbol"] for t in points}
 
