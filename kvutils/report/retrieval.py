@@ -8,8 +8,9 @@ import pandas as pd
 
 from kvutils.cache.registry import parse_op
 from kvutils.core import compare, haystack
+from kvutils.report.chapter4_verdicts import tau_once
 from kvutils.report.figures import log_x_ticks, placeholder, styled
-from kvutils.report.frontier import chart_colours, method_named
+from kvutils.report.frontier import chart_colours, method_named, shown_method
 from kvutils.report.names import human_label
 from kvutils.report.tables import PageTable, page_table, rows_table, verdict_text
 from kvutils.studies.cache_approximations.retrieval import QUESTION_WINDOW, frontier_label
@@ -109,7 +110,8 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
-    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in colours.items()]
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=shown_method(m))
+               for m, c in colours.items()]
     handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r])
                 for r, mk in REGIME_MARKERS.items()]
     handles.append(plt.Line2D([], [], color="black", ls="--", label="exact cache"))
@@ -169,18 +171,20 @@ def depth_table(retrieval: dict):
 def kl_points(retrieval: dict, frontier: dict) -> pd.DataFrame:
     """One row per (model, level, method) of the KL-against-retrieval comparison: the method's mean KL
     on the frontier with its 95 % bootstrap interval over the documents, and the keys it retrieved
-    (in the comparison's regime, over every gated prompt) with their Clopper–Pearson interval."""
+    (in the comparison's regime, over every gated prompt) with their Clopper–Pearson interval; τ
+    with each method identical by construction to another counted once (`tau_once`, as the τ table)."""
     rows = []
     for model, result in retrieval.items():
-        compared = result.get("kl_vs_retrieval") or {}
+        regime = (result.get("kl_vs_retrieval") or {}).get("regime", "aware")
+        levels, _ = tau_once((frontier or {}).get(model), result, regime)
         per_doc = {frontier_label(spec, r.get("level")): r["per_doc_kl"]
                    for spec, r in (frontier.get(model) or {}).get("ops", {}).items()}
         correct: dict[str, list[bool]] = {}
         for hay in haystacks(result).values():
             for label, entry in hay["ops"].items():
-                records = entry[compared["regime"]]["per_prompt"]
+                records = entry[regime]["per_prompt"]
                 correct.setdefault(label, []).extend(bool(x["correct"]) for x in records)
-        for level, v in (compared.get("levels") or {}).items():
+        for level, v in levels.items():
             for label in v["methods"]:
                 kl_lo, kl_hi = compare.mean_interval(per_doc[label])
                 right, n = sum(correct[label]), len(correct[label])
@@ -224,7 +228,8 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
         ax.set_ylim(-5, 105), ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
-    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in colours.items()]
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=shown_method(m))
+               for m, c in colours.items()]
     models = ", ".join(dict.fromkeys(points["model"]))
     fig.suptitle(f"{title}\nOne point per method, 95 % intervals ({models})")
     fig.tight_layout()

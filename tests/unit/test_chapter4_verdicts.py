@@ -178,6 +178,13 @@ def test_the_full_builds_page_says_what_its_tests_show():
     tau = {(r["model"], r["evicts"]): r for r in tables.tau_rows(numbers["retrieval"], numbers["frontier"])}
     assert tau[("gemma3-270m", "0.5")]["counted once"] == "AdaKV (evicts 50 %) = SnapKV (evicts 50 %)"
     assert tau[("gemma3-270m", "0.5")]["methods"] == 7 and tau[("smollm2-135m", "0.5")]["methods"] == 8
+    # the scatter's panels carry the table's τ, over the same methods (AdaKV = SnapKV drawn once on Gemma)
+    from kvutils.report.retrieval import kl_points
+
+    points = kl_points(numbers["retrieval"], numbers["frontier"])
+    for (model, level), row in tau.items():
+        panel = points[(points["model"] == model) & (points["level"] == level)]
+        assert len(panel) == row["methods"] and f"{panel['tau'].iloc[0]:+.2f}" == row["τ [95 % CI]"].split()[0]
     table = tables.retrieval_table(numbers["retrieval"])
     bf16 = table.loc["bfloat16 cache"]
     assert not bf16.filter(like="verdict").apply(lambda col: col.str.contains(rules.LOSES)).any().any()
