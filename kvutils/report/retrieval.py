@@ -64,6 +64,12 @@ def needle_share(regime_entry: dict) -> float:
     return 100 * float(np.mean(mean)) if mean else float("nan")
 
 
+def legend_name(m: str) -> str:
+    """A method on the retrieval charts' legends: its display name; SnapKV observing the question's
+    tokens only (QUESTION_WINDOW) as such."""
+    return "SnapKV observing the question" if m == QUESTION_WINDOW else shown_method(m)
+
+
 @styled
 def plot_retrieval(retrieval: dict):
     """Accuracy against held bytes, one panel per model and haystack: one colour per method, one
@@ -110,7 +116,7 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
-    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=shown_method(m))
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=legend_name(m))
                for m, c in colours.items()]
     handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r])
                 for r, mk in REGIME_MARKERS.items()]
