@@ -27,13 +27,6 @@ from kvutils.studies.cache_approximations.retrieval import frontier_label, kl_vs
 LOGPROB_MARGIN = 0.1
 
 KEEPS, LOSES, SMALL, UNSEPARATED, BUILT = "✓", "✗", "≈", "?", "="
-MARKS_NOTE = (
-    f"✓ no detectable loss; ✗ a loss; ≈ a shift detectably below 0 but within "
-    f"{LOGPROB_MARGIN:g} nats; ? not separated at this n; = the needle is gone from the cache "
-    "by construction on some prompts"
-)
-
-
 @dataclass(frozen=True)
 class RetrievalVerdict:
     """One method against the exact cache on the same prompts: keys retrieved by each, McNemar's exact
