@@ -186,15 +186,14 @@ def test_table2_says_near_exact_only_where_the_guides_test_does():
     assert finding.value("near") == "float16 cache" and (finding.value("costly"), finding.value("n")) == (2, 4)
     assert finding.value("tops") == "KIVI 4-bit at 96.5 %, window 128 + 4 sinks at 80.5 %" and finding.test.n == 16
     table = report_costs.approximations_table(numbers()["table2"])
-    marks = dict(zip(table.index, table["m: top-1 against 99 %"]))
-    assert marks == {"exact": "= exact", "cast:dtype=float16": "✓ near-exact", "quantize_naive:bits=8": "? not separated",
-                     "quantize_kivi:bits=4,group=32,residual=128": "✗ costly",
-                     "window:size=128,sinks=4,reindex=false": "✗ costly"}
-    guide = {"a>b": "✓ near-exact", "a<b": "✗ costly"}
+    marks = dict(zip(table.index, table["m: vs 99 %"]))
+    assert marks == {"exact": "=", "cast:dtype=float16": "✓", "quantize_naive:bits=8": "?",
+                     "quantize_kivi:bits=4,group=32,residual=128": "✗", "window:size=128,sinks=4,reindex=false": "✗"}
+    guide = {"a>b": "✓", "a<b": "✗"}
     for spec, row in numbers()["table2"]["m"]["plain"]["ops"].items():
         if spec != "exact":  # the same test as the guide's, row by row
             top1 = [d["top1_agreement_pct"] for d in row["per_document"]]
-            assert marks[spec] == guide.get(threshold_test(spec, top1, 99.0).verdict, "? not separated")
+            assert marks[spec] == guide.get(threshold_test(spec, top1, 99.0).verdict, "?")
     assert table2_finding(numbers(window_top1=99.95)).claim == "Half the approximations stay near-exact."
     assert table2_finding(numbers(window_top1=99.95)).value("near") == "float16 cache, window of 128 (4 sinks)"
 
