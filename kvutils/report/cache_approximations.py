@@ -133,10 +133,6 @@ def blend_tests(table2: dict) -> dict[str, tuple[float, compare.Paired]]:
     return out
 
 
-def _triple(r: dict) -> str:
-    return f"{fmt(r['mean_kl'], 3)} · {r['top1_agreement_pct']:.2f} · {fmt(r['perplexity'], 4)}"
-
-
 def line_test(o: dict) -> compare.Paired:
     """An operation's top-1 agreement per document against the near-exact line: the test of the
     conclusions' guide at its default `near_exact_pct`."""
@@ -144,15 +140,21 @@ def line_test(o: dict) -> compare.Paired:
     return compare.paired(top1, [NEAR_EXACT_PCT] * len(top1), o["op"], f"{NEAR_EXACT_PCT:g} %")
 
 
-# Table 2's column: ✓ near-exact, ✗ costly, ? not separated, = the exact cache (the page's statistics note)
+# Table 2's mark after top-1: ✓ near-exact, ✗ costly, ? not separated (the page's statistics note)
 LINE_MARKS = {compare.A_HIGHER: "✓", compare.A_LOWER: "✗"}
-LINE_COLUMN = f"vs {NEAR_EXACT_PCT:g} %"
 
 
-def _line_mark(o: dict) -> str:
-    if o.get("family") == "exact":
-        return "="
-    return LINE_MARKS.get(line_test(o).verdict, "?") if o.get("per_document") else "—"
+def line_mark(o: dict) -> str:
+    """The mark of `line_test` (none for the exact cache, or a row scored without documents)."""
+    if o.get("family") == "exact" or not o.get("per_document"):
+        return ""
+    return LINE_MARKS.get(line_test(o).verdict, "?")
+
+
+def _triple(r: dict) -> str:
+    """KL · top-1 with its mark against the near-exact line · perplexity."""
+    top1 = f"{r['top1_agreement_pct']:.2f} {line_mark(r)}".rstrip()
+    return f"{fmt(r['mean_kl'], 3)} · {top1} · {fmt(r['perplexity'], 4)}"
 
 
 # Table 2's row of the exact cache at the chunk rows' setting
@@ -182,8 +184,7 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
                     a = art[spec]
                     ppl = fmt(a["perplexity"], 6) if a["perplexity"] is not None else "n/a"
                     row["article (Pythia-160M)"] = f"{fmt(a['kl'], 6)} · {a['top1_pct']} · {ppl}"
-                row.update({model: _triple(r), f"{model}: {LINE_COLUMN}": _line_mark(r),
-                            f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
+                row.update({model: _triple(r), f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
     table2_specs = set(rows)
     for model, run in (frontier or {}).items():
         for spec, r in run["ops"].items():
@@ -191,13 +192,12 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
                 continue
             row = rows.setdefault(spec, {})
             row["scored on"] = f"{len(run['documents'])} documents (the frontier's)"
-            row.update({model: _triple(r), f"{model}: {LINE_COLUMN}": _line_mark(r),
-                        f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
+            row.update({model: _triple(r), f"{model}: cache KiB": fmt(r["cache_bytes"] / 1024, 5)})
     for model, run in (frontier or {}).items():
         for spec, why in run.get("refused", {}).items():
             rows.setdefault(spec, {"scored on": "— (refused by every model)"})[f"{model}"] = f"refused: {why}"
     table = pd.DataFrame.from_dict(rows, orient="index").fillna("—")
-    table.index.name = "operation (KL nats · top-1 % · perplexity)"
+    table.index.name = f"operation (KL nats · top-1 %, ✓ ✗ ? against {NEAR_EXACT_PCT:g} % · perplexity)"
     return page_table(table, short={spec: human(spec) for spec in rows if ":" in spec or spec == "exact"})
 
 

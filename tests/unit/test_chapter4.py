@@ -186,9 +186,10 @@ def test_table2_says_near_exact_only_where_the_guides_test_does():
     assert finding.value("near") == "float16 cache" and (finding.value("costly"), finding.value("n")) == (2, 4)
     assert finding.value("tops") == "KIVI 4-bit at 96.5 %, window 128 + 4 sinks at 80.5 %" and finding.test.n == 16
     table = report_costs.approximations_table(numbers()["table2"])
-    marks = dict(zip(table.index, table["m: vs 99 %"]))
-    assert marks == {"exact": "=", "cast:dtype=float16": "✓", "quantize_naive:bits=8": "?",
+    marks = {spec: cell.split(" · ")[1].partition(" ")[2] for spec, cell in zip(table.index, table["m"])}
+    assert marks == {"exact": "", "cast:dtype=float16": "✓", "quantize_naive:bits=8": "?",
                      "quantize_kivi:bits=4,group=32,residual=128": "✗", "window:size=128,sinks=4,reindex=false": "✗"}
+    assert table.index.name == "operation (KL nats · top-1 %, ✓ ✗ ? against 99 % · perplexity)"
     guide = {"a>b": "✓", "a<b": "✗"}
     for spec, row in numbers()["table2"]["m"]["plain"]["ops"].items():
         if spec != "exact":  # the same test as the guide's, row by row
