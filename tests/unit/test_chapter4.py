@@ -199,6 +199,31 @@ def test_table2_says_near_exact_only_where_the_guides_test_does():
     assert table2_finding(numbers(window_top1=99.95)).value("near") == "float16 cache, window of 128 (4 sinks)"
 
 
+def test_the_retrieval_finding_counts_losses_apart_from_tests_that_do_not_separate():
+    """A loss is a loss (McNemar, beyond the margin, or the needle gone by construction); a test that
+    does not separate is neither kept nor lost, and the claim says "most lose" only from the losses."""
+    from kvutils.report.chapter4_findings import answer_finding, retrieval_finding
+    from kvutils.report.chapter4_verdicts import RetrievalVerdict
+
+    def verdict(mark: str) -> RetrievalVerdict:
+        return RetrievalVerdict(36, 30, 36, 0.01, -0.2, (-0.3, -0.1), mark, "", 0)
+
+    def finding(marks: list[str]):
+        return retrieval_finding([(f"m{i}@0.25", verdict(m)) for i, m in enumerate(marks)]
+                                 + [("cast:dtype=bfloat16", verdict("✓"))])
+
+    mixed = finding(["✗"] * 3 + ["✗ ="] + ["?"] * 4 + ["✓", "≈"])
+    assert [mixed.value(k) for k in ("evict_n", "evict_lost", "evict_kept", "prec_lost", "prec_kept", "prec_n")] == \
+        [10, 4, 2, 0, 1, 1]
+    assert mixed.claim == "Eviction loses keys far back in some tests, not in others."
+    assert finding(["✗"] * 6 + ["?"] * 4).claim == "Most eviction methods lose keys far back."
+    assert finding(["✗", "✗ ="]).claim == "Every eviction method loses keys far back."
+    assert finding(["✓"] * 6 + ["?"] * 4).claim == "Eviction mostly keeps the keys far back."
+    numbers = _numbers({"a": (2.0, 5.0)})
+    assert answer_finding(numbers, [mixed]).claim == "Speed for bytes; what eviction loses far back is not yet separated."
+    assert answer_finding(numbers, [finding(["✗"] * 6 + ["?"] * 4)]).value("lost") == 6
+
+
 def test_the_page_opens_with_its_findings_and_glues_nothing():
     """notebook 04 opens with the findings box (filled from `chapter4_findings` after the run), its
     sections show the findings as displayed outputs, and no markdown cell holds a {glue} role."""
