@@ -93,7 +93,7 @@ def table2_finding(numbers: dict) -> Finding | None:
     windows = [spec for spec, o in ops.items() if o["family"].startswith("window")]
     rounding_only = near and all(ops[spec]["family"] in ROUNDING for spec in near)
     claim = (
-        "Only light rounding stays near-exact; every window costs top-1."
+        "Only storing fewer bits stays near-exact; every window costs top-1."
         if rounding_only and set(windows) <= set(costly)
         else "Few approximations stay near-exact."
         if 2 * len(near) < len(ops)

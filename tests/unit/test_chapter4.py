@@ -182,7 +182,7 @@ def test_table2_says_near_exact_only_where_the_guides_test_does():
                                  "chunks": None}}}
 
     finding = table2_finding(numbers())
-    assert finding.claim == "Only light rounding stays near-exact; every window costs top-1."
+    assert finding.claim == "Only storing fewer bits stays near-exact; every window costs top-1."
     assert finding.value("near") == "float16 cache" and (finding.value("costly"), finding.value("n")) == (2, 4)
     assert finding.value("tops") == "KIVI 4-bit at 96.5 %, window 128 + 4 sinks at 80.5 %" and finding.test.n == 16
     table = report_costs.approximations_table(numbers()["table2"])
