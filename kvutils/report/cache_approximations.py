@@ -204,7 +204,7 @@ def approximations_table(table2: dict, frontier: dict | None = None) -> pd.DataF
 @styled
 def plot_approximations(table2: dict):
     """Chart 5: top-1 agreement with the exact cache per operation and model, the article's value
-    marked for the operations it ran, and the near-exact line the table's column tests against."""
+    marked for the operations it ran, and the near-exact line that Table 2's marks test against."""
     import matplotlib.pyplot as plt
     import numpy as np
 
