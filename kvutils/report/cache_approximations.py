@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvutils.cache.accept_report import threshold_test
 from kvutils.cache.registry import ARTICLE_OPS, parse_op
 from kvutils.core import compare
 from kvutils.core.article import article
@@ -134,10 +135,9 @@ def blend_tests(table2: dict) -> dict[str, tuple[float, compare.Paired]]:
 
 
 def line_test(o: dict) -> compare.Paired:
-    """An operation's top-1 agreement per document against the near-exact line: the test of the
-    conclusions' guide at its default `near_exact_pct`."""
-    top1 = [d["top1_agreement_pct"] for d in o["per_document"]]
-    return compare.paired(top1, [NEAR_EXACT_PCT] * len(top1), o["op"], f"{NEAR_EXACT_PCT:g} %")
+    """An operation's top-1 agreement per document against the near-exact line: the acceptance test's
+    and the conclusions' guide's test, at the guide's default `near_exact_pct`."""
+    return threshold_test(o["op"], [d["top1_agreement_pct"] for d in o["per_document"]], NEAR_EXACT_PCT)
 
 
 # Table 2's mark after top-1: ✓ near-exact, ✗ costly, ? not separated (the page's statistics note)

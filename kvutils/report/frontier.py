@@ -10,7 +10,7 @@ from kvutils.cache.registry import by_place, parse_op
 from kvutils.core import compare
 from kvutils.report import interactive
 from kvutils.report.figures import styled
-from kvutils.report.names import display_names, human
+from kvutils.report.names import human, method_name
 from kvutils.report.tables import PageTable, page_table, rows_table
 from kvutils.report.text import fmt
 
@@ -53,17 +53,12 @@ def what_it_keeps(spec: str) -> str:
     return parse_op(spec).always_keeps()
 
 
-def shown_method(m: str) -> str:
-    """A method (as `method` names it) as the charts' legends and the tables show it: its display name."""
-    return display_names().get(m, m)
-
-
 def keeps_table(frontier: dict) -> pd.DataFrame:
     """Per method on the frontier, by the legend's name: what it always keeps."""
     rows = {}
     for run in frontier.values():
         for spec in run["ops"]:
-            rows.setdefault(shown_method(method(spec)), {"always keeps": what_it_keeps(spec)})
+            rows.setdefault(method_name(method(spec)), {"always keeps": what_it_keeps(spec)})
     return rows_table(rows, "method")
 
 
@@ -148,9 +143,9 @@ def frontier_chart(frontier: dict):
 
     points = frontier_points(frontier)
     colour = chart_colours(points["method"])  # the static chart's colours, under the legend's names
-    points["method"] = points["method"].map(shown_method)
+    points["method"] = points["method"].map(method_name)
     figure = px.scatter(points, x="held % of exact", y="plotted KL", color="method", symbol="model",
-                        log_y=True, color_discrete_map={shown_method(m): "grey" if c == "0.5" else c
+                        log_y=True, color_discrete_map={method_name(m): "grey" if c == "0.5" else c
                                                          for m, c in colour.items()},
                         hover_data=["point", "op spec", "mean KL (nats)", "top-1 (%)", "held MiB",
                                     "perplexity"],
@@ -201,7 +196,7 @@ def plot_frontier(frontier: dict):
         ax.set_ylabel(f"mean KL vs exact\n(nats, log; {EXACT_FLOOR:g} = exact)")
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(X_LABEL)
-    handles = [plt.Line2D([], [], color=colour[m], marker="o", lw=1, label=shown_method(m)) for m in methods]
+    handles = [plt.Line2D([], [], color=colour[m], marker="o", lw=1, label=method_name(m)) for m in methods]
     fig.suptitle(_title(frontier))
     fig.tight_layout()
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from kvutils.cache.accept_report import threshold_test
 from kvutils.cache.methods.cast import Cast
 from kvutils.core import compare
 from kvutils.core.catalog import NOTEBOOKS
@@ -56,12 +57,6 @@ NEAR = Verdict("near-exact", "near-exact here (tested above the threshold): conf
 COSTLY = Verdict("costly", "costs quality (tested): measure before buying", "#e76f51")
 OPEN = Verdict("not separated", "not separated at this n: no verdict, measure on your model", "#b8b8b8")
 VERDICTS = (EXACT, NEAR, COSTLY, OPEN)
-
-
-def threshold_test(name: str, per_document: list[float], near_exact_pct: float) -> compare.Paired:
-    """An operation's top-1 agreement per document against the threshold, paired over the documents:
-    the same rule as every comparison of the book (interval and sign test)."""
-    return compare.paired(per_document, [near_exact_pct] * len(per_document), name, f"{fmt(near_exact_pct)}%")
 
 
 def _tested(test: compare.Paired) -> Verdict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kvutils.cache.registry import OPS, parse_op
 from kvutils.studies.cache_approximations.frontier import STREAMING_SINKS
+from kvutils.studies.cache_approximations.retrieval import QUESTION_WINDOW
 
 
 def display_names() -> dict[str, str]:
@@ -34,6 +35,14 @@ def human(spec: str) -> str:
     return named[op.name]() if op.name in named else name
 
 
+def method_name(name: str) -> str:
+    """A method, by its registry name, as the charts' legends and the tables show it: its display name
+    ("K-norm"), and SnapKV observing the question's tokens only (QUESTION_WINDOW) as such."""
+    if name == QUESTION_WINDOW:
+        return "SnapKV observing the question"
+    return display_names().get(name, name)
+
+
 def human_label(label: str) -> str:
     """A retrieval label ("snapkv@0.25", "window@0.25", "snapkv-question@0.25", or a precision
     spec) for a reader."""
@@ -43,6 +52,4 @@ def human_label(label: str) -> str:
     evicts = _pct(float(level))
     if name == "window":
         return f"window with {STREAMING_SINKS} sinks (evicts {evicts} on average)"
-    if name == "snapkv-question":
-        return f"SnapKV observing the question (evicts {evicts})"
-    return f"{display_names().get(name, name)} (evicts {evicts})"
+    return f"{method_name(name)} (evicts {evicts})"

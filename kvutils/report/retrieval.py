@@ -10,8 +10,8 @@ from kvutils.cache.registry import parse_op
 from kvutils.core import compare, haystack
 from kvutils.report.chapter4_verdicts import tau_once
 from kvutils.report.figures import log_x_ticks, placeholder, styled
-from kvutils.report.frontier import chart_colours, method_named, shown_method
-from kvutils.report.names import human_label
+from kvutils.report.frontier import chart_colours, method_named
+from kvutils.report.names import human_label, method_name
 from kvutils.report.tables import PageTable, page_table, rows_table, verdict_text
 from kvutils.studies.cache_approximations.retrieval import QUESTION_WINDOW, frontier_label
 
@@ -64,12 +64,6 @@ def needle_share(regime_entry: dict) -> float:
     return 100 * float(np.mean(mean)) if mean else float("nan")
 
 
-def legend_name(m: str) -> str:
-    """A method on the retrieval charts' legends: its display name; SnapKV observing the question's
-    tokens only (QUESTION_WINDOW) as such."""
-    return "SnapKV observing the question" if m == QUESTION_WINDOW else shown_method(m)
-
-
 @styled
 def plot_retrieval(retrieval: dict):
     """Accuracy against held bytes, one panel per model and haystack: one colour per method, one
@@ -116,7 +110,7 @@ def _scatter(retrieval: dict, x: str, xlabel: str, title: str):
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
-    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=legend_name(m))
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=method_name(m))
                for m, c in colours.items()]
     handles += [plt.Line2D([], [], color="0.3", marker=mk, lw=0, label=REGIME_WORDS[r])
                 for r, mk in REGIME_MARKERS.items()]
@@ -234,7 +228,7 @@ def plot_kl_vs_retrieval(retrieval: dict, frontier: dict):
         ax.set_ylim(-5, 105), ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
-    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=shown_method(m))
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=0, label=method_name(m))
                for m, c in colours.items()]
     models = ", ".join(dict.fromkeys(points["model"]))
     fig.suptitle(f"{title}\nOne point per method, 95 % intervals ({models})")
@@ -312,5 +306,5 @@ def setup_table(retrieval: dict) -> PageTable | None:
                 "needle": "RULER's magic number" if r["prompts"] and r["prompts"][0]["word"]
                 else "the pass key",
                 "prompts": str(len(r["prompts"])), "contexts (tokens)": ", ".join(map(str, r["contexts"])),
-                "methods": str(len(r["ops"])), "regimes": "2"}
+                "methods": str(len(r["ops"])), "regimes": str(len(REGIME_WORDS))}
     return rows_table(rows, "model, haystack") if rows else None

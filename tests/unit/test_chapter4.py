@@ -170,8 +170,8 @@ def test_table2_says_near_exact_only_where_the_guides_test_does():
     document against the near-exact line): KIVI 4-bit at 96.5 % is costly there, never "nearly
     free"; an operation the test cannot place is "not separated"; a window that stays near-exact
     changes the claim."""
+    from kvutils.cache.accept_report import threshold_test
     from kvutils.report.chapter4_findings import table2_finding
-    from kvutils.report.guide import threshold_test
 
     def numbers(window_top1: float = 80.5) -> dict:
         rows = [_scored("exact", "exact", 100.0, 0.0), _scored("cast:dtype=float16", "precision (cast)", 99.95),

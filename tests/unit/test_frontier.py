@@ -10,6 +10,7 @@ from kvutils.book import chapters
 from kvutils.cache.registry import OPS, parse_op, parse_ops
 from kvutils.report import figures
 from kvutils.report import frontier as report_frontier
+from kvutils.report.names import method_name
 from kvutils.studies.cache_approximations import frontier
 from kvutils.studies.cache_approximations import study as approx_study
 from kvutils.studies.parameters import Chapter4Parameters
@@ -188,13 +189,13 @@ def test_chart_tells_every_method_and_model_apart():
     traces = chart.figure.to_plotly_json()["data"]
     points = [t for t in traces if not t["name"].startswith("model: ")]
     # the static chart's names and colours
-    assert {t["legendgroup"] for t in points} == {report_frontier.shown_method(m) for m in methods}
+    assert {t["legendgroup"] for t in points} == {method_name(m) for m in methods}
     static = dict(zip([h.get_label() for h in fig.legends[0].legend_handles],
                       [h.get_color() for h in fig.legends[0].legend_handles]))
     assert all(static[t["legendgroup"]] == t["marker"]["color"] for t in points)
     # the legend: one entry per method and one per model's marker, not one per (method, model) pair
     shown = [t["name"] for t in traces if t.get("showlegend", True)]
-    assert sorted(shown) == sorted([*map(report_frontier.shown_method, methods), "model: model-a", "model: model-b"])
+    assert sorted(shown) == sorted([*map(method_name, methods), "model: model-a", "model: model-b"])
     assert {t["marker"]["symbol"] for t in traces if t["name"].startswith("model: ")} == \
         {t["marker"]["symbol"] for t in points}
 

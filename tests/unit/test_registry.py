@@ -90,7 +90,7 @@ def test_the_derived_lists_are_the_ones_the_book_was_built_with():
     colours = frontier_report.colours()
     assert {k: v for k, v in colours.items() if k in COLOURS_THEN or k in OPS_THEN} == COLOURS_THEN
     keeps = frontier_report.keeps_table(_frontier_run(frontier.default_specs(1024, 128)))["always keeps"]
-    shown = {frontier_report.shown_method(m): text for m, text in KEEPS_THEN.items()}  # by the legend's names
+    shown = {names.method_name(m): text for m, text in KEEPS_THEN.items()}  # by the legend's names
     assert list(keeps.index) == list(shown) and keeps.to_dict() == shown
 
 
